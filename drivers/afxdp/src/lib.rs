@@ -1,0 +1,1 @@
+//! AF_XDP driver (in progress).

@@ -1,0 +1,285 @@
+//! The forwarding database: MAC → port, learned from traffic, aged out when silent.
+//!
+//! Lock-free and shared by all workers. The table is an array of 64-byte buckets of eight
+//! `AtomicU64` slots, each slot packing a MAC (48 bits) and port+1 (16 bits), so a lookup reads
+//! one cache line with plain loads and can never see a torn entry. Learning writes a slot only
+//! when something changes: a new MAC, a MAC that moved, or a last-seen tick that advanced (ticks
+//! are coarse, one second by default), so steady traffic costs no stores and no cache-line
+//! bouncing between workers. A full bucket evicts its stalest entry.
+//!
+//! Learning is shared across VLANs (SVL): one entry per MAC whatever its VLAN.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::counter::Counter;
+use crate::port::PortId;
+use crate::wire::MacAddr;
+
+const SLOTS: usize = 8;
+const MAC_MASK: u64 = (1 << 48) - 1;
+
+#[repr(align(64))]
+struct Bucket {
+    slots: [AtomicU64; SLOTS],
+}
+
+/// What a learn call did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Learned {
+    /// Known, same port; nothing written (or only the last-seen tick).
+    Known,
+    /// New entry.
+    New,
+    /// Known on another port; moved.
+    Moved,
+    /// New entry that evicted a stale one from a full bucket.
+    Evicted,
+}
+
+/// Counters written by the aging sweep (a single thread).
+#[derive(Debug, Default)]
+pub struct FdbStats {
+    pub aged: Counter,
+}
+
+pub struct Fdb {
+    buckets: Box<[Bucket]>,
+    seen: Box<[AtomicU32]>,
+    mask: usize,
+    aging_ticks: u32,
+    pub stats: FdbStats,
+}
+
+impl std::fmt::Debug for Fdb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fdb").field("capacity", &self.capacity()).field("aging_ticks", &self.aging_ticks).finish()
+    }
+}
+
+#[inline]
+fn pack(mac: u64, port: PortId) -> u64 {
+    mac | ((port as u64 + 1) << 48)
+}
+
+#[inline]
+fn slot_port(v: u64) -> PortId {
+    ((v >> 48) - 1) as PortId
+}
+
+impl Fdb {
+    /// A table with room for at least `capacity` MACs, forgetting entries silent for more than
+    /// `aging_ticks` ticks.
+    pub fn new(capacity: usize, aging_ticks: u32) -> Self {
+        let buckets = capacity.div_ceil(SLOTS).next_power_of_two().max(1);
+        Self {
+            buckets: (0..buckets).map(|_| Bucket { slots: Default::default() }).collect(),
+            seen: (0..buckets * SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            mask: buckets - 1,
+            aging_ticks,
+            stats: FdbStats::default(),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.buckets.len() * SLOTS
+    }
+
+    #[inline]
+    fn bucket_of(&self, mac: u64) -> usize {
+        // Fibonacci hashing: MACs of one vendor differ in the low bytes only.
+        ((mac.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 40) as usize & self.mask
+    }
+
+    /// The port `mac` was learned on.
+    #[inline]
+    pub fn lookup(&self, mac: MacAddr) -> Option<PortId> {
+        let m = mac.to_u64();
+        let b = &self.buckets[self.bucket_of(m)];
+        for s in &b.slots {
+            let v = s.load(Ordering::Acquire);
+            if v != 0 && v & MAC_MASK == m {
+                return Some(slot_port(v));
+            }
+        }
+        None
+    }
+
+    /// Records that `mac` was seen on `port` at tick `now`.
+    #[inline]
+    pub fn learn(&self, mac: MacAddr, port: PortId, now: u32) -> Learned {
+        let m = mac.to_u64();
+        let bi = self.bucket_of(m);
+        let b = &self.buckets[bi];
+        let want = pack(m, port);
+        let mut empty = None;
+        for (i, s) in b.slots.iter().enumerate() {
+            let v = s.load(Ordering::Acquire);
+            if v == 0 {
+                empty.get_or_insert(i);
+                continue;
+            }
+            if v & MAC_MASK == m {
+                let seen = &self.seen[bi * SLOTS + i];
+                if seen.load(Ordering::Relaxed) != now {
+                    seen.store(now, Ordering::Relaxed);
+                }
+                if v == want {
+                    return Learned::Known;
+                }
+                // Moved: last writer wins if two workers see it on two ports at once.
+                s.store(want, Ordering::Release);
+                return Learned::Moved;
+            }
+        }
+        self.learn_slow(bi, want, now, empty)
+    }
+
+    #[cold]
+    fn learn_slow(&self, bi: usize, want: u64, now: u32, empty: Option<usize>) -> Learned {
+        let b = &self.buckets[bi];
+        if let Some(i) = empty {
+            // Tick first so the aging sweep never sees the new entry with a stale time.
+            self.seen[bi * SLOTS + i].store(now, Ordering::Relaxed);
+            if b.slots[i].compare_exchange(0, want, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return Learned::New;
+            }
+        }
+        // Bucket full (or lost a race for the empty slot): evict the stalest entry.
+        let oldest = (0..SLOTS)
+            .max_by_key(|&i| now.wrapping_sub(self.seen[bi * SLOTS + i].load(Ordering::Relaxed)))
+            .unwrap_or(0);
+        self.seen[bi * SLOTS + oldest].store(now, Ordering::Relaxed);
+        b.slots[oldest].store(want, Ordering::Release);
+        Learned::Evicted
+    }
+
+    /// Removes entries silent for longer than the aging time; returns how many. Run by one
+    /// housekeeping thread (it owns `stats.aged`).
+    pub fn age(&self, now: u32) -> usize {
+        let mut aged = 0;
+        for (bi, b) in self.buckets.iter().enumerate() {
+            for (i, s) in b.slots.iter().enumerate() {
+                let v = s.load(Ordering::Acquire);
+                if v == 0 {
+                    continue;
+                }
+                let seen = self.seen[bi * SLOTS + i].load(Ordering::Relaxed);
+                if now.wrapping_sub(seen) > self.aging_ticks && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    aged += 1;
+                }
+            }
+        }
+        self.stats.aged.add(aged as u64);
+        aged
+    }
+
+    /// Forgets every entry on `port` (port went down).
+    pub fn flush_port(&self, port: PortId) {
+        for b in self.buckets.iter() {
+            for s in &b.slots {
+                let v = s.load(Ordering::Acquire);
+                if v != 0 && slot_port(v) == port {
+                    let _ = s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Every entry as (MAC, port, ticks since last seen).
+    pub fn entries(&self, now: u32) -> Vec<(MacAddr, PortId, u32)> {
+        let mut out = Vec::new();
+        for (bi, b) in self.buckets.iter().enumerate() {
+            for (i, s) in b.slots.iter().enumerate() {
+                let v = s.load(Ordering::Acquire);
+                if v != 0 {
+                    let seen = self.seen[bi * SLOTS + i].load(Ordering::Relaxed);
+                    out.push((MacAddr::from_u64(v & MAC_MASK), slot_port(v), now.wrapping_sub(seen)));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Number of entries (walks the table: for metrics, not the data path).
+    pub fn len(&self) -> usize {
+        self.buckets.iter().flat_map(|b| b.slots.iter()).filter(|s| s.load(Ordering::Relaxed) != 0).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mac(i: u64) -> MacAddr {
+        MacAddr::from_u64(0x0200_0000_0000 | i)
+    }
+
+    #[test]
+    fn learn_lookup_move() {
+        let f = Fdb::new(1024, 300);
+        assert_eq!(f.lookup(mac(1)), None);
+        assert_eq!(f.learn(mac(1), 3, 0), Learned::New);
+        assert_eq!(f.learn(mac(1), 3, 0), Learned::Known);
+        assert_eq!(f.lookup(mac(1)), Some(3));
+        assert_eq!(f.learn(mac(1), 0, 1), Learned::Moved);
+        assert_eq!(f.lookup(mac(1)), Some(0));
+        assert_eq!(f.len(), 1);
+    }
+
+    #[test]
+    fn aging_forgets_silent_macs_only() {
+        let f = Fdb::new(64, 10);
+        f.learn(mac(1), 1, 0);
+        f.learn(mac(2), 2, 0);
+        f.learn(mac(2), 2, 8); // refreshed
+        assert_eq!(f.age(11), 1);
+        assert_eq!(f.lookup(mac(1)), None);
+        assert_eq!(f.lookup(mac(2)), Some(2));
+        assert_eq!(f.stats.aged.get(), 1);
+    }
+
+    #[test]
+    fn full_bucket_evicts_stalest() {
+        let f = Fdb::new(8, 100); // one bucket
+        for i in 0..8 {
+            f.learn(mac(i), 1, i as u32);
+        }
+        assert_eq!(f.learn(mac(100), 2, 20), Learned::Evicted);
+        assert_eq!(f.lookup(mac(0)), None, "the stalest entry went");
+        assert_eq!(f.lookup(mac(100)), Some(2));
+        assert_eq!(f.lookup(mac(7)), Some(1));
+    }
+
+    #[test]
+    fn port_zero_and_mac_zero_are_valid() {
+        let f = Fdb::new(64, 10);
+        f.learn(MacAddr([0; 6]), 0, 0);
+        assert_eq!(f.lookup(MacAddr([0; 6])), Some(0));
+    }
+
+    #[test]
+    fn concurrent_learning_is_consistent() {
+        let f = std::sync::Arc::new(Fdb::new(4096, 100));
+        let hs: Vec<_> = (0..2)
+            .map(|t| {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    for i in 0..2000u64 {
+                        f.learn(mac(i * 2 + t), t as PortId, 0);
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        for i in 0..4000u64 {
+            assert_eq!(f.lookup(mac(i)), Some((i % 2) as PortId));
+        }
+    }
+}

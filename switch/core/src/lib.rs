@@ -1,0 +1,23 @@
+//! The I/O-free core of wasmswitch.
+//!
+//! Everything here can be driven by a test without a socket (the quinn split): frame memory and
+//! its pool, packet batches, header parsing, the forwarding database, and the per-batch pipeline
+//! that turns received descriptors into transmitted ones. Drivers (`drivers/`) own the syscalls
+//! and implement [`port::PortQueue`]; the daemon (`switch/`) owns threads, config and metrics.
+
+pub mod batch;
+pub mod counter;
+pub mod fdb;
+pub mod pipeline;
+pub mod pool;
+pub mod port;
+pub mod stats;
+pub mod umem;
+pub mod verdict;
+pub mod wire;
+
+pub use batch::{Batch, Desc, BATCH_SIZE};
+pub use pool::{BulkReturn, PoolCache, PoolStats, SharedPool};
+pub use port::{PortId, PortQueue};
+pub use umem::Umem;
+pub use verdict::Verdict;

@@ -1,0 +1,364 @@
+//! One worker's run-to-completion pipeline.
+//!
+//! Per RX burst: parse → verdict stage (one call per burst) → L2 (learn, look up, flood) →
+//! stage per egress port → one TX burst per egress port → completions back to the pool in bulk.
+//! No allocation, lock or syscall per packet; drivers get one call per burst per queue.
+
+use std::sync::Arc;
+
+use crate::batch::{Batch, Desc, BATCH_SIZE};
+use crate::counter::cycles;
+use crate::fdb::{Fdb, Learned};
+use crate::pool::{BulkReturn, PoolCache};
+use crate::port::{PortId, PortQueue};
+use crate::stats::{DropReason, WorkerStats};
+use crate::verdict::{BatchView, Verdict, VerdictStage};
+use crate::wire::{self, MacAddr};
+
+/// How the worker forwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForwardMode {
+    /// Learning L2 switch.
+    L2,
+    /// Every packet goes back out of the port it came in on, unparsed (a ceiling measurement).
+    Passthrough,
+}
+
+/// A worker's view of one port.
+pub struct PortSlot {
+    /// This worker's queue on the port (TX always; RX when `poll_rx`).
+    pub queue: Box<dyn PortQueue>,
+    /// Whether this worker polls the queue's RX side.
+    pub poll_rx: bool,
+    /// Frames longer than this are dropped as oversize.
+    pub max_frame: usize,
+    /// Ingress verdict stage (the port's plugin chain).
+    pub ingress: Option<Box<dyn VerdictStage>>,
+    /// A stopped port neither receives nor transmits (vanished interface).
+    pub up: bool,
+    /// Queue index reported in metrics.
+    pub queue_index: u16,
+}
+
+/// Options that shape a pipeline (mostly for benchmark ablations).
+#[derive(Clone, Copy, Debug)]
+pub struct PipelineOptions {
+    pub mode: ForwardMode,
+    /// Return TX completions 16 at a time (`true`) or one at a time (ablation).
+    pub bulk_return: bool,
+    /// Port that receives `host` verdicts and floods (the TAP), if any.
+    pub host_port: Option<PortId>,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        Self { mode: ForwardMode::L2, bulk_return: true, host_port: None }
+    }
+}
+
+/// One worker: its ports, its pool cache, the shared FDB, its counters.
+pub struct Pipeline {
+    ports: Vec<PortSlot>,
+    pool: PoolCache,
+    fdb: Arc<Fdb>,
+    stats: Arc<WorkerStats>,
+    opts: PipelineOptions,
+    batch: Batch,
+    /// Per egress port, descriptors staged for this round's TX burst.
+    staged: Vec<Vec<Desc>>,
+    /// Frames to give back after the round (drops), returned in bulk.
+    dropped: Vec<u64>,
+    now: u32,
+}
+
+impl Pipeline {
+    pub fn new(ports: Vec<PortSlot>, pool: PoolCache, fdb: Arc<Fdb>, stats: Arc<WorkerStats>, opts: PipelineOptions) -> Self {
+        let n = ports.len();
+        // Worst case per round: every packet of every RX burst floods to every port.
+        let per_port = BATCH_SIZE * n.max(1);
+        Self {
+            staged: (0..n).map(|_| Vec::with_capacity(per_port)).collect(),
+            dropped: Vec::with_capacity(BATCH_SIZE * 2),
+            ports,
+            pool,
+            fdb,
+            stats,
+            opts,
+            batch: Batch::default(),
+            now: 0,
+        }
+    }
+
+    pub fn stats(&self) -> &Arc<WorkerStats> {
+        &self.stats
+    }
+
+    pub fn pool(&self) -> &PoolCache {
+        &self.pool
+    }
+
+    pub fn ports(&self) -> &[PortSlot] {
+        &self.ports
+    }
+
+    /// Swaps the ingress stage of `port` (hot reload happens between rounds, never inside one).
+    pub fn set_ingress(&mut self, port: PortId, stage: Option<Box<dyn VerdictStage>>) -> Option<Box<dyn VerdictStage>> {
+        std::mem::replace(&mut self.ports[port as usize].ingress, stage)
+    }
+
+    /// Marks a port down (its interface vanished): no more RX or TX on it.
+    pub fn set_port_up(&mut self, port: PortId, up: bool) {
+        if let Some(p) = self.ports.get_mut(port as usize) {
+            p.up = up;
+        }
+    }
+
+    /// Sets the FDB clock (coarse ticks, normally seconds since start).
+    pub fn set_now(&mut self, now: u32) {
+        self.now = now;
+    }
+
+    /// One round: one RX burst from every polled queue, forwarding, TX and completions.
+    /// Returns the number of packets received.
+    pub fn poll(&mut self) -> usize {
+        let start = cycles();
+        let mut received = 0;
+        for p in 0..self.ports.len() {
+            if self.ports[p].poll_rx && self.ports[p].up {
+                received += self.rx_one(p as PortId);
+            }
+        }
+        let completed = self.complete();
+        if received > 0 || completed > 0 {
+            self.stats.busy_cycles.add(cycles().wrapping_sub(start));
+        }
+        self.stats.cache_frames.set(self.pool.cached().len() as u64);
+        received
+    }
+
+    fn rx_one(&mut self, p: PortId) -> usize {
+        let pi = p as usize;
+        let n = self.ports[pi].queue.rx_burst(&mut self.pool, &mut self.batch.descs);
+        if n == 0 {
+            return 0;
+        }
+        self.batch.len = n;
+        let st = &self.stats.ports[pi];
+        st.rx_packets.add(n as u64);
+        st.rx_bytes.add(self.batch.descs[..n].iter().map(|d| d.len as u64).sum());
+        self.stats.packets.add(n as u64);
+        self.stats.batches.inc();
+
+        match self.opts.mode {
+            ForwardMode::Passthrough => {
+                let Batch { descs, .. } = &self.batch;
+                self.staged[pi].extend_from_slice(&descs[..n]);
+            }
+            ForwardMode::L2 => {
+                self.parse_batch(p);
+                if self.batch.len > 0 {
+                    self.verdicts(p);
+                    self.forward(p);
+                }
+            }
+        }
+        self.transmit();
+        n
+    }
+
+    /// Parses the batch in place, compacting out (and counting) frames that fail to parse.
+    fn parse_batch(&mut self, p: PortId) {
+        let pi = p as usize;
+        let umem = self.pool.umem().clone();
+        let max = self.ports[pi].max_frame;
+        let st = &self.stats.ports[pi];
+        let b = &mut self.batch;
+        let mut kept = 0;
+        for i in 0..b.len {
+            let d = b.descs[i];
+            // SAFETY: the descriptor came from this worker's RX burst, so the worker holds the frame.
+            let bytes = unsafe { umem.bytes(d.addr, d.len as usize) };
+            // A length beyond the frame reads as an empty slice, i.e. a runt.
+            let parsed = if d.len as usize > max { Err(wire::ParseError::Oversize) } else { wire::parse(bytes, max) };
+            match parsed {
+                Ok(m) => {
+                    b.descs[kept] = d;
+                    b.meta[kept] = m;
+                    b.verdicts[kept] = Verdict::Pass;
+                    kept += 1;
+                }
+                Err(e) => {
+                    st.drop(DropReason::from(e));
+                    self.dropped.push(d.addr);
+                }
+            }
+        }
+        b.len = kept;
+    }
+
+    fn verdicts(&mut self, p: PortId) {
+        let pi = p as usize;
+        let queue = self.ports[pi].queue_index;
+        let Some(stage) = self.ports[pi].ingress.as_mut() else { return };
+        let b = &mut self.batch;
+        let view = BatchView {
+            in_port: p,
+            queue,
+            umem: self.pool.shared().umem(),
+            descs: &b.descs[..b.len],
+            meta: &b.meta[..b.len],
+        };
+        stage.run(&view, &mut b.verdicts[..b.len]);
+    }
+
+    fn forward(&mut self, p: PortId) {
+        let pi = p as usize;
+        let umem = self.pool.umem().clone();
+        let nports = self.ports.len();
+        let mut last_src = u64::MAX;
+        for i in 0..self.batch.len {
+            let d = self.batch.descs[i];
+            let egress = match self.batch.verdicts[i] {
+                Verdict::Drop => {
+                    self.drop_frame(pi, d.addr, DropReason::Policy);
+                    continue;
+                }
+                Verdict::Redirect(q) => {
+                    if (q as usize) < nports && self.ports[q as usize].up {
+                        self.staged[q as usize].push(d);
+                    } else {
+                        self.drop_frame(pi, d.addr, DropReason::BadRedirect);
+                    }
+                    continue;
+                }
+                Verdict::Host => {
+                    match self.opts.host_port {
+                        Some(h) if self.ports[h as usize].up => self.staged[h as usize].push(d),
+                        _ => self.drop_frame(pi, d.addr, DropReason::NoEgress),
+                    }
+                    continue;
+                }
+                Verdict::Pass => {
+                    // SAFETY: the worker holds the frame; parse guaranteed at least 14 bytes.
+                    let hdr = unsafe { umem.bytes(d.addr, 12) };
+                    let dst = MacAddr::from_bytes(&hdr[0..6]);
+                    let src = MacAddr::from_bytes(&hdr[6..12]);
+                    let src_u = src.to_u64();
+                    // Consecutive packets of one flow share a source: learn once per run of them.
+                    if src_u != last_src && !src.is_group() {
+                        last_src = src_u;
+                        match self.fdb.learn(src, p, self.now) {
+                            Learned::Known => {}
+                            Learned::New => self.stats.fdb_learned.inc(),
+                            Learned::Moved => self.stats.fdb_moved.inc(),
+                            Learned::Evicted => {
+                                self.stats.fdb_learned.inc();
+                                self.stats.fdb_evicted.inc();
+                            }
+                        }
+                    }
+                    if dst.is_group() { None } else { self.fdb.lookup(dst) }
+                }
+            };
+            match egress {
+                Some(q) if q == p => self.drop_frame(pi, d.addr, DropReason::Hairpin),
+                Some(q) if self.ports[q as usize].up => self.staged[q as usize].push(d),
+                // Learned on a port that is down: flood instead (it may have moved).
+                _ => self.flood(p, d),
+            }
+        }
+    }
+
+    /// Sends `d` to every up port except `p`: the original to the first, a copy to each other.
+    fn flood(&mut self, p: PortId, d: Desc) {
+        let pi = p as usize;
+        let mut first = true;
+        for q in 0..self.ports.len() {
+            if q == pi || !self.ports[q].up {
+                continue;
+            }
+            if first {
+                self.staged[q].push(d);
+                first = false;
+                continue;
+            }
+            let Some(copy) = self.pool.alloc() else {
+                self.stats.ports[pi].drop(DropReason::PoolEmpty);
+                continue;
+            };
+            let umem = self.pool.umem();
+            let off = d.addr - umem.frame_base(d.addr);
+            let len = d.len as usize;
+            // SAFETY: `d`'s frame is held by this worker (read only here) and `copy` was just
+            // allocated to it; they are different frames, so the slices do not overlap.
+            unsafe {
+                umem.bytes_mut(copy + off, len).copy_from_slice(umem.bytes(d.addr, len));
+            }
+            self.stats.flood_copies.inc();
+            self.staged[q].push(Desc { addr: copy + off, len: d.len, options: 0 });
+        }
+        if first {
+            self.drop_frame(pi, d.addr, DropReason::NoEgress);
+        }
+    }
+
+    #[inline]
+    fn drop_frame(&mut self, ingress: usize, addr: u64, reason: DropReason) {
+        self.stats.ports[ingress].drop(reason);
+        self.dropped.push(addr);
+    }
+
+    /// One TX burst per egress port with staged frames; what a full ring refuses is dropped.
+    fn transmit(&mut self) {
+        for q in 0..self.staged.len() {
+            if self.staged[q].is_empty() {
+                continue;
+            }
+            let staged = &self.staged[q];
+            let port = &mut self.ports[q];
+            let sent = if port.up { port.queue.tx_burst(staged) } else { 0 };
+            let st = &self.stats.ports[q];
+            st.tx_packets.add(sent as u64);
+            st.tx_bytes.add(staged[..sent].iter().map(|d| d.len as u64).sum());
+            if sent < staged.len() {
+                // Counted on the egress port: the ingress port may be any of several.
+                for _ in sent..staged.len() {
+                    st.drop(DropReason::TxFull);
+                }
+                self.dropped.extend(staged[sent..].iter().map(|d| d.addr));
+            }
+            port.queue.flush_tx();
+            self.staged[q].clear();
+        }
+        if !self.dropped.is_empty() {
+            self.pool.put_bulk(&self.dropped);
+            self.dropped.clear();
+        }
+    }
+
+    /// Drains every port's completions into the pool through a `BulkReturn`.
+    fn complete(&mut self) -> usize {
+        let mut bulk = if self.opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() };
+        let mut n = 0;
+        for port in self.ports.iter_mut() {
+            n += port.queue.complete(&mut self.pool, &mut bulk);
+        }
+        bulk.flush(&mut self.pool);
+        n
+    }
+
+    /// Shuts the worker down: final completions, then every frame held by the drivers and the
+    /// cache goes back to the shared pool.
+    pub fn shutdown(&mut self) {
+        self.complete();
+        for port in self.ports.iter_mut() {
+            port.queue.release_all(&mut self.pool);
+        }
+        self.pool.drain();
+    }
+
+    /// Frames held by this worker's queues and cache right now.
+    pub fn frames_held(&self) -> usize {
+        self.ports.iter().map(|p| p.queue.frames_held()).sum::<usize>() + self.pool.cached().len()
+    }
+}

@@ -1,0 +1,537 @@
+//! The frame pool, with the kernel page_pool's semantics.
+//!
+//! * Each worker has a [`PoolCache`]: a LIFO stack of free frame addresses (so the frame used
+//!   last, still warm in cache, is reused first), touched by no other thread.
+//! * Refill and surplus go through the [`SharedPool`]'s bounded recycle ring, always in bulk
+//!   under one lock acquisition (`page_pool_refill_alloc_cache` / `page_pool_put_page_bulk`).
+//! * When the ring is full, frames go to the release list (the kernel would hand the page back
+//!   to the page allocator); the release list is also where every frame starts, and where the
+//!   slow allocation path takes from. Nothing is ever dropped on the floor.
+//! * [`BulkReturn`] is the `xdp_frame_bulk` pattern of seed 000: TX completions are collected
+//!   up to 16 frames of one pool and returned in one call, flushed when full or when the pool
+//!   changes.
+//!
+//! Stats use the kernel's names and are per-worker single-writer counters.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::counter::Counter;
+use crate::umem::Umem;
+
+/// Frames taken from the recycle ring per refill, and returned per bulk (`XDP_BULK_QUEUE_SIZE`).
+pub const BULK: usize = 16;
+/// Default per-worker alloc cache size (`PP_ALLOC_CACHE_SIZE`).
+pub const CACHE_SIZE: usize = 128;
+
+/// Identifies a pool; frames of different pools are never returned in the same bulk.
+pub type PoolId = u16;
+
+/// Pool statistics of one worker, named like the kernel's `page_pool_stats`.
+#[derive(Debug, Default)]
+pub struct PoolStats {
+    /// Allocation served from the worker's cache.
+    pub alloc_fast: Counter,
+    /// Cache refilled (in bulk) from the recycle ring.
+    pub alloc_refill: Counter,
+    /// Cache refilled from the release list because the ring was empty.
+    pub alloc_slow: Counter,
+    /// The recycle ring was empty when a refill was attempted.
+    pub alloc_empty: Counter,
+    /// No frame anywhere: the allocation failed.
+    pub alloc_failed: Counter,
+    /// Frame returned straight into the worker's cache.
+    pub recycle_cached: Counter,
+    /// Cache was full on return.
+    pub recycle_cache_full: Counter,
+    /// Frame returned to the recycle ring.
+    pub recycle_ring: Counter,
+    /// The recycle ring was full on return.
+    pub recycle_ring_full: Counter,
+    /// Frame went to the release list.
+    pub recycle_released: Counter,
+}
+
+struct Lists {
+    /// Bounded recycle ring (used LIFO like a stack: the freshest frames are handed out first).
+    ring: Vec<u64>,
+    /// Where frames start and where they go when the ring is full. Unbounded, never loses one.
+    released: Vec<u64>,
+}
+
+/// The part of a pool shared by all workers: the UMEM, the recycle ring, the release list.
+pub struct SharedPool {
+    id: PoolId,
+    umem: Arc<Umem>,
+    ring_capacity: usize,
+    // One lock for ring and release list: every operation on them is a bulk one, so the lock is
+    // taken once per 16 frames at most (and not at all while caches absorb the traffic).
+    lists: Mutex<Lists>,
+}
+
+impl std::fmt::Debug for SharedPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedPool").field("id", &self.id).field("frames", &self.umem.frames()).finish()
+    }
+}
+
+impl SharedPool {
+    /// A pool over every frame of `umem`, with a recycle ring of `ring_capacity` entries.
+    pub fn new(id: PoolId, umem: Arc<Umem>, ring_capacity: usize) -> Arc<Self> {
+        let fs = umem.frame_size() as u64;
+        // Reverse order so the first allocations get the lowest addresses (easier to read in traces).
+        let released: Vec<u64> = (0..umem.frames() as u64).rev().map(|i| i * fs).collect();
+        Arc::new(Self {
+            id,
+            umem,
+            ring_capacity: ring_capacity.max(BULK),
+            lists: Mutex::new(Lists { ring: Vec::with_capacity(ring_capacity.max(BULK)), released }),
+        })
+    }
+
+    pub fn id(&self) -> PoolId {
+        self.id
+    }
+
+    pub fn umem(&self) -> &Arc<Umem> {
+        &self.umem
+    }
+
+    pub fn total_frames(&self) -> usize {
+        self.umem.frames() as usize
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Lists> {
+        // A panic while holding this lock cannot leave the lists inconsistent (pushes and
+        // truncations only), so a poisoned lock is still usable.
+        self.lists.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Frames currently in the ring and the release list (not in caches or drivers).
+    pub fn frames_at_rest(&self) -> usize {
+        let l = self.lock();
+        l.ring.len() + l.released.len()
+    }
+
+    /// Every frame address at rest in the shared lists (for the leak and double-free checks).
+    pub fn snapshot_at_rest(&self) -> Vec<u64> {
+        let l = self.lock();
+        l.ring.iter().chain(l.released.iter()).copied().collect()
+    }
+
+    /// Returns frames in bulk from any thread (the cross-thread path, e.g. host workers), under
+    /// one lock acquisition: into the ring while it has room, the rest to the release list.
+    pub fn put_bulk(&self, frames: &[u64], stats: &PoolStats) {
+        if frames.is_empty() {
+            return;
+        }
+        let mut l = self.lock();
+        let room = self.ring_capacity - l.ring.len();
+        let to_ring = frames.len().min(room);
+        l.ring.extend_from_slice(&frames[..to_ring]);
+        stats.recycle_ring.add(to_ring as u64);
+        if to_ring < frames.len() {
+            let rest = &frames[to_ring..];
+            l.released.extend(rest.iter().map(|&a| self.umem.frame_base(a)));
+            stats.recycle_ring_full.inc();
+            stats.recycle_released.add(rest.len() as u64);
+        }
+    }
+
+    /// Takes up to `out.len()` frames under one lock: ring first, then the release list.
+    fn take_bulk(&self, out: &mut Vec<u64>, want: usize, stats: &PoolStats) -> usize {
+        let mut l = self.lock();
+        let from_ring = want.min(l.ring.len());
+        if from_ring > 0 {
+            let start = l.ring.len() - from_ring;
+            out.extend(l.ring.drain(start..));
+            stats.alloc_refill.inc();
+        }
+        let mut got = from_ring;
+        if got < want {
+            stats.alloc_empty.inc();
+            let n = (want - got).min(l.released.len());
+            if n > 0 {
+                let start = l.released.len() - n;
+                out.extend(l.released.drain(start..));
+                stats.alloc_slow.inc();
+                got += n;
+            }
+        }
+        got
+    }
+}
+
+/// How a worker allocates: with its page_pool-style cache, or (ablation) straight from the
+/// shared locked lists one frame at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocMode {
+    Recycling,
+    SharedLocked,
+}
+
+/// One worker's handle on a pool: its private LIFO alloc cache and its stats.
+pub struct PoolCache {
+    shared: Arc<SharedPool>,
+    cache: Vec<u64>,
+    capacity: usize,
+    mode: AllocMode,
+    stats: Arc<PoolStats>,
+}
+
+impl PoolCache {
+    pub fn new(shared: Arc<SharedPool>, capacity: usize, mode: AllocMode) -> Self {
+        let capacity = capacity.max(BULK);
+        Self { shared, cache: Vec::with_capacity(capacity + BULK), capacity, mode, stats: Arc::default() }
+    }
+
+    pub fn shared(&self) -> &Arc<SharedPool> {
+        &self.shared
+    }
+
+    pub fn id(&self) -> PoolId {
+        self.shared.id
+    }
+
+    pub fn umem(&self) -> &Arc<Umem> {
+        &self.shared.umem
+    }
+
+    pub fn stats(&self) -> &Arc<PoolStats> {
+        &self.stats
+    }
+
+    /// Frames sitting in this cache.
+    pub fn cached(&self) -> &[u64] {
+        &self.cache
+    }
+
+    /// Allocates one frame (its base address), or `None` when the pool is exhausted.
+    #[inline]
+    pub fn alloc(&mut self) -> Option<u64> {
+        if let Some(a) = self.cache.pop() {
+            self.stats.alloc_fast.inc();
+            return Some(a);
+        }
+        self.alloc_slow()
+    }
+
+    #[cold]
+    fn alloc_slow(&mut self) -> Option<u64> {
+        let want = if self.mode == AllocMode::Recycling { BULK } else { 1 };
+        if self.shared.take_bulk(&mut self.cache, want, &self.stats) == 0 {
+            self.stats.alloc_failed.inc();
+            return None;
+        }
+        self.stats.alloc_fast.inc();
+        self.cache.pop()
+    }
+
+    /// Allocates up to `out.len()` frames into `out`; returns how many (fill-ring refills).
+    #[inline]
+    pub fn alloc_bulk(&mut self, out: &mut [u64]) -> usize {
+        if self.mode == AllocMode::SharedLocked {
+            let mut n = 0;
+            while n < out.len() {
+                match self.alloc() {
+                    Some(a) => out[n] = a,
+                    None => break,
+                }
+                n += 1;
+            }
+            return n;
+        }
+        let mut n = 0;
+        while n < out.len() {
+            if self.cache.is_empty() {
+                let want = (out.len() - n).clamp(BULK, self.capacity);
+                if self.shared.take_bulk(&mut self.cache, want, &self.stats) == 0 {
+                    self.stats.alloc_failed.inc();
+                    break;
+                }
+            }
+            let take = (out.len() - n).min(self.cache.len());
+            let start = self.cache.len() - take;
+            out[n..n + take].copy_from_slice(&self.cache[start..]);
+            self.cache.truncate(start);
+            self.stats.alloc_fast.add(take as u64);
+            n += take;
+        }
+        n
+    }
+
+    /// Returns one frame: into the cache if it has room, otherwise to the ring.
+    #[inline]
+    pub fn put(&mut self, addr: u64) {
+        let base = self.shared.umem.frame_base(addr);
+        if self.mode == AllocMode::Recycling && self.cache.len() < self.capacity {
+            self.cache.push(base);
+            self.stats.recycle_cached.inc();
+        } else {
+            self.stats.recycle_cache_full.inc();
+            self.shared.put_bulk(&[base], &self.stats);
+        }
+    }
+
+    /// Returns frames in bulk: the cache takes what it has room for, the surplus goes to the
+    /// ring in one lock acquisition.
+    pub fn put_bulk(&mut self, frames: &[u64]) {
+        if self.mode == AllocMode::SharedLocked {
+            for &a in frames {
+                self.put(a);
+            }
+            return;
+        }
+        let fb = !(self.shared.umem.frame_size() as u64 - 1);
+        let room = self.capacity.saturating_sub(self.cache.len()).min(frames.len());
+        self.cache.extend(frames[..room].iter().map(|&a| a & fb));
+        self.stats.recycle_cached.add(room as u64);
+        if room < frames.len() {
+            self.stats.recycle_cache_full.inc();
+            let mut surplus = [0u64; BULK];
+            for chunk in frames[room..].chunks(BULK) {
+                for (d, &a) in surplus.iter_mut().zip(chunk) {
+                    *d = a & fb;
+                }
+                self.shared.put_bulk(&surplus[..chunk.len()], &self.stats);
+            }
+        }
+    }
+
+    /// Gives every cached frame back to the shared lists (worker shutdown).
+    pub fn drain(&mut self) {
+        let frames = std::mem::take(&mut self.cache);
+        for chunk in frames.chunks(BULK) {
+            self.shared.put_bulk(chunk, &self.stats);
+        }
+    }
+}
+
+impl Drop for PoolCache {
+    fn drop(&mut self) {
+        // A cache that goes away must not take frames with it.
+        self.drain();
+    }
+}
+
+/// Collects returned frames of one pool and hands them back 16 at a time (`xdp_frame_bulk`).
+///
+/// Lives on the stack of the completion loop; `flush` at the end of the loop is mandatory
+/// (dropping a non-empty `BulkReturn` is a bug caught by a debug assertion).
+#[derive(Debug)]
+pub struct BulkReturn {
+    pool: PoolId,
+    count: usize,
+    frames: [u64; BULK],
+    /// 1 disables bulking (the single-return ablation).
+    limit: usize,
+}
+
+impl Default for BulkReturn {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BulkReturn {
+    pub fn new() -> Self {
+        Self { pool: 0, count: 0, frames: [0; BULK], limit: BULK }
+    }
+
+    /// A `BulkReturn` that flushes after every frame (ablation of bulk return).
+    pub fn single() -> Self {
+        Self { limit: 1, ..Self::new() }
+    }
+
+    /// Queues `addr`, which belongs to `cache`'s pool; flushes first if the queue holds frames
+    /// of another pool, and after if it is full.
+    #[inline]
+    pub fn push(&mut self, cache: &mut PoolCache, addr: u64) {
+        if self.count > 0 && self.pool != cache.id() {
+            // Frames of the previous pool cannot go into this pool's cache; the caller flushes
+            // per pool (`flush_to`) when it switches, this catches a missed switch.
+            debug_assert!(false, "BulkReturn mixed pools without a flush");
+            self.count = 0;
+        }
+        self.pool = cache.id();
+        self.frames[self.count] = addr;
+        self.count += 1;
+        if self.count >= self.limit {
+            self.flush(cache);
+        }
+    }
+
+    /// Returns the queued frames to `cache`'s pool.
+    #[inline]
+    pub fn flush(&mut self, cache: &mut PoolCache) {
+        if self.count == 0 {
+            return;
+        }
+        debug_assert_eq!(self.pool, cache.id());
+        if self.count == 1 {
+            cache.put(self.frames[0]);
+        } else {
+            cache.put_bulk(&self.frames[..self.count]);
+        }
+        self.count = 0;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+impl Drop for BulkReturn {
+    fn drop(&mut self) {
+        debug_assert!(self.count == 0 || std::thread::panicking(), "BulkReturn dropped with {} frames", self.count);
+    }
+}
+
+/// Frame accounting: every frame of the pool must be in exactly one place at rest.
+pub fn check_no_leak(pool: &SharedPool, elsewhere: &[u64]) -> Result<(), String> {
+    let mut all = pool.snapshot_at_rest();
+    all.extend_from_slice(elsewhere);
+    let total = pool.total_frames();
+    if all.len() != total {
+        return Err(format!("{} of {} frames accounted for ({} missing)", all.len(), total, total as i64 - all.len() as i64));
+    }
+    let fs = pool.umem().frame_size() as u64;
+    let mut seen = vec![false; total];
+    for a in all {
+        let i = (a / fs) as usize;
+        if a % fs != 0 || i >= total {
+            return Err(format!("address {a:#x} is not a frame base of this pool"));
+        }
+        if std::mem::replace(&mut seen[i], true) {
+            return Err(format!("frame {a:#x} is at rest twice (double free)"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(frames: u32, ring: usize) -> Arc<SharedPool> {
+        SharedPool::new(0, Arc::new(Umem::new(frames, 2048).unwrap()), ring)
+    }
+
+    #[test]
+    fn alloc_refills_in_bulk_then_serves_from_cache() {
+        let p = pool(256, 64);
+        let mut c = PoolCache::new(p.clone(), 128, AllocMode::Recycling);
+        let a = c.alloc().unwrap();
+        assert_eq!(a, 0);
+        assert_eq!(c.stats().alloc_slow.get(), 1);
+        assert_eq!(c.cached().len(), BULK - 1);
+        for _ in 0..BULK - 1 {
+            c.alloc().unwrap();
+        }
+        assert_eq!(c.stats().alloc_fast.get(), BULK as u64);
+        assert_eq!(c.stats().alloc_slow.get(), 1, "15 more came from the cache");
+    }
+
+    #[test]
+    fn lifo_reuses_the_last_freed_frame() {
+        let p = pool(64, 64);
+        let mut c = PoolCache::new(p, 128, AllocMode::Recycling);
+        let a = c.alloc().unwrap();
+        let b = c.alloc().unwrap();
+        c.put(a);
+        c.put(b + 100); // any address inside the frame returns the frame
+        assert_eq!(c.alloc(), Some(b));
+        assert_eq!(c.alloc(), Some(a));
+    }
+
+    #[test]
+    fn surplus_goes_to_ring_then_release_list_never_lost() {
+        let p = pool(1024, 32);
+        let mut c = PoolCache::new(p.clone(), 16, AllocMode::Recycling);
+        let mut out = vec![0u64; 200];
+        assert_eq!(c.alloc_bulk(&mut out), 200);
+        c.put_bulk(&out);
+        let s = c.stats();
+        assert_eq!(s.recycle_cached.get(), 16);
+        assert_eq!(s.recycle_ring.get(), 32);
+        assert_eq!(s.recycle_released.get(), 200 - 16 - 32);
+        assert!(s.recycle_ring_full.get() > 0);
+        let cached = c.cached().to_vec();
+        check_no_leak(&p, &cached).unwrap();
+    }
+
+    #[test]
+    fn exhaustion_fails_cleanly_and_recovers() {
+        let p = pool(20, 16);
+        let mut c = PoolCache::new(p.clone(), 16, AllocMode::Recycling);
+        let got: Vec<u64> = std::iter::from_fn(|| c.alloc()).collect();
+        assert_eq!(got.len(), 20);
+        assert!(c.stats().alloc_failed.get() >= 1);
+        c.put_bulk(&got);
+        assert!(c.alloc().is_some());
+    }
+
+    #[test]
+    fn bulk_return_flushes_at_16() {
+        let p = pool(64, 64);
+        let mut c = PoolCache::new(p.clone(), 16, AllocMode::Recycling);
+        let mut out = vec![0u64; 40];
+        c.alloc_bulk(&mut out);
+        let mut bulk = BulkReturn::new();
+        for &a in &out[..15] {
+            bulk.push(&mut c, a);
+        }
+        assert!(!bulk.is_empty());
+        bulk.push(&mut c, out[15]);
+        assert!(bulk.is_empty(), "16th frame triggers the flush");
+        for &a in &out[16..] {
+            bulk.push(&mut c, a);
+        }
+        bulk.flush(&mut c);
+        let cached = c.cached().to_vec();
+        check_no_leak(&p, &cached).unwrap();
+    }
+
+    #[test]
+    fn shared_locked_mode_has_no_cache() {
+        let p = pool(64, 64);
+        let mut c = PoolCache::new(p.clone(), 128, AllocMode::SharedLocked);
+        let a = c.alloc().unwrap();
+        assert!(c.cached().is_empty());
+        c.put(a);
+        assert!(c.cached().is_empty());
+        check_no_leak(&p, &[]).unwrap();
+    }
+
+    #[test]
+    fn leak_check_catches_loss_and_double_free() {
+        let p = pool(8, 16);
+        let mut c = PoolCache::new(p.clone(), 16, AllocMode::Recycling);
+        let a = c.alloc().unwrap();
+        let rest = c.cached().to_vec();
+        assert!(check_no_leak(&p, &rest).unwrap_err().contains("missing"));
+        let mut dup = rest.clone();
+        dup.push(rest[0]);
+        assert!(check_no_leak(&p, &dup).unwrap_err().contains("twice"));
+        c.put(a);
+    }
+
+    #[test]
+    fn cross_thread_bulk_return() {
+        let p = pool(256, 256);
+        let mut c = PoolCache::new(p.clone(), 16, AllocMode::Recycling);
+        let mut out = vec![0u64; 64];
+        c.alloc_bulk(&mut out);
+        let p2 = p.clone();
+        std::thread::spawn(move || {
+            let stats = PoolStats::default();
+            for chunk in out.chunks(BULK) {
+                p2.put_bulk(chunk, &stats);
+            }
+            assert_eq!(stats.recycle_ring.get(), 64);
+        })
+        .join()
+        .unwrap();
+        let cached = c.cached().to_vec();
+        check_no_leak(&p, &cached).unwrap();
+    }
+}

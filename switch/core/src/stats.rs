@@ -1,0 +1,137 @@
+//! Per-worker statistics. Every counter has exactly one writer (its worker); the metrics
+//! endpoint sums them across workers at scrape time.
+
+use std::sync::Arc;
+
+use crate::counter::{Counter, Gauge};
+use crate::pool::PoolStats;
+use crate::wire::ParseError;
+
+/// Why a packet was dropped. Each reason is its own counter (`reason` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum DropReason {
+    Runt,
+    TruncatedVlan,
+    BadL3,
+    TruncatedL4,
+    Oversize,
+    /// A plugin said `drop` (or its error policy did).
+    Policy,
+    /// Destination learned on the ingress port: filtered, never sent back out.
+    Hairpin,
+    /// Redirect to a port that does not exist or is down.
+    BadRedirect,
+    /// Nowhere to go: verdict `host` without a host port, or a flood with no other port up.
+    NoEgress,
+    /// The egress TX ring had no room.
+    TxFull,
+    /// A flood copy found no free frame.
+    PoolEmpty,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 11] = [
+        DropReason::Runt,
+        DropReason::TruncatedVlan,
+        DropReason::BadL3,
+        DropReason::TruncatedL4,
+        DropReason::Oversize,
+        DropReason::Policy,
+        DropReason::Hairpin,
+        DropReason::BadRedirect,
+        DropReason::NoEgress,
+        DropReason::TxFull,
+        DropReason::PoolEmpty,
+    ];
+    pub const COUNT: usize = Self::ALL.len();
+
+    pub fn label(self) -> &'static str {
+        match self {
+            DropReason::Runt => "runt",
+            DropReason::TruncatedVlan => "truncated_vlan",
+            DropReason::BadL3 => "bad_l3_header",
+            DropReason::TruncatedL4 => "truncated_l4",
+            DropReason::Oversize => "oversize",
+            DropReason::Policy => "policy",
+            DropReason::Hairpin => "hairpin",
+            DropReason::BadRedirect => "bad_redirect",
+            DropReason::NoEgress => "no_egress",
+            DropReason::TxFull => "tx_ring_full",
+            DropReason::PoolEmpty => "pool_empty",
+        }
+    }
+}
+
+impl From<ParseError> for DropReason {
+    fn from(e: ParseError) -> Self {
+        match e {
+            ParseError::Runt => DropReason::Runt,
+            ParseError::TruncatedVlan => DropReason::TruncatedVlan,
+            ParseError::BadL3 => DropReason::BadL3,
+            ParseError::TruncatedL4 => DropReason::TruncatedL4,
+            ParseError::Oversize => DropReason::Oversize,
+        }
+    }
+}
+
+/// One worker's counters for one port (its queue on that port).
+#[derive(Debug, Default)]
+pub struct PortStats {
+    pub rx_packets: Counter,
+    pub rx_bytes: Counter,
+    pub tx_packets: Counter,
+    pub tx_bytes: Counter,
+    /// Drops of packets that entered on this port, by reason.
+    pub drops: [Counter; DropReason::COUNT],
+}
+
+impl PortStats {
+    #[inline]
+    pub fn drop(&self, reason: DropReason) {
+        self.drops[reason as usize].inc();
+    }
+
+    pub fn drops_total(&self) -> u64 {
+        self.drops.iter().map(Counter::get).sum()
+    }
+}
+
+/// Everything one worker counts.
+#[derive(Debug)]
+pub struct WorkerStats {
+    pub worker: usize,
+    pub ports: Vec<PortStats>,
+    pub pool: Arc<PoolStats>,
+    /// TSC cycles spent in rounds that moved at least one packet.
+    pub busy_cycles: Counter,
+    /// Packets received and processed.
+    pub packets: Counter,
+    /// Non-empty RX bursts.
+    pub batches: Counter,
+    pub fdb_learned: Counter,
+    pub fdb_moved: Counter,
+    pub fdb_evicted: Counter,
+    /// Extra copies made by flooding.
+    pub flood_copies: Counter,
+    /// Frames in this worker's alloc cache (updated per round).
+    pub cache_frames: Gauge,
+}
+
+impl WorkerStats {
+    pub fn new(worker: usize, ports: usize, pool: Arc<PoolStats>) -> Self {
+        Self {
+            worker,
+            ports: (0..ports).map(|_| PortStats::default()).collect(),
+            pool,
+            busy_cycles: Counter::default(),
+            packets: Counter::default(),
+            batches: Counter::default(),
+            fdb_learned: Counter::default(),
+            fdb_moved: Counter::default(),
+            fdb_evicted: Counter::default(),
+            flood_copies: Counter::default(),
+            cache_frames: Gauge::default(),
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Frame memory: one region of fixed-size frames (an AF_XDP UMEM).
+//!
+//! A frame is named by its byte offset in the region (`addr`), exactly as the kernel's AF_XDP
+//! rings name it, so descriptors move between the pool, the pipeline and the kernel untranslated.
+//! Ownership of a frame travels with its address: whoever holds the address may touch the bytes.
+//! That discipline is what the `unsafe` accessors below rely on.
+
+use std::io;
+use std::ptr::NonNull;
+
+/// A page-aligned, pre-faulted region of `frames * frame_size` bytes.
+#[derive(Debug)]
+pub struct Umem {
+    base: NonNull<u8>,
+    len: usize,
+    frame_size: u32,
+    frame_shift: u32,
+    frames: u32,
+}
+
+// SAFETY: the region is plain memory; concurrent access to one frame is excluded by the ownership
+// discipline documented on `bytes`/`bytes_mut` (a frame address has exactly one holder).
+unsafe impl Send for Umem {}
+// SAFETY: as above; shared references only hand out frame slices under that discipline.
+unsafe impl Sync for Umem {}
+
+impl Umem {
+    /// Maps `frames` frames of `frame_size` bytes (a power of two, 2048 or 4096 for AF_XDP).
+    pub fn new(frames: u32, frame_size: u32) -> io::Result<Self> {
+        if !frame_size.is_power_of_two() || !(512..=65536).contains(&frame_size) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("frame size {frame_size} must be a power of two between 512 and 65536"),
+            ));
+        }
+        if frames == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a UMEM needs at least one frame"));
+        }
+        let len = frames as usize * frame_size as usize;
+        // SAFETY: anonymous private mapping with no address hint; the result is checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            base: NonNull::new(ptr.cast()).expect("mmap returned a null mapping"),
+            len,
+            frame_size,
+            frame_shift: frame_size.trailing_zeros(),
+            frames,
+        })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn frame_size(&self) -> u32 {
+        self.frame_size
+    }
+
+    pub fn frames(&self) -> u32 {
+        self.frames
+    }
+
+    /// The base address of the frame that contains `addr`.
+    #[inline]
+    pub fn frame_base(&self, addr: u64) -> u64 {
+        addr & !(self.frame_size as u64 - 1)
+    }
+
+    /// The index of the frame that contains `addr`.
+    #[inline]
+    pub fn frame_index(&self, addr: u64) -> u32 {
+        (addr >> self.frame_shift) as u32
+    }
+
+    /// True when `[addr, addr + len)` lies inside one frame of this region.
+    #[inline]
+    pub fn in_bounds(&self, addr: u64, len: usize) -> bool {
+        let end = addr as usize as u128 + len as u128;
+        end <= self.len as u128 && self.frame_base(addr) == self.frame_base(addr + len.saturating_sub(1) as u64)
+    }
+
+    /// The bytes `[addr, addr + len)`, or an empty slice when that range is not inside one frame
+    /// (a corrupt descriptor then reads as a runt and is dropped, never as a wild read).
+    ///
+    /// # Safety
+    /// The caller holds the frame (its address came from the pool, an RX ring or a completion it
+    /// owns) and nobody writes it for the lifetime of the slice.
+    #[inline]
+    pub unsafe fn bytes(&self, addr: u64, len: usize) -> &[u8] {
+        if !self.in_bounds(addr, len) {
+            return &[];
+        }
+        // SAFETY: in bounds (checked above); exclusive holding of the frame is the caller's contract.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(addr as usize), len) }
+    }
+
+    /// Mutable bytes `[addr, addr + len)`, empty when out of range.
+    ///
+    /// # Safety
+    /// The caller holds the frame exclusively for the lifetime of the slice.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes_mut(&self, addr: u64, len: usize) -> &mut [u8] {
+        if !self.in_bounds(addr, len) {
+            return &mut [];
+        }
+        // SAFETY: in bounds (checked above); exclusive holding of the frame is the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(addr as usize), len) }
+    }
+}
+
+impl Drop for Umem {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly the mapping made in `new`, unmapped once.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_geometry() {
+        assert!(Umem::new(16, 1000).is_err());
+        assert!(Umem::new(0, 2048).is_err());
+    }
+
+    #[test]
+    fn bounds_are_checked_per_frame() {
+        let u = Umem::new(4, 2048).unwrap();
+        assert!(u.in_bounds(0, 2048));
+        assert!(!u.in_bounds(100, 2048), "a range may not straddle two frames");
+        assert!(!u.in_bounds(3 * 2048, 4096));
+        // SAFETY: single-threaded test owns every frame.
+        unsafe {
+            u.bytes_mut(2048 + 10, 4).copy_from_slice(&[1, 2, 3, 4]);
+            assert_eq!(u.bytes(2048 + 10, 4), &[1, 2, 3, 4]);
+            assert!(u.bytes(8191, 2).is_empty());
+        }
+        assert_eq!(u.frame_base(2048 + 300), 2048);
+        assert_eq!(u.frame_index(3 * 2048 + 5), 3);
+    }
+}

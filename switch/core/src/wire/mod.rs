@@ -1,0 +1,251 @@
+//! Zero-copy packet views and the parser that fills [`PacketMeta`].
+//!
+//! Modelled on smoltcp's `wire`: each header type is a view over a byte slice whose
+//! `new_checked` constructor verifies the length once; accessors after that cannot panic.
+//! [`parse`] walks Ethernet, up to two VLAN tags, IPv4/IPv6 and TCP/UDP ports, and rejects
+//! (never panics on) runts, truncated headers and inconsistent lengths.
+
+pub mod build;
+pub mod ethernet;
+pub mod ip;
+
+pub use ethernet::{EthernetFrame, MacAddr};
+pub use ip::{Ipv4Packet, Ipv6Packet};
+
+/// Ethertypes the parser understands.
+pub mod ethertype {
+    pub const IPV4: u16 = 0x0800;
+    pub const ARP: u16 = 0x0806;
+    pub const VLAN: u16 = 0x8100;
+    pub const QINQ: u16 = 0x88a8;
+    pub const IPV6: u16 = 0x86dd;
+}
+
+/// IP protocol numbers the parser extracts ports for.
+pub mod ipproto {
+    pub const TCP: u8 = 6;
+    pub const UDP: u8 = 17;
+    pub const ICMP: u8 = 1;
+    pub const ICMPV6: u8 = 58;
+}
+
+/// Why a frame could not be parsed. Each maps to a drop reason with its own counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParseError {
+    /// Shorter than an Ethernet header (14 bytes).
+    Runt,
+    /// A VLAN tag is announced but cut short.
+    TruncatedVlan,
+    /// The IPv4/IPv6 header is cut short or inconsistent (version, IHL, lengths).
+    BadL3,
+    /// The TCP/UDP header is cut short.
+    TruncatedL4,
+    /// Longer than the port's maximum frame size.
+    Oversize,
+}
+
+/// Flags in [`PacketMeta::flags`].
+pub mod flags {
+    pub const VLAN: u16 = 1 << 0;
+    pub const IPV4: u16 = 1 << 1;
+    pub const IPV6: u16 = 1 << 2;
+    pub const L4_PORTS: u16 = 1 << 3;
+    pub const FRAGMENT: u16 = 1 << 4;
+    /// Destination MAC has the group bit (broadcast or multicast).
+    pub const GROUP_DST: u16 = 1 << 5;
+}
+
+/// Per-packet metadata produced by the parser (64 bytes, one cache line).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PacketMeta {
+    /// Frame length in bytes.
+    pub len: u16,
+    /// See [`flags`].
+    pub flags: u16,
+    /// VLAN id of the outer tag (0 when untagged).
+    pub vlan: u16,
+    /// Ethertype after the VLAN tags.
+    pub ethertype: u16,
+    /// Offset of the L3 header (0 when there is none).
+    pub l3_offset: u16,
+    /// Offset of the L4 header (0 when not parsed).
+    pub l4_offset: u16,
+    /// IP protocol (IPv4) or final next-header (IPv6); 0 when not IP.
+    pub ip_proto: u8,
+    pub _reserved: [u8; 3],
+    pub src_port: u16,
+    pub dst_port: u16,
+    /// Source address; IPv4 as an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
+    pub src_ip: [u8; 16],
+    pub dst_ip: [u8; 16],
+    pub _pad: [u8; 4],
+}
+
+impl PacketMeta {
+    pub fn has(&self, flag: u16) -> bool {
+        self.flags & flag != 0
+    }
+}
+
+fn mapped_v4(a: [u8; 4]) -> [u8; 16] {
+    let mut m = [0u8; 16];
+    m[10] = 0xff;
+    m[11] = 0xff;
+    m[12..].copy_from_slice(&a);
+    m
+}
+
+/// Parses `frame` (at most `max_len` bytes long) into metadata.
+pub fn parse(frame: &[u8], max_len: usize) -> Result<PacketMeta, ParseError> {
+    if frame.len() > max_len {
+        return Err(ParseError::Oversize);
+    }
+    let eth = EthernetFrame::new_checked(frame).map_err(|_| ParseError::Runt)?;
+    let mut m = PacketMeta { len: frame.len() as u16, ..Default::default() };
+    if eth.dst().is_group() {
+        m.flags |= flags::GROUP_DST;
+    }
+    let mut ethertype = eth.ethertype();
+    let mut off = ethernet::HEADER_LEN;
+    // Up to two tags (802.1ad outer + 802.1Q inner); the outer VLAN id is the one reported.
+    for _ in 0..2 {
+        if ethertype != ethertype::VLAN && ethertype != ethertype::QINQ {
+            break;
+        }
+        let tag = frame.get(off..off + 4).ok_or(ParseError::TruncatedVlan)?;
+        if m.flags & flags::VLAN == 0 {
+            m.vlan = u16::from_be_bytes([tag[0], tag[1]]) & 0x0fff;
+            m.flags |= flags::VLAN;
+        }
+        ethertype = u16::from_be_bytes([tag[2], tag[3]]);
+        off += 4;
+    }
+    m.ethertype = ethertype;
+    let l3 = &frame[off..];
+    let (proto, l4_rel, is_first_fragment) = match ethertype {
+        ethertype::IPV4 => {
+            let ip = Ipv4Packet::new_checked(l3).map_err(|_| ParseError::BadL3)?;
+            m.flags |= flags::IPV4;
+            m.src_ip = mapped_v4(ip.src());
+            m.dst_ip = mapped_v4(ip.dst());
+            if ip.is_fragment() {
+                m.flags |= flags::FRAGMENT;
+            }
+            (ip.protocol(), ip.header_len(), ip.fragment_offset() == 0)
+        }
+        ethertype::IPV6 => {
+            let ip = Ipv6Packet::new_checked(l3).map_err(|_| ParseError::BadL3)?;
+            m.flags |= flags::IPV6;
+            m.src_ip = ip.src();
+            m.dst_ip = ip.dst();
+            let (proto, hdr_len, first) = ip.upper_layer().map_err(|_| ParseError::BadL3)?;
+            if !first || hdr_len > ip::IPV6_HEADER_LEN && proto == 44 {
+                m.flags |= flags::FRAGMENT;
+            }
+            (proto, hdr_len, first)
+        }
+        _ => return Ok(m),
+    };
+    m.l3_offset = off as u16;
+    m.ip_proto = proto;
+    let l4_off = off + l4_rel;
+    if is_first_fragment && (proto == ipproto::TCP || proto == ipproto::UDP) {
+        let need = if proto == ipproto::TCP { 20 } else { 8 };
+        let l4 = frame.get(l4_off..l4_off + need).ok_or(ParseError::TruncatedL4)?;
+        m.src_port = u16::from_be_bytes([l4[0], l4[1]]);
+        m.dst_port = u16::from_be_bytes([l4[2], l4[3]]);
+        m.l4_offset = l4_off as u16;
+        m.flags |= flags::L4_PORTS;
+    } else if is_first_fragment {
+        m.l4_offset = l4_off.min(frame.len()) as u16;
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::build::*;
+    use super::*;
+
+    #[test]
+    fn parses_udp_over_ipv4() {
+        let f = udp4_frame(MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]), [10, 0, 0, 1], [10, 0, 0, 2], 1234, 53, 64);
+        let m = parse(&f, 1518).unwrap();
+        assert_eq!(m.len, 64);
+        assert!(m.has(flags::IPV4) && m.has(flags::L4_PORTS));
+        assert_eq!((m.src_port, m.dst_port, m.ip_proto), (1234, 53, ipproto::UDP));
+        assert_eq!(&m.src_ip[12..], &[10, 0, 0, 1]);
+        assert_eq!(m.l3_offset, 14);
+        assert_eq!(m.l4_offset, 34);
+        assert!(Ipv4Packet::new_checked(&f[14..]).unwrap().checksum_ok());
+    }
+
+    #[test]
+    fn parses_vlan_tag() {
+        let mut f = udp4_frame(MacAddr::BROADCAST, MacAddr([2, 0, 0, 0, 0, 2]), [1, 1, 1, 1], [2, 2, 2, 2], 1, 2, 64);
+        insert_vlan(&mut f, 42);
+        let m = parse(&f, 1522).unwrap();
+        assert!(m.has(flags::VLAN) && m.has(flags::GROUP_DST));
+        assert_eq!(m.vlan, 42);
+        assert_eq!(m.l3_offset, 18);
+        assert_eq!(m.dst_port, 2);
+    }
+
+    #[test]
+    fn parses_tcp_over_ipv6() {
+        let f = tcp6_frame(MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]), [0x20; 16], [0x30; 16], 443, 5555);
+        let m = parse(&f, 1518).unwrap();
+        assert!(m.has(flags::IPV6) && m.has(flags::L4_PORTS));
+        assert_eq!((m.src_port, m.dst_port, m.ip_proto), (443, 5555, ipproto::TCP));
+        assert_eq!(m.src_ip, [0x20; 16]);
+    }
+
+    #[test]
+    fn rejects_malformed_frames() {
+        assert_eq!(parse(&[0u8; 13], 1518), Err(ParseError::Runt));
+        let mut f = vec![0u8; 14];
+        f[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+        assert_eq!(parse(&f, 1518), Err(ParseError::TruncatedVlan));
+        let good = udp4_frame(MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]), [1, 1, 1, 1], [2, 2, 2, 2], 1, 2, 64);
+        assert_eq!(parse(&good[..30], 1518), Err(ParseError::BadL3), "truncated IPv4 header");
+        let mut bad_ihl = good.clone();
+        bad_ihl[14] = 0x43;
+        assert_eq!(parse(&bad_ihl, 1518), Err(ParseError::BadL3), "IHL below 5");
+        assert_eq!(parse(&good[..38], 1518), Err(ParseError::BadL3), "total length beyond the frame");
+        assert_eq!(parse(&good, 63), Err(ParseError::Oversize));
+        let mut short_udp = good[..40].to_vec();
+        short_udp[16..18].copy_from_slice(&26u16.to_be_bytes());
+        assert_eq!(parse(&short_udp, 1518), Err(ParseError::TruncatedL4));
+    }
+
+    #[test]
+    fn non_ip_frames_are_fine() {
+        let mut f = vec![0xffu8; 60];
+        f[12..14].copy_from_slice(&ethertype::ARP.to_be_bytes());
+        let m = parse(&f, 1518).unwrap();
+        assert_eq!(m.ethertype, ethertype::ARP);
+        assert_eq!(m.l3_offset, 0);
+    }
+
+    #[test]
+    fn meta_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<PacketMeta>(), 64);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let _ = parse(&bytes, 150);
+        }
+
+        #[test]
+        fn parse_never_panics_on_mutated_ip(seed in proptest::num::u64::ANY, cut in 0usize..80) {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let mut f = udp4_frame(MacAddr([2,0,0,0,0,1]), MacAddr([2,0,0,0,0,2]), [1,1,1,1], [2,2,2,2], 1, 2, 80);
+            for _ in 0..4 { let i = rng.usize(12..f.len()); f[i] = rng.u8(..); }
+            f.truncate(cut);
+            let _ = parse(&f, 1518);
+        }
+    }
+}

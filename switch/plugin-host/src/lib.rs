@@ -1,0 +1,1 @@
+//! Plugin host (in progress).
