@@ -1,0 +1,237 @@
+//! `sim`: an in-memory NIC with hardware-like descriptor rings, and a traffic generator.
+//!
+//! Each [`SimQueue`] models one hardware queue the way a NIC driver sees it:
+//!
+//! * a **fill ring** the driver keeps stocked with free frames (bulk-allocated from the pool);
+//! * an **RX ring**: when a packet "arrives" the NIC takes a frame from the fill ring, writes the
+//!   packet into it (the DMA) and posts a descriptor; no frame on the fill ring means the packet
+//!   is missed and counted (`rx_missed`), as real hardware does;
+//! * a **TX ring** the driver posts to, which the NIC "transmits" on the doorbell (`flush_tx`):
+//!   it counts the bytes, optionally captures them, and moves the frames to
+//! * a **completion ring** the driver drains back to the pool.
+//!
+//! Packets come from a [`TrafficGen`] (benchmarks, demo) or an injection queue (tests). No root,
+//! no syscalls: this is what micro benchmarks and logic tests drive.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use wasmswitch_core::counter::Counter;
+use wasmswitch_core::pool::{BulkReturn, PoolCache};
+use wasmswitch_core::{Desc, PortQueue, Umem};
+
+mod gen;
+pub use gen::{mac_for, TrafficGen, TrafficSpec};
+
+/// Headroom the sim NIC leaves before packet data (as AF_XDP leaves XDP_PACKET_HEADROOM).
+pub const HEADROOM: u64 = 256;
+
+/// Frames waiting to be received, shared with a test that pushes them.
+pub type InjectQueue = Arc<Mutex<VecDeque<Vec<u8>>>>;
+/// Frames transmitted, recorded for a test to inspect.
+pub type CaptureLog = Arc<Mutex<Vec<Vec<u8>>>>;
+
+/// Where a queue's received packets come from.
+pub enum Source {
+    /// Nothing arrives.
+    Idle,
+    /// Generated traffic (optionally at a fixed rate).
+    Gen(TrafficGen),
+    /// Frames a test pushed.
+    Inject(InjectQueue),
+}
+
+/// Counters of one simulated queue (the "hardware" side).
+#[derive(Debug, Default)]
+pub struct SimStats {
+    /// Packets the NIC could not receive because the fill ring was empty.
+    pub rx_missed: Counter,
+    /// Packets and bytes that left on the wire.
+    pub wire_tx_packets: Counter,
+    pub wire_tx_bytes: Counter,
+}
+
+/// Ring sizes of a simulated queue.
+#[derive(Clone, Copy, Debug)]
+pub struct SimRings {
+    pub fill: usize,
+    pub tx: usize,
+}
+
+impl Default for SimRings {
+    fn default() -> Self {
+        Self { fill: 1024, tx: 1024 }
+    }
+}
+
+/// One simulated NIC queue.
+pub struct SimQueue {
+    umem: Arc<Umem>,
+    rings: SimRings,
+    fill: VecDeque<u64>,
+    tx: VecDeque<Desc>,
+    completion: Vec<u64>,
+    source: Source,
+    capture: Option<CaptureLog>,
+    stats: Arc<SimStats>,
+    refill_buf: Vec<u64>,
+}
+
+impl SimQueue {
+    pub fn new(umem: Arc<Umem>, rings: SimRings, source: Source) -> Self {
+        Self {
+            umem,
+            fill: VecDeque::with_capacity(rings.fill),
+            tx: VecDeque::with_capacity(rings.tx),
+            completion: Vec::with_capacity(rings.tx),
+            rings,
+            source,
+            capture: None,
+            stats: Arc::default(),
+            refill_buf: vec![0; rings.fill],
+        }
+    }
+
+    /// Records every transmitted frame into `log` (tests).
+    pub fn with_capture(mut self, log: CaptureLog) -> Self {
+        self.capture = Some(log);
+        self
+    }
+
+    pub fn stats(&self) -> &Arc<SimStats> {
+        &self.stats
+    }
+
+    /// The driver's half of RX: keep the fill ring stocked, in bulk, once a quarter is free.
+    fn refill(&mut self, pool: &mut PoolCache) {
+        let free = self.rings.fill - self.fill.len();
+        if free >= self.rings.fill / 4 {
+            let n = pool.alloc_bulk(&mut self.refill_buf[..free]);
+            self.fill.extend(&self.refill_buf[..n]);
+        }
+    }
+
+    /// The NIC's half of RX: take a fill frame, "DMA" the packet into it, post a descriptor.
+    #[inline]
+    fn receive_into(umem: &Umem, fill: &mut VecDeque<u64>, pkt: &[u8], out: &mut Desc) -> bool {
+        let Some(frame) = fill.pop_front() else { return false };
+        let addr = frame + HEADROOM;
+        let room = umem.frame_size() as usize - HEADROOM as usize;
+        let len = pkt.len().min(room);
+        // SAFETY: the frame came off our fill ring, so the driver handed it to this "NIC".
+        unsafe { umem.bytes_mut(addr, len) }.copy_from_slice(&pkt[..len]);
+        // An oversize test frame keeps its claimed length: the pipeline must reject it.
+        *out = Desc { addr, len: pkt.len() as u32, options: 0 };
+        true
+    }
+}
+
+impl PortQueue for SimQueue {
+    fn rx_burst(&mut self, pool: &mut PoolCache, out: &mut [Desc]) -> usize {
+        self.refill(pool);
+        let mut n = 0;
+        match &mut self.source {
+            Source::Idle => {}
+            Source::Gen(gen) => {
+                let want = gen.budget(out.len());
+                while n < want {
+                    let pkt = gen.next_frame();
+                    if !Self::receive_into(&self.umem, &mut self.fill, pkt, &mut out[n]) {
+                        self.stats.rx_missed.add((want - n) as u64);
+                        break;
+                    }
+                    n += 1;
+                }
+            }
+            Source::Inject(q) => {
+                let mut q = q.lock().unwrap_or_else(|e| e.into_inner());
+                while n < out.len() {
+                    let Some(pkt) = q.front() else { break };
+                    if !Self::receive_into(&self.umem, &mut self.fill, pkt, &mut out[n]) {
+                        break; // stays queued until the driver refills
+                    }
+                    q.pop_front();
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    fn tx_burst(&mut self, descs: &[Desc]) -> usize {
+        let room = self.rings.tx - self.tx.len() - self.completion.len().min(self.rings.tx - self.tx.len());
+        let n = descs.len().min(room);
+        self.tx.extend(&descs[..n]);
+        n
+    }
+
+    fn flush_tx(&mut self) {
+        // The doorbell: the NIC sends everything posted and completes it.
+        let mut bytes = 0;
+        let n = self.tx.len();
+        for d in self.tx.drain(..) {
+            bytes += d.len as u64;
+            if let Some(log) = &self.capture {
+                // SAFETY: the descriptor was posted to our TX ring; the NIC holds the frame.
+                let b = unsafe { self.umem.bytes(d.addr, d.len as usize) };
+                log.lock().unwrap_or_else(|e| e.into_inner()).push(b.to_vec());
+            }
+            self.completion.push(d.addr);
+        }
+        self.stats.wire_tx_packets.add(n as u64);
+        self.stats.wire_tx_bytes.add(bytes);
+    }
+
+    fn complete(&mut self, pool: &mut PoolCache, bulk: &mut BulkReturn) -> usize {
+        let n = self.completion.len();
+        for &addr in &self.completion {
+            bulk.push(pool, addr);
+        }
+        self.completion.clear();
+        n
+    }
+
+    fn release_all(&mut self, pool: &mut PoolCache) {
+        self.flush_tx();
+        let mut bulk = BulkReturn::new();
+        self.complete(pool, &mut bulk);
+        for addr in self.fill.drain(..) {
+            bulk.push(pool, addr);
+        }
+        bulk.flush(pool);
+    }
+
+    fn frames_held(&self) -> usize {
+        self.fill.len() + self.tx.len() + self.completion.len()
+    }
+
+    fn has_rx(&self) -> bool {
+        !matches!(self.source, Source::Idle)
+    }
+}
+
+/// A rate limiter for generated traffic, checked once per burst.
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    pps: f64,
+    start: Instant,
+    sent: u64,
+}
+
+impl Pacer {
+    pub(crate) fn new(pps: u64) -> Self {
+        Self { pps: pps as f64, start: Instant::now(), sent: 0 }
+    }
+
+    /// How many packets may be sent now, at most `max`.
+    pub(crate) fn budget(&mut self, max: usize) -> usize {
+        let due = (self.start.elapsed().as_secs_f64() * self.pps) as u64;
+        let n = due.saturating_sub(self.sent).min(max as u64) as usize;
+        self.sent += n as u64;
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn concurrent_learning_is_consistent() {
-        let f = std::sync::Arc::new(Fdb::new(4096, 100));
+        let f = std::sync::Arc::new(Fdb::new(65536, 100));
         let hs: Vec<_> = (0..2)
             .map(|t| {
                 let f = f.clone();

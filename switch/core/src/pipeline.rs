@@ -213,7 +213,6 @@ impl Pipeline {
 
     fn forward(&mut self, p: PortId) {
         let pi = p as usize;
-        let umem = self.pool.umem().clone();
         let nports = self.ports.len();
         let mut last_src = u64::MAX;
         for i in 0..self.batch.len {
@@ -238,15 +237,37 @@ impl Pipeline {
                     }
                     continue;
                 }
-                Verdict::Pass => {
+                Verdict::HostCopy => {
+                    match self.opts.host_port {
+                        Some(h) if h != p && self.ports[h as usize].up => self.copy_to(pi, h as usize, d),
+                        // No host to copy to: the original still forwards, nothing is lost.
+                        _ => {}
+                    }
+                    self.l2_lookup(p, d, &mut last_src)
+                }
+                Verdict::Pass => self.l2_lookup(p, d, &mut last_src),
+            };
+            match egress {
+                Some(q) if q == p => self.drop_frame(pi, d.addr, DropReason::Hairpin),
+                Some(q) if self.ports[q as usize].up => self.staged[q as usize].push(d),
+                // Learned on a port that is down: flood instead (it may have moved).
+                _ => self.flood(p, d),
+            }
+        }
+    }
+
+    /// Learns the source of `d` and looks its destination up (`None`: flood).
+    #[inline]
+    fn l2_lookup(&mut self, p: PortId, d: Desc, last_src: &mut u64) -> Option<PortId> {
+        let umem = self.pool.umem();
                     // SAFETY: the worker holds the frame; parse guaranteed at least 14 bytes.
                     let hdr = unsafe { umem.bytes(d.addr, 12) };
                     let dst = MacAddr::from_bytes(&hdr[0..6]);
                     let src = MacAddr::from_bytes(&hdr[6..12]);
                     let src_u = src.to_u64();
                     // Consecutive packets of one flow share a source: learn once per run of them.
-                    if src_u != last_src && !src.is_group() {
-                        last_src = src_u;
+                    if src_u != *last_src && !src.is_group() {
+                        *last_src = src_u;
                         match self.fdb.learn(src, p, self.now) {
                             Learned::Known => {}
                             Learned::New => self.stats.fdb_learned.inc(),
@@ -258,15 +279,6 @@ impl Pipeline {
                         }
                     }
                     if dst.is_group() { None } else { self.fdb.lookup(dst) }
-                }
-            };
-            match egress {
-                Some(q) if q == p => self.drop_frame(pi, d.addr, DropReason::Hairpin),
-                Some(q) if self.ports[q as usize].up => self.staged[q as usize].push(d),
-                // Learned on a port that is down: flood instead (it may have moved).
-                _ => self.flood(p, d),
-            }
-        }
     }
 
     /// Sends `d` to every up port except `p`: the original to the first, a copy to each other.
@@ -282,24 +294,29 @@ impl Pipeline {
                 first = false;
                 continue;
             }
-            let Some(copy) = self.pool.alloc() else {
-                self.stats.ports[pi].drop(DropReason::PoolEmpty);
-                continue;
-            };
-            let umem = self.pool.umem();
-            let off = d.addr - umem.frame_base(d.addr);
-            let len = d.len as usize;
-            // SAFETY: `d`'s frame is held by this worker (read only here) and `copy` was just
-            // allocated to it; they are different frames, so the slices do not overlap.
-            unsafe {
-                umem.bytes_mut(copy + off, len).copy_from_slice(umem.bytes(d.addr, len));
-            }
-            self.stats.flood_copies.inc();
-            self.staged[q].push(Desc { addr: copy + off, len: d.len, options: 0 });
+            self.copy_to(pi, q, d);
         }
         if first {
             self.drop_frame(pi, d.addr, DropReason::NoEgress);
         }
+    }
+
+    /// Stages a copy of `d` (in a fresh frame) for port `q`.
+    fn copy_to(&mut self, ingress: usize, q: usize, d: Desc) {
+        let Some(copy) = self.pool.alloc() else {
+            self.stats.ports[ingress].drop(DropReason::PoolEmpty);
+            return;
+        };
+        let umem = self.pool.umem();
+        let off = d.addr - umem.frame_base(d.addr);
+        let len = d.len as usize;
+        // SAFETY: `d`'s frame is held by this worker (read only here) and `copy` was just
+        // allocated to it; they are different frames, so the slices do not overlap.
+        unsafe {
+            umem.bytes_mut(copy + off, len).copy_from_slice(umem.bytes(d.addr, len));
+        }
+        self.stats.flood_copies.inc();
+        self.staged[q].push(Desc { addr: copy + off, len: d.len, options: 0 });
     }
 
     #[inline]

@@ -17,6 +17,8 @@ pub enum Verdict {
     Redirect(PortId),
     /// Deliver to the host (the switch's TAP port).
     Host,
+    /// Forward as `Pass` and also send a copy to the host (sampling, monitoring).
+    HostCopy,
 }
 
 /// A view of one ingress batch handed to the verdict stage.

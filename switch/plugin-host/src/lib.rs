@@ -1,1 +1,2 @@
 //! Plugin host (in progress).
+pub use wasmtime;

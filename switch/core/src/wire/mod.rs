@@ -79,7 +79,7 @@ pub struct PacketMeta {
     /// Source address; IPv4 as an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
     pub src_ip: [u8; 16],
     pub dst_ip: [u8; 16],
-    pub _pad: [u8; 4],
+    pub _pad: [u8; 12],
 }
 
 impl PacketMeta {

@@ -1,0 +1,111 @@
+//! Traffic generator: a table of prebuilt frames cycled through, so generating a packet costs
+//! one copy of its bytes (what a NIC's DMA would cost the memory system, no more).
+
+use wasmswitch_core::wire::build::{insert_vlan, udp4_frame};
+use wasmswitch_core::wire::MacAddr;
+
+use crate::Pacer;
+
+/// The MAC address number `i` of generator port `port`: `02:00:PP:ii:ii:ii` (disjoint ranges per port, locally
+/// administered), so a generator can address another port's hosts.
+pub fn mac_for(port: u16, i: u32) -> MacAddr {
+    MacAddr::from_u64(0x0200_0000_0000 | (port as u64) << 24 | (i as u64 & 0xff_ffff))
+}
+
+/// What a generator sends.
+#[derive(Clone, Debug)]
+pub struct TrafficSpec {
+    /// This port's index: its source MACs are `mac_for(port, 0..src_macs)`.
+    pub port: u16,
+    /// Distinct source MACs.
+    pub src_macs: u32,
+    /// Ports whose hosts are destinations (their MACs are `mac_for(p, 0..src_macs)`).
+    pub dst_ports: Vec<u16>,
+    /// Frame sizes, cycled (e.g. `[64]`, or an IMIX `[64, 64, 64, 64, 64, 64, 64, 576, 576, 576, 1500]`).
+    pub frame_sizes: Vec<usize>,
+    /// Share of broadcast frames, 0.0..=1.0.
+    pub broadcast: f64,
+    /// Distinct source IPs / UDP ports (flow spread).
+    pub flows: u32,
+    /// VLAN tag to add, if any.
+    pub vlan: Option<u16>,
+    /// Packets per second; `None` = as fast as the queue is polled.
+    pub rate_pps: Option<u64>,
+    /// Prebuilt frames to cycle through.
+    pub templates: usize,
+    pub seed: u64,
+}
+
+impl Default for TrafficSpec {
+    fn default() -> Self {
+        Self {
+            port: 0,
+            src_macs: 256,
+            dst_ports: vec![1],
+            frame_sizes: vec![64],
+            broadcast: 0.05,
+            flows: 1024,
+            vlan: None,
+            rate_pps: None,
+            templates: 1024,
+            seed: 1,
+        }
+    }
+}
+
+pub struct TrafficGen {
+    frames: Vec<Vec<u8>>,
+    next: usize,
+    pacer: Option<Pacer>,
+}
+
+impl TrafficGen {
+    pub fn new(spec: &TrafficSpec) -> Self {
+        let mut rng = fastrand::Rng::with_seed(spec.seed ^ (spec.port as u64) << 32);
+        let n = spec.templates.max(1);
+        let frames = (0..n)
+            .map(|i| {
+                let size = spec.frame_sizes[i % spec.frame_sizes.len().max(1)].max(60);
+                let src = mac_for(spec.port, rng.u32(..spec.src_macs.max(1)));
+                // Broadcast share is exact over the template table, not just on average.
+                let bcast = ((i + 1) as f64 * spec.broadcast) as usize > (i as f64 * spec.broadcast) as usize;
+                let dst = if bcast || spec.dst_ports.is_empty() {
+                    MacAddr::BROADCAST
+                } else {
+                    mac_for(spec.dst_ports[rng.usize(..spec.dst_ports.len())], rng.u32(..spec.src_macs.max(1)))
+                };
+                let flow = rng.u32(..spec.flows.max(1));
+                let sip = [10, spec.port as u8, (flow >> 8) as u8, flow as u8];
+                let dip = [10, 200, (flow >> 8) as u8, flow as u8];
+                let mut f = udp4_frame(dst, src, sip, dip, 1024 + (flow % 50000) as u16, 5001, size);
+                if let Some(vid) = spec.vlan {
+                    insert_vlan(&mut f, vid);
+                }
+                f
+            })
+            .collect();
+        Self { frames, next: 0, pacer: spec.rate_pps.map(Pacer::new) }
+    }
+
+    /// A generator that cycles through the given frames (tests).
+    pub fn from_frames(frames: Vec<Vec<u8>>) -> Self {
+        assert!(!frames.is_empty(), "a generator needs at least one frame");
+        Self { frames, next: 0, pacer: None }
+    }
+
+    /// How many packets to generate this burst (rate limiting happens here, once per burst).
+    #[inline]
+    pub fn budget(&mut self, max: usize) -> usize {
+        match &mut self.pacer {
+            None => max,
+            Some(p) => p.budget(max),
+        }
+    }
+
+    #[inline]
+    pub fn next_frame(&mut self) -> &[u8] {
+        let i = self.next;
+        self.next = if i + 1 == self.frames.len() { 0 } else { i + 1 };
+        &self.frames[i]
+    }
+}
