@@ -1,0 +1,6 @@
+//! The wasmswitch daemon: configuration, worker threads, metrics and control API, CLI commands.
+//!
+//! The datapath itself lives in `wasmswitch-core` (I/O-free) and the drivers; this crate wires
+//! them to threads, files, sockets and signals.
+
+pub mod config;
