@@ -1,0 +1,282 @@
+//! [`AfXdpPort`]: every AF_XDP socket of one interface, its XSKMAP, program and link.
+
+use std::io;
+use std::sync::{Arc, Mutex, Weak};
+
+use wasmswitch_core::Umem;
+
+use crate::bpf::{XdpLink, XdpProgram, XskMap};
+use crate::error::AfXdpError;
+use crate::profile::{self, BindMode, Decision, Overrides, RingSizes};
+use crate::queue::{AfXdpQueue, QueueStats};
+use crate::sys;
+use crate::xsk::{self, SetupError, SockHandle, UmemBinding, XdpStatistics};
+
+/// One port of the config: the interface name and the operator's overrides.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortSpec {
+    pub iface: String,
+    pub overrides: Overrides,
+}
+
+impl PortSpec {
+    pub fn new(iface: impl Into<String>) -> Self {
+        Self { iface: iface.into(), overrides: Overrides::default() }
+    }
+}
+
+/// The kernel registration of one [`Umem`], shared by every socket of every port opened with it.
+///
+/// The first socket opened registers the UMEM (`XDP_UMEM_REG`) and fixes its bind mode (copy or
+/// zero-copy, the kernel applies it to all sharers); every later socket binds with
+/// `XDP_SHARED_UMEM` to any still-open socket of the UMEM. The registration holds sockets only
+/// weakly: closing a port's queues closes its sockets; once none is left, the next open
+/// registers the UMEM again.
+pub struct UmemRegistration {
+    umem: Arc<Umem>,
+    state: Mutex<RegState>,
+}
+
+#[derive(Default)]
+struct RegState {
+    sockets: Vec<Weak<SockHandle>>,
+    mode: Option<(BindMode, String)>,
+}
+
+impl std::fmt::Debug for UmemRegistration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UmemRegistration").field("frames", &self.umem.frames()).finish()
+    }
+}
+
+impl UmemRegistration {
+    pub fn new(umem: Arc<Umem>) -> Self {
+        Self { umem, state: Mutex::default() }
+    }
+
+    pub fn umem(&self) -> &Arc<Umem> {
+        &self.umem
+    }
+
+    /// The bind mode every socket of this UMEM uses, once the first one is open.
+    pub fn bind_mode(&self) -> Option<BindMode> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.prune();
+        st.mode.as_ref().map(|m| m.0)
+    }
+}
+
+impl RegState {
+    fn prune(&mut self) {
+        self.sockets.retain(|w| w.strong_count() > 0);
+        if self.sockets.is_empty() {
+            self.mode = None;
+        }
+    }
+}
+
+/// An interface opened for AF_XDP: one socket per selected queue, all on the shared UMEM, and
+/// the redirect program attached through a bpf_link.
+///
+/// Dropping the port detaches the program (closes the link) and closes the sockets of queues
+/// not taken; taken queues close their socket when released or dropped.
+pub struct AfXdpPort {
+    // Field order is drop order: the link goes first, so traffic stops being redirected before
+    // anything else is torn down.
+    _link: XdpLink,
+    map: XskMap,
+    _prog: XdpProgram,
+    iface: String,
+    ifindex: u32,
+    decision: Decision,
+    queues: Vec<(u32, AfXdpQueue)>,
+    handles: Vec<(u32, Weak<SockHandle>, Arc<QueueStats>)>,
+}
+
+impl std::fmt::Debug for AfXdpPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AfXdpPort").field("iface", &self.iface).field("decision", &self.decision).finish()
+    }
+}
+
+/// What ethtool says about an interface: driver name and queue count.
+pub fn probe(iface: &str) -> (String, u32) {
+    let driver = sys::driver_name(iface).unwrap_or_else(|e| {
+        log::warn!("{iface}: ETHTOOL_GDRVINFO failed ({e}); using the generic profile");
+        String::new()
+    });
+    let channels = match sys::channels(iface) {
+        Ok(ch) => profile::queue_count(ch.combined_count, ch.rx_count),
+        Err(e) => {
+            log::info!("{iface}: ETHTOOL_GCHANNELS failed ({e}); assuming one queue");
+            1
+        }
+    };
+    (driver, channels)
+}
+
+fn check_ring(iface: &str, ring: &'static str, size: u32) -> Result<(), AfXdpError> {
+    if size.is_power_of_two() && (64..=65536).contains(&size) {
+        Ok(())
+    } else {
+        Err(AfXdpError::BadRingSize { iface: iface.into(), ring, size })
+    }
+}
+
+fn check_rings(iface: &str, r: &RingSizes) -> Result<(), AfXdpError> {
+    check_ring(iface, "rx", r.rx)?;
+    check_ring(iface, "tx", r.tx)?;
+    check_ring(iface, "fill", r.fill)?;
+    check_ring(iface, "completion", r.completion)
+}
+
+fn attached_mode(mode: u8) -> &'static str {
+    match mode {
+        1 => "native",
+        2 => "generic",
+        3 => "offloaded",
+        4 => "several modes",
+        _ => "unknown mode",
+    }
+}
+
+impl AfXdpPort {
+    /// Opens `spec.iface` in the caller's network namespace: probes the driver, decides the
+    /// modes, checks everything that can be checked, creates and binds one socket per queue on
+    /// the shared UMEM, loads the redirect program and attaches it.
+    ///
+    /// Until the queues' first `rx_burst` posts frames to their fill rings, packets arriving on
+    /// the interface are dropped by the kernel (counted in `xdp_stats().rx_dropped`).
+    pub fn open(spec: &PortSpec, reg: &UmemRegistration) -> Result<Self, AfXdpError> {
+        let iface = spec.iface.as_str();
+        let ifindex = sys::ifindex(iface).ok_or_else(|| AfXdpError::InterfaceMissing { iface: iface.into() })?;
+        let umem = &reg.umem;
+        let fs = umem.frame_size();
+        if !(2048..=4096).contains(&fs) {
+            return Err(AfXdpError::BadFrameSize(fs));
+        }
+        let (driver, channels) = probe(iface);
+        let decision = profile::decide(&driver, channels, &spec.overrides);
+        if let Some(&q) = decision.queues.iter().find(|&&q| q >= decision.channels) {
+            return Err(AfXdpError::QueueOutOfRange { iface: iface.into(), queue: q, channels: decision.channels });
+        }
+        if decision.queues.is_empty() {
+            return Err(AfXdpError::QueueOutOfRange { iface: iface.into(), queue: 0, channels: 0 });
+        }
+        check_rings(iface, &decision.rings)?;
+
+        // Someone else's program on the hook: say so before creating anything.
+        let att = sys::xdp_attached(ifindex).map_err(|e| AfXdpError::sys(iface, "querying the interface's XDP state (RTM_GETLINK)", e))?;
+        if att.mode != 0 {
+            return Err(AfXdpError::AlreadyAttached { iface: iface.into(), prog_id: att.prog_id, mode: attached_mode(att.mode) });
+        }
+
+        let max_q = *decision.queues.last().expect("checked non-empty");
+        let map = XskMap::new(max_q + 1).map_err(|e| AfXdpError::sys(iface, "creating the XSKMAP (bpf BPF_MAP_CREATE)", e))?;
+        let prog = XdpProgram::load(&map).map_err(|(e, log)| match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) if log.is_empty() => AfXdpError::sys(iface, "loading the XDP program (BPF_PROG_LOAD)", e),
+            _ => AfXdpError::ProgLoad { iface: iface.into(), source: e, log },
+        })?;
+
+        let mut queues = Vec::with_capacity(decision.queues.len());
+        let mut handles = Vec::with_capacity(decision.queues.len());
+        {
+            let mut st = reg.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.prune();
+            if let Some((have, first)) = &st.mode {
+                if *have != decision.bind {
+                    return Err(AfXdpError::UmemModeMismatch { iface: iface.into(), wanted: decision.bind, have: *have, first: first.clone() });
+                }
+            }
+            for &q in &decision.queues {
+                let anchor = st.sockets.iter().find_map(Weak::upgrade);
+                let binding = match &anchor {
+                    Some(a) => UmemBinding::Share(a.raw()),
+                    None => UmemBinding::Register(decision.bind),
+                };
+                let s = xsk::open_socket(umem, iface, ifindex, q, decision.rings, binding).map_err(|e| match e {
+                    SetupError::Socket(e) => AfXdpError::sys(iface, "socket(AF_XDP)", e),
+                    SetupError::UmemReg(e) => AfXdpError::sys(iface, "registering the UMEM (XDP_UMEM_REG)", e),
+                    SetupError::Rings(e) => AfXdpError::sys(iface, "setting up the AF_XDP rings", e),
+                    SetupError::Mmap(e) => AfXdpError::sys(iface, "mapping the AF_XDP rings", e),
+                    SetupError::Bind(e) => match e.raw_os_error() {
+                        Some(libc::EOPNOTSUPP) if decision.bind == BindMode::ZeroCopy => {
+                            AfXdpError::ZeroCopyUnsupported { iface: iface.into(), driver: decision.driver.clone(), queue: q, source: e }
+                        }
+                        Some(libc::EBUSY) => AfXdpError::QueueBusy { iface: iface.into(), queue: q },
+                        _ => AfXdpError::sys(iface, "binding the AF_XDP socket", e),
+                    },
+                })?;
+                drop(anchor);
+                if st.mode.is_none() {
+                    st.mode = Some((decision.bind, format!("{iface} queue {q}")));
+                }
+                st.sockets.push(Arc::downgrade(&s.handle));
+                map.insert(q, s.handle.raw()).map_err(|e| AfXdpError::sys(iface, "inserting the socket into the XSKMAP", e))?;
+                let queue = AfXdpQueue::new(s.handle.clone(), s.rx, s.tx, umem);
+                handles.push((q, Arc::downgrade(&s.handle), queue.stats().clone()));
+                queues.push((q, queue));
+            }
+        }
+
+        let link = XdpLink::attach(&prog, ifindex, decision.attach.xdp_flags()).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) | Some(libc::EEXIST) => {
+                let att = sys::xdp_attached(ifindex).unwrap_or_default();
+                AfXdpError::AlreadyAttached { iface: iface.into(), prog_id: att.prog_id, mode: attached_mode(att.mode) }
+            }
+            Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) if decision.attach == profile::AttachMode::Native => {
+                AfXdpError::NativeUnsupported { iface: iface.into(), driver: decision.driver.clone(), source: e }
+            }
+            _ => AfXdpError::sys(iface, "attaching the XDP program (BPF_LINK_CREATE)", e),
+        })?;
+        log::info!("{iface}: AF_XDP {decision}");
+        Ok(Self { _link: link, map, _prog: prog, iface: iface.into(), ifindex, decision, queues, handles })
+    }
+
+    /// The queues, each with its queue id, for the workers. Each is an exclusive
+    /// `PortQueue`; use [`AfXdpQueue::share_tx`] to give TX-only handles to more workers.
+    pub fn take_queues(&mut self) -> Vec<(u32, AfXdpQueue)> {
+        std::mem::take(&mut self.queues)
+    }
+
+    /// [`take_queues`](Self::take_queues), boxed for a `PortSlot`.
+    pub fn take_boxed_queues(&mut self) -> Vec<(u32, Box<dyn wasmswitch_core::PortQueue>)> {
+        self.take_queues().into_iter().map(|(q, x)| (q, Box::new(x) as Box<dyn wasmswitch_core::PortQueue>)).collect()
+    }
+
+    /// What the profile and overrides chose (log it; `decision.profile`, `attach` and `bind`
+    /// make good metric labels).
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// The kernel's `XDP_STATISTICS` per queue (`None` for a queue whose socket is closed).
+    pub fn xdp_stats(&self) -> Vec<(u32, Option<XdpStatistics>)> {
+        self.handles.iter().map(|(q, w, _)| (*q, w.upgrade().and_then(|s| s.statistics().ok()))).collect()
+    }
+
+    /// The driver's own per-queue counters (readable from any thread).
+    pub fn queue_stats(&self) -> Vec<(u32, Arc<QueueStats>)> {
+        self.handles.iter().map(|(q, _, s)| (*q, s.clone())).collect()
+    }
+
+    /// Stops redirecting `queue` to its socket (its traffic goes to the kernel stack).
+    pub fn unmap_queue(&self, queue: u32) -> io::Result<()> {
+        self.map.remove(queue)
+    }
+
+    /// UMEM frames this port can hold at once: each queue's fill ring plus its TX ring.
+    /// Size the UMEM as the sum over ports plus each worker's pool cache and some slack.
+    pub fn frames_wanted(&self) -> usize {
+        let r = self.decision.rings;
+        self.decision.queues.len() * (r.fill + r.tx) as usize
+    }
+}

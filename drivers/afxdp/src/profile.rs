@@ -1,0 +1,239 @@
+//! Driver profiles: which XDP attach mode, AF_XDP bind mode and queues a port gets.
+//!
+//! The choice is a pure function of the kernel driver name (`ETHTOOL_GDRVINFO`), the queue count
+//! (`ETHTOOL_GCHANNELS`) and the operator's overrides, so it is unit-tested for every profile
+//! even where the hardware is absent.
+//!
+//! | driver      | attach  | bind      | why |
+//! |-------------|---------|-----------|-----|
+//! | `mlx5_core` | native  | zero-copy | mlx5 implements `ndo_xsk_wakeup` and XSK pools on every channel: frames are DMA'd straight into the UMEM. |
+//! | `mvpp2`     | native  | copy      | native XDP (page_pool, seed series), but no AF_XDP zero-copy in the driver. |
+//! | `veth`      | native  | copy      | veth runs XDP in its NAPI path; it has no zero-copy. |
+//! | anything else | generic (SKB) | copy | works on every netdev; slowest, but never refuses to start. |
+//!
+//! The mlx5 and mvpp2 rows cannot be exercised on the test machines (no such NICs); they are the
+//! documented behaviour of those drivers in Linux 6.x and are covered by unit tests of this table
+//! only. Overrides always win over the profile.
+
+use std::fmt;
+
+/// Where the XDP program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttachMode {
+    /// In the driver (`XDP_FLAGS_DRV_MODE`).
+    Native,
+    /// In the generic SKB path (`XDP_FLAGS_SKB_MODE`), any netdev.
+    Generic,
+}
+
+/// How AF_XDP sockets bind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BindMode {
+    /// `XDP_COPY`: the kernel copies packets into / out of the UMEM.
+    Copy,
+    /// `XDP_ZEROCOPY`: the NIC DMAs into the UMEM directly.
+    ZeroCopy,
+}
+
+impl AttachMode {
+    pub fn label(self) -> &'static str {
+        match self {
+            AttachMode::Native => "native",
+            AttachMode::Generic => "generic",
+        }
+    }
+
+    /// The `XDP_FLAGS_*` mode bit for `BPF_LINK_CREATE`.
+    pub fn xdp_flags(self) -> u32 {
+        match self {
+            AttachMode::Native => crate::bpf::XDP_FLAGS_DRV_MODE,
+            AttachMode::Generic => crate::bpf::XDP_FLAGS_SKB_MODE,
+        }
+    }
+}
+
+impl BindMode {
+    pub fn label(self) -> &'static str {
+        match self {
+            BindMode::Copy => "copy",
+            BindMode::ZeroCopy => "zero-copy",
+        }
+    }
+}
+
+impl fmt::Display for AttachMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl fmt::Display for BindMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// Entries per ring (each a power of two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingSizes {
+    pub rx: u32,
+    pub tx: u32,
+    pub fill: u32,
+    pub completion: u32,
+}
+
+impl Default for RingSizes {
+    /// 1024 each: deep enough for a few 64-packet bursts of slack per queue, small enough that a
+    /// UMEM of a few thousand frames serves several queues (see `AfXdpPort::frames_wanted`).
+    fn default() -> Self {
+        Self { rx: 1024, tx: 1024, fill: 1024, completion: 1024 }
+    }
+}
+
+/// Operator overrides (from the YAML port section). `None` means "what the profile says".
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub attach: Option<AttachMode>,
+    pub bind: Option<BindMode>,
+    /// Queue ids to open; default: every queue the interface has.
+    pub queues: Option<Vec<u32>>,
+    pub rings: Option<RingSizes>,
+}
+
+/// What the driver will do on one interface, for logs and as a metric label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The kernel driver name as reported by ethtool (`unknown` when it would not say).
+    pub driver: String,
+    /// The profile that matched (`mlx5_core`, `mvpp2`, `veth` or `generic`).
+    pub profile: &'static str,
+    pub attach: AttachMode,
+    pub bind: BindMode,
+    /// Queues to open, ascending, no duplicates.
+    pub queues: Vec<u32>,
+    /// Queues the interface has (RX or combined channels).
+    pub channels: u32,
+    pub rings: RingSizes,
+    /// True when an override changed what the profile chose.
+    pub overridden: bool,
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "driver {} (profile {}{}): {} XDP, {} bind, queues {:?} of {}",
+            self.driver,
+            self.profile,
+            if self.overridden { ", overridden" } else { "" },
+            self.attach,
+            self.bind,
+            self.queues,
+            self.channels
+        )
+    }
+}
+
+/// Picks attach mode, bind mode, queues and ring sizes. Pure; validation against the interface
+/// (queue ids in range, ring sizes powers of two) is `Decision::check`'s job.
+pub fn decide(driver: &str, channels: u32, ov: &Overrides) -> Decision {
+    let channels = channels.max(1);
+    let (profile, attach, bind) = match driver {
+        "mlx5_core" => ("mlx5_core", AttachMode::Native, BindMode::ZeroCopy),
+        "mvpp2" => ("mvpp2", AttachMode::Native, BindMode::Copy),
+        "veth" => ("veth", AttachMode::Native, BindMode::Copy),
+        _ => ("generic", AttachMode::Generic, BindMode::Copy),
+    };
+    let mut queues = ov.queues.clone().unwrap_or_else(|| (0..channels).collect());
+    queues.sort_unstable();
+    queues.dedup();
+    let rings = ov.rings.unwrap_or_default();
+    let overridden = ov.attach.is_some_and(|a| a != attach)
+        || ov.bind.is_some_and(|b| b != bind)
+        || ov.queues.is_some()
+        || ov.rings.is_some_and(|r| r != RingSizes::default());
+    Decision {
+        driver: if driver.is_empty() { "unknown".into() } else { driver.into() },
+        profile,
+        attach: ov.attach.unwrap_or(attach),
+        bind: ov.bind.unwrap_or(bind),
+        queues,
+        channels,
+        rings,
+        overridden,
+    }
+}
+
+/// Channel count from `ETHTOOL_GCHANNELS`: combined channels plus RX-only ones (veth reports
+/// its real RX queue count as `rx_count`, mlx5 reports `combined_count`).
+pub fn queue_count(combined: u32, rx: u32) -> u32 {
+    (combined + rx).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mlx5_is_native_zero_copy_on_all_queues() {
+        let d = decide("mlx5_core", 8, &Overrides::default());
+        assert_eq!((d.profile, d.attach, d.bind), ("mlx5_core", AttachMode::Native, BindMode::ZeroCopy));
+        assert_eq!(d.queues, (0..8).collect::<Vec<_>>());
+        assert!(!d.overridden);
+    }
+
+    #[test]
+    fn mvpp2_is_native_copy() {
+        let d = decide("mvpp2", 4, &Overrides::default());
+        assert_eq!((d.profile, d.attach, d.bind), ("mvpp2", AttachMode::Native, BindMode::Copy));
+        assert_eq!(d.queues, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn veth_is_native_copy() {
+        let d = decide("veth", 2, &Overrides::default());
+        assert_eq!((d.profile, d.attach, d.bind), ("veth", AttachMode::Native, BindMode::Copy));
+        assert_eq!(d.queues, vec![0, 1]);
+    }
+
+    #[test]
+    fn unknown_drivers_get_generic_copy() {
+        for drv in ["e1000", "virtio_net", "tun", "bridge", ""] {
+            let d = decide(drv, 1, &Overrides::default());
+            assert_eq!((d.profile, d.attach, d.bind), ("generic", AttachMode::Generic, BindMode::Copy), "{drv}");
+        }
+        assert_eq!(decide("", 1, &Overrides::default()).driver, "unknown");
+    }
+
+    #[test]
+    fn overrides_win_and_are_flagged() {
+        let ov = Overrides {
+            attach: Some(AttachMode::Generic),
+            bind: Some(BindMode::Copy),
+            queues: Some(vec![3, 1, 3]),
+            rings: Some(RingSizes { rx: 256, tx: 256, fill: 512, completion: 512 }),
+        };
+        let d = decide("mlx5_core", 8, &ov);
+        assert_eq!((d.attach, d.bind), (AttachMode::Generic, BindMode::Copy));
+        assert_eq!(d.queues, vec![1, 3], "sorted, deduplicated");
+        assert_eq!(d.rings.fill, 512);
+        assert!(d.overridden);
+        // An override equal to the profile's choice is not an override worth flagging.
+        let same = Overrides { bind: Some(BindMode::Copy), ..Default::default() };
+        assert!(!decide("veth", 1, &same).overridden);
+    }
+
+    #[test]
+    fn channel_counts() {
+        assert_eq!(queue_count(0, 2), 2, "veth: rx_count");
+        assert_eq!(queue_count(16, 0), 16, "mlx5: combined");
+        assert_eq!(queue_count(0, 0), 1, "no channel info: one queue");
+        assert_eq!(decide("veth", 0, &Overrides::default()).queues, vec![0]);
+    }
+
+    #[test]
+    fn display_is_one_readable_line() {
+        let s = decide("veth", 2, &Overrides::default()).to_string();
+        assert_eq!(s, "driver veth (profile veth): native XDP, copy bind, queues [0, 1] of 2");
+    }
+}

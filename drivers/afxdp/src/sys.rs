@@ -1,0 +1,490 @@
+//! Thin syscall wrappers: mmap regions, the `bpf(2)` commands the driver needs, ethtool ioctls,
+//! and one rtnetlink query (which XDP program, if any, is attached to an interface).
+//!
+//! Nothing here knows about AF_XDP policy; errors come back as `io::Error` and are turned into
+//! operator-facing messages by the caller, which knows the interface name.
+
+use std::ffi::CString;
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Converts a `-1` return into the thread's `errno`.
+pub fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// A shared mapping of part of a socket's memory (an AF_XDP ring), unmapped on drop.
+#[derive(Debug)]
+pub struct Mmap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory shared with the kernel; the ring views built on it
+// serialise access (one owner, `&mut` methods), the handle itself may move between threads.
+unsafe impl Send for Mmap {}
+
+impl Mmap {
+    /// Maps `len` bytes of `fd` at page offset `off` (the `XDP_PGOFF_*` ring selectors).
+    pub fn ring(fd: RawFd, len: usize, off: libc::off_t) -> io::Result<Self> {
+        // SAFETY: no address hint, the kernel validates fd/len/offset; result checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                off,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self { ptr: ptr.cast(), len })
+    }
+
+    /// The address `off` bytes into the mapping.
+    ///
+    /// # Panics
+    /// When `off` is outside the mapping.
+    pub fn at(&self, off: u64) -> *mut u8 {
+        assert!((off as usize) < self.len, "ring offset {off} outside a {}-byte mapping", self.len);
+        // SAFETY: in bounds (checked above).
+        unsafe { self.ptr.add(off as usize) }
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping made in `ring`, unmapped once.
+        unsafe {
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+/// `setsockopt` with a plain-old-data value.
+pub fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, val: &T) -> io::Result<()> {
+    // SAFETY: `val` points to `size_of::<T>()` readable bytes for the duration of the call.
+    cvt(unsafe { libc::setsockopt(fd, level, name, (val as *const T).cast(), size_of::<T>() as libc::socklen_t) })?;
+    Ok(())
+}
+
+/// `getsockopt` into a plain-old-data value; returns the length the kernel wrote.
+///
+/// # Safety
+/// `T` must be valid for any bit pattern (a `repr(C)` struct of integers).
+pub unsafe fn getsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, val: &mut T) -> io::Result<usize> {
+    let mut len = size_of::<T>() as libc::socklen_t;
+    // SAFETY: `val` points to `len` writable bytes; the caller guarantees any bytes are valid.
+    cvt(unsafe { libc::getsockopt(fd, level, name, (val as *mut T).cast(), &mut len) })?;
+    Ok(len as usize)
+}
+
+// ---- bpf(2) -------------------------------------------------------------------------------
+
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_LINK_CREATE: libc::c_long = 28;
+
+pub const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+pub const BPF_PROG_TYPE_XDP: u32 = 6;
+pub const BPF_XDP: u32 = 37;
+
+#[repr(C)]
+#[derive(Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_ifindex: u32,
+    attach_type: u32,
+    flags: u32,
+}
+
+fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: `attr` is a `repr(C)` prefix of `union bpf_attr` for `cmd`, valid for the call;
+    // the kernel zero-extends a shorter attr and reads/writes only within `size`.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, (attr as *mut T).cast::<libc::c_void>(), size_of::<T>() as libc::c_uint) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn owned_fd(fd: libc::c_long) -> OwnedFd {
+    // SAFETY: the bpf syscall returned a fresh file descriptor that nothing else owns.
+    unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
+}
+
+fn name16(name: &str) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (d, s) in out.iter_mut().zip(name.bytes().take(15)) {
+        *d = s;
+    }
+    out
+}
+
+/// `BPF_MAP_CREATE` of an XSKMAP with `entries` slots (key: queue id, value: socket fd).
+pub fn xskmap_create(entries: u32) -> io::Result<OwnedFd> {
+    let mut a = MapCreateAttr {
+        map_type: BPF_MAP_TYPE_XSKMAP,
+        key_size: 4,
+        value_size: 4,
+        max_entries: entries,
+        map_name: name16("wsx_xsks"),
+        ..Default::default()
+    };
+    bpf(BPF_MAP_CREATE, &mut a).map(owned_fd)
+}
+
+/// Sets `map[key] = value` (an XSKMAP slot to a socket fd).
+pub fn map_update_u32(map: RawFd, key: u32, value: u32) -> io::Result<()> {
+    let mut a = MapElemAttr {
+        map_fd: map as u32,
+        key: &key as *const u32 as u64,
+        value: &value as *const u32 as u64,
+        ..Default::default()
+    };
+    bpf(BPF_MAP_UPDATE_ELEM, &mut a).map(drop)
+}
+
+/// Deletes `map[key]`.
+pub fn map_delete_u32(map: RawFd, key: u32) -> io::Result<()> {
+    let mut a = MapElemAttr { map_fd: map as u32, key: &key as *const u32 as u64, ..Default::default() };
+    bpf(BPF_MAP_DELETE_ELEM, &mut a).map(drop)
+}
+
+/// `BPF_PROG_LOAD` of an XDP program. On failure the verifier log (if any) comes back with
+/// the error so it can be shown to the operator.
+pub fn prog_load_xdp(insns: &[u64], name: &str) -> Result<OwnedFd, (io::Error, String)> {
+    let license = CString::new("GPL").expect("no NUL");
+    let attr = |log: Option<&mut [u8]>| {
+        let (level, size, buf) = match log {
+            Some(l) => (1, l.len() as u32, l.as_mut_ptr() as u64),
+            None => (0, 0, 0),
+        };
+        ProgLoadAttr {
+            prog_type: BPF_PROG_TYPE_XDP,
+            insn_cnt: insns.len() as u32,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level: level,
+            log_size: size,
+            log_buf: buf,
+            prog_name: name16(name),
+            expected_attach_type: BPF_XDP,
+            ..Default::default()
+        }
+    };
+    // First without a log (the verifier is faster and the log buffer can't be too small), then
+    // again with one when that fails, so the error carries the verifier's explanation.
+    let mut a = attr(None);
+    match bpf(BPF_PROG_LOAD, &mut a) {
+        Ok(fd) => Ok(owned_fd(fd)),
+        Err(e) => {
+            let mut log = vec![0u8; 64 * 1024];
+            let mut a = attr(Some(&mut log));
+            match bpf(BPF_PROG_LOAD, &mut a) {
+                Ok(fd) => Ok(owned_fd(fd)),
+                Err(e2) => {
+                    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                    let text = String::from_utf8_lossy(&log[..end]).trim().to_string();
+                    Err((if e2.raw_os_error().is_some() { e2 } else { e }, text))
+                }
+            }
+        }
+    }
+}
+
+/// `BPF_LINK_CREATE` attaching an XDP program to `ifindex` with `XDP_FLAGS_*` mode `flags`.
+/// The link (and so the attachment) lives exactly as long as the returned fd.
+pub fn xdp_link_create(prog: RawFd, ifindex: u32, flags: u32) -> io::Result<OwnedFd> {
+    let mut a = LinkCreateAttr { prog_fd: prog as u32, target_ifindex: ifindex, attach_type: BPF_XDP, flags };
+    bpf(BPF_LINK_CREATE, &mut a).map(owned_fd)
+}
+
+// ---- ethtool ------------------------------------------------------------------------------
+
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+const ETHTOOL_GDRVINFO: u32 = 0x03;
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
+
+#[repr(C)]
+struct EthtoolDrvinfo {
+    cmd: u32,
+    driver: [u8; 32],
+    version: [u8; 32],
+    fw_version: [u8; 32],
+    bus_info: [u8; 32],
+    erom_version: [u8; 32],
+    reserved2: [u8; 12],
+    n_priv_flags: u32,
+    n_stats: u32,
+    testinfo_len: u32,
+    eedump_len: u32,
+    regdump_len: u32,
+}
+
+/// `struct ethtool_channels`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EthtoolChannels {
+    pub cmd: u32,
+    pub max_rx: u32,
+    pub max_tx: u32,
+    pub max_other: u32,
+    pub max_combined: u32,
+    pub rx_count: u32,
+    pub tx_count: u32,
+    pub other_count: u32,
+    pub combined_count: u32,
+}
+
+#[repr(C)]
+struct IfreqData {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    data: *mut libc::c_void,
+    _pad: [u8; 16],
+}
+
+fn ethtool<T>(ifname: &str, cmd: &mut T) -> io::Result<()> {
+    // SAFETY: plain socket creation; the result is checked and owned below.
+    let sock = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `sock` is a fresh descriptor owned by nothing else.
+    let sock = unsafe { OwnedFd::from_raw_fd(sock) };
+    let mut ifr = IfreqData { name: [0; libc::IFNAMSIZ], data: (cmd as *mut T).cast(), _pad: [0; 16] };
+    for (d, s) in ifr.name.iter_mut().zip(ifname.bytes().take(libc::IFNAMSIZ - 1)) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: SIOCETHTOOL reads `ifr` and reads/writes the command struct `data` points to,
+    // which is a `repr(C)` ethtool struct starting with the matching `cmd`; both outlive the call.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCETHTOOL as _, &mut ifr as *mut IfreqData) })?;
+    Ok(())
+}
+
+/// The kernel driver name (`ethtool -i`), e.g. `veth`, `mlx5_core`.
+pub fn driver_name(ifname: &str) -> io::Result<String> {
+    // SAFETY: all-zero is a valid `EthtoolDrvinfo` (integers and byte arrays).
+    let mut info: EthtoolDrvinfo = unsafe { std::mem::zeroed() };
+    info.cmd = ETHTOOL_GDRVINFO;
+    ethtool(ifname, &mut info)?;
+    let end = info.driver.iter().position(|&b| b == 0).unwrap_or(info.driver.len());
+    Ok(String::from_utf8_lossy(&info.driver[..end]).into_owned())
+}
+
+/// Channel counts (`ethtool -l`).
+pub fn channels(ifname: &str) -> io::Result<EthtoolChannels> {
+    let mut ch = EthtoolChannels { cmd: ETHTOOL_GCHANNELS, ..Default::default() };
+    ethtool(ifname, &mut ch)?;
+    Ok(ch)
+}
+
+// ---- rtnetlink: XDP program attached to an interface -------------------------------------
+
+const IFLA_XDP: u16 = 43;
+const IFLA_XDP_ATTACHED: u16 = 2;
+const IFLA_XDP_PROG_ID: u16 = 4;
+const NLA_F_NESTED: u16 = 1 << 15;
+
+#[repr(C)]
+struct GetLinkReq {
+    nlh: libc::nlmsghdr,
+    ifi_family: u8,
+    _pad: u8,
+    ifi_type: u16,
+    ifi_index: i32,
+    ifi_flags: u32,
+    ifi_change: u32,
+}
+
+/// What is attached at an interface's XDP hook.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpAttached {
+    /// `XDP_ATTACHED_*` (0 none, 1 driver, 2 generic/SKB, 3 offload, 4 several).
+    pub mode: u8,
+    /// The program id (0 when none, or when several are attached).
+    pub prog_id: u32,
+}
+
+/// Asks rtnetlink (`RTM_GETLINK`) what XDP program `ifindex` has, in the caller's network namespace.
+pub fn xdp_attached(ifindex: u32) -> io::Result<XdpAttached> {
+    // SAFETY: plain socket creation; checked and owned below.
+    let fd = cvt(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) })?;
+    // SAFETY: fresh descriptor owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let req = GetLinkReq {
+        nlh: libc::nlmsghdr {
+            nlmsg_len: size_of::<GetLinkReq>() as u32,
+            nlmsg_type: libc::RTM_GETLINK,
+            nlmsg_flags: libc::NLM_F_REQUEST as u16,
+            nlmsg_seq: 1,
+            nlmsg_pid: 0,
+        },
+        ifi_family: libc::AF_UNSPEC as u8,
+        _pad: 0,
+        ifi_type: 0,
+        ifi_index: ifindex as i32,
+        ifi_flags: 0,
+        ifi_change: 0,
+    };
+    // SAFETY: sends `size_of::<GetLinkReq>()` bytes from `req`, which lives across the call.
+    let sent = unsafe { libc::send(fd.as_raw_fd(), (&req as *const GetLinkReq).cast(), size_of::<GetLinkReq>(), 0) };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut buf = vec![0u8; 64 * 1024];
+    // SAFETY: receives into `buf`, which has `buf.len()` writable bytes.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    parse_getlink_reply(&buf[..n as usize])
+}
+
+fn rd16(b: &[u8], at: usize) -> u16 {
+    u16::from_ne_bytes([b[at], b[at + 1]])
+}
+
+fn rd32(b: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Walks one `RTM_NEWLINK` (or `NLMSG_ERROR`) reply for `IFLA_XDP`.
+fn parse_getlink_reply(b: &[u8]) -> io::Result<XdpAttached> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "malformed rtnetlink reply");
+    if b.len() < 16 {
+        return Err(bad());
+    }
+    let len = (rd32(b, 0) as usize).min(b.len());
+    let ty = rd16(b, 4);
+    if ty == libc::NLMSG_ERROR as u16 {
+        let err = if len >= 20 { rd32(b, 16) as i32 } else { -libc::EIO };
+        return Err(io::Error::from_raw_os_error(-err));
+    }
+    if ty != libc::RTM_NEWLINK {
+        return Err(bad());
+    }
+    let mut at = 16 + 16; // nlmsghdr + ifinfomsg
+    let mut out = XdpAttached::default();
+    while at + 4 <= len {
+        let alen = rd16(b, at) as usize;
+        let aty = rd16(b, at + 2) & !NLA_F_NESTED;
+        if alen < 4 || at + alen > len {
+            break;
+        }
+        if aty == IFLA_XDP {
+            let mut n = at + 4;
+            while n + 4 <= at + alen {
+                let nlen = rd16(b, n) as usize;
+                let nty = rd16(b, n + 2);
+                if nlen < 4 || n + nlen > at + alen {
+                    break;
+                }
+                match nty {
+                    IFLA_XDP_ATTACHED if nlen >= 5 => out.mode = b[n + 4],
+                    IFLA_XDP_PROG_ID if nlen >= 8 => out.prog_id = rd32(b, n + 4),
+                    _ => {}
+                }
+                n += (nlen + 3) & !3;
+            }
+        }
+        at += (alen + 3) & !3;
+    }
+    Ok(out)
+}
+
+/// `if_nametoindex`, in the caller's network namespace.
+pub fn ifindex(name: &str) -> Option<u32> {
+    let c = CString::new(name).ok()?;
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (i != 0).then_some(i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attr_layouts_match_the_uapi() {
+        assert_eq!(size_of::<MapCreateAttr>(), 44);
+        assert_eq!(size_of::<MapElemAttr>(), 32);
+        assert_eq!(std::mem::offset_of!(ProgLoadAttr, expected_attach_type), 68);
+        assert_eq!(size_of::<LinkCreateAttr>(), 16);
+        assert_eq!(size_of::<EthtoolDrvinfo>(), 196);
+        assert_eq!(size_of::<EthtoolChannels>(), 36);
+    }
+
+    #[test]
+    fn getlink_reply_parsing_finds_xdp_and_survives_garbage() {
+        // nlmsghdr(16) + ifinfomsg(16) + IFLA_XDP{ ATTACHED=1, PROG_ID=42 }
+        let mut m = vec![0u8; 32];
+        let xdp_attrs = [5u16.to_ne_bytes(), IFLA_XDP_ATTACHED.to_ne_bytes()].concat();
+        let mut nested = xdp_attrs.clone();
+        nested.extend_from_slice(&[1, 0, 0, 0]); // value + padding
+        nested.extend_from_slice(&8u16.to_ne_bytes());
+        nested.extend_from_slice(&IFLA_XDP_PROG_ID.to_ne_bytes());
+        nested.extend_from_slice(&42u32.to_ne_bytes());
+        m.extend_from_slice(&((4 + nested.len()) as u16).to_ne_bytes());
+        m.extend_from_slice(&(IFLA_XDP | NLA_F_NESTED).to_ne_bytes());
+        m.extend_from_slice(&nested);
+        let total = m.len() as u32;
+        m[0..4].copy_from_slice(&total.to_ne_bytes());
+        m[4..6].copy_from_slice(&libc::RTM_NEWLINK.to_ne_bytes());
+        assert_eq!(parse_getlink_reply(&m).unwrap(), XdpAttached { mode: 1, prog_id: 42 });
+        for cut in 0..m.len() {
+            let _ = parse_getlink_reply(&m[..cut]);
+        }
+        let mut garbage = m.clone();
+        garbage[32] = 0xff; // absurd attribute length
+        assert_eq!(parse_getlink_reply(&garbage).unwrap(), XdpAttached::default());
+    }
+}
