@@ -1,0 +1,167 @@
+//! The byte layouts of `wit/plugin.wit` as constants, shared by the guest SDK and the host
+//! (`wasmswitch-plugin-host` depends on this module so the two sides cannot drift apart).
+//!
+//! All integers are little-endian. See the WIT file for the field-by-field description.
+
+/// Layout version carried in every batch header.
+pub const LAYOUT_VERSION: u16 = 1;
+/// The WIT package this SDK implements.
+pub const WIT_PACKAGE: &str = "wasmswitch:plugin@0.1.0";
+/// Name of the host interface as it appears in a component's imports.
+pub const HOST_INTERFACE: &str = "wasmswitch:plugin/host@0.1.0";
+
+/// Size of the batch header.
+pub const BATCH_HEADER_LEN: usize = 16;
+/// Size of the fixed part of a packet record (before the header snapshot).
+pub const RECORD_META_LEN: usize = 16;
+/// Largest header snapshot a plugin may ask for.
+pub const MAX_HEADER_BYTES: usize = 1024;
+/// Largest batch the layout allows (the switch sends at most 64 today).
+pub const MAX_BATCH: usize = 256;
+/// Size of one verdict record.
+pub const VERDICT_LEN: usize = 4;
+
+/// Batch header field offsets.
+pub mod hdr {
+    pub const VERSION: usize = 0;
+    pub const COUNT: usize = 2;
+    pub const STRIDE: usize = 4;
+    pub const HEADER_BYTES: usize = 6;
+    pub const IN_PORT: usize = 8;
+    pub const QUEUE: usize = 10;
+}
+
+/// Packet record field offsets.
+pub mod rec {
+    pub const LEN: usize = 0;
+    pub const FLAGS: usize = 2;
+    pub const VLAN: usize = 4;
+    pub const ETHERTYPE: usize = 6;
+    pub const L3_OFFSET: usize = 8;
+    pub const L4_OFFSET: usize = 10;
+    pub const IP_PROTO: usize = 12;
+    pub const CAPLEN: usize = 14;
+    pub const HEADERS: usize = 16;
+}
+
+/// Bits of the record's `flags` field (the same bits as the switch core's parser flags).
+pub mod flags {
+    pub const VLAN: u16 = 1 << 0;
+    pub const IPV4: u16 = 1 << 1;
+    pub const IPV6: u16 = 1 << 2;
+    pub const L4_PORTS: u16 = 1 << 3;
+    pub const FRAGMENT: u16 = 1 << 4;
+    pub const GROUP_DST: u16 = 1 << 5;
+}
+
+/// Verdict kinds (byte 0 of a verdict record).
+pub mod kind {
+    pub const PASS: u8 = 0;
+    pub const DROP: u8 = 1;
+    pub const REDIRECT: u8 = 2;
+    pub const HOST: u8 = 3;
+    pub const HOST_COPY: u8 = 4;
+}
+
+/// Bytes per packet record for a given header snapshot size: 16 + N rounded up to 8, so that
+/// every record starts 8-byte aligned.
+#[inline]
+pub const fn stride(header_bytes: usize) -> usize {
+    RECORD_META_LEN + ((header_bytes + 7) & !7)
+}
+
+/// Total size of a batch of `count` packets.
+#[inline]
+pub const fn batch_len(count: usize, header_bytes: usize) -> usize {
+    BATCH_HEADER_LEN + count * stride(header_bytes)
+}
+
+/// What happens to one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub enum Verdict {
+    /// Continue to L2 forwarding (the default).
+    #[default]
+    Pass,
+    /// Drop the packet.
+    Drop,
+    /// Send the packet out of this port only, skipping the forwarding database.
+    Redirect(u16),
+    /// Deliver the packet to the host instead of forwarding it.
+    Host,
+    /// Forward as `Pass` and also send a copy to the host (sampling, monitoring).
+    HostCopy,
+}
+
+impl Verdict {
+    /// The 4-byte wire record.
+    #[inline]
+    pub const fn encode(self) -> [u8; 4] {
+        match self {
+            Verdict::Pass => [kind::PASS, 0, 0, 0],
+            Verdict::Drop => [kind::DROP, 0, 0, 0],
+            Verdict::Redirect(p) => {
+                let b = p.to_le_bytes();
+                [kind::REDIRECT, 0, b[0], b[1]]
+            }
+            Verdict::Host => [kind::HOST, 0, 0, 0],
+            Verdict::HostCopy => [kind::HOST_COPY, 0, 0, 0],
+        }
+    }
+
+    /// Parses a 4-byte wire record; `None` for an unknown kind.
+    #[inline]
+    pub const fn decode(r: [u8; 4]) -> Option<Verdict> {
+        Some(match r[0] {
+            kind::PASS => Verdict::Pass,
+            kind::DROP => Verdict::Drop,
+            kind::REDIRECT => Verdict::Redirect(u16::from_le_bytes([r[2], r[3]])),
+            kind::HOST => Verdict::Host,
+            kind::HOST_COPY => Verdict::HostCopy,
+            _ => return None,
+        })
+    }
+}
+
+/// Metadata of one packet as the host writes it into a record (everything but the snapshot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordMeta {
+    pub len: u16,
+    pub flags: u16,
+    pub vlan: u16,
+    pub ethertype: u16,
+    pub l3_offset: u16,
+    pub l4_offset: u16,
+    pub ip_proto: u8,
+}
+
+/// Writes a batch header into `out[..16]`.
+#[inline]
+pub fn write_batch_header(out: &mut [u8], count: u16, header_bytes: u16, in_port: u16, queue: u16) {
+    let h = &mut out[..BATCH_HEADER_LEN];
+    h[0..2].copy_from_slice(&LAYOUT_VERSION.to_le_bytes());
+    h[2..4].copy_from_slice(&count.to_le_bytes());
+    h[4..6].copy_from_slice(&(stride(header_bytes as usize) as u16).to_le_bytes());
+    h[6..8].copy_from_slice(&header_bytes.to_le_bytes());
+    h[8..10].copy_from_slice(&in_port.to_le_bytes());
+    h[10..12].copy_from_slice(&queue.to_le_bytes());
+    h[12..16].fill(0);
+}
+
+/// Writes one packet record (`out` is exactly one stride long): metadata, then the first
+/// `min(frame.len(), header_bytes)` bytes of `frame`, then zeros up to the stride.
+#[inline]
+pub fn write_record(out: &mut [u8], m: &RecordMeta, frame: &[u8], header_bytes: usize) {
+    let cap = frame.len().min(header_bytes);
+    let (meta, snap) = out.split_at_mut(RECORD_META_LEN);
+    meta[0..2].copy_from_slice(&m.len.to_le_bytes());
+    meta[2..4].copy_from_slice(&m.flags.to_le_bytes());
+    meta[4..6].copy_from_slice(&m.vlan.to_le_bytes());
+    meta[6..8].copy_from_slice(&m.ethertype.to_le_bytes());
+    meta[8..10].copy_from_slice(&m.l3_offset.to_le_bytes());
+    meta[10..12].copy_from_slice(&m.l4_offset.to_le_bytes());
+    meta[12] = m.ip_proto;
+    meta[13] = 0;
+    meta[14..16].copy_from_slice(&(cap as u16).to_le_bytes());
+    snap[..cap].copy_from_slice(&frame[..cap]);
+    snap[cap..].fill(0);
+}

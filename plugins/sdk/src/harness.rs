@@ -1,0 +1,337 @@
+//! Native test harness: craft frames, batch them the way the switch does, run a plugin.
+//!
+//! ```ignore
+//! use wasmswitch_plugin_sdk::harness::{self, Harness};
+//! let mut h = Harness::<MyPlugin>::init("rules: ...").unwrap();
+//! let f = harness::udp4([10, 0, 0, 1], [10, 0, 0, 2], 1234, 53);
+//! assert_eq!(h.run_one(&f), Verdict::Drop);
+//! ```
+//!
+//! The batch bytes are built with the same writer ([`crate::abi::write_record`]) the switch
+//! uses, and the metadata with a small parser that follows the switch's (Ethernet, up to two
+//! VLAN tags, IPv4 with options, IPv6 without extension headers, TCP/UDP ports).
+
+use crate::abi::{self, flags, RecordMeta};
+use crate::host::{backend::NATIVE, Level};
+use crate::{Plugin, Verdict};
+
+/// Default source MAC of crafted frames.
+pub const SRC_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+/// Default destination MAC of crafted frames.
+pub const DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+
+/// A batch under construction.
+#[derive(Clone, Debug)]
+pub struct BatchBuilder {
+    pub header_bytes: usize,
+    pub in_port: u16,
+    pub queue: u16,
+    pub frames: Vec<Vec<u8>>,
+}
+
+impl BatchBuilder {
+    /// An empty batch whose records carry `header_bytes` of each frame.
+    pub fn new(header_bytes: usize) -> Self {
+        Self { header_bytes, in_port: 0, queue: 0, frames: Vec::new() }
+    }
+
+    pub fn in_port(mut self, port: u16) -> Self {
+        self.in_port = port;
+        self
+    }
+
+    pub fn queue(mut self, q: u16) -> Self {
+        self.queue = q;
+        self
+    }
+
+    pub fn push(mut self, frame: Vec<u8>) -> Self {
+        self.frames.push(frame);
+        self
+    }
+
+    /// Encodes the batch exactly as the switch would.
+    pub fn encode(&self) -> Vec<u8> {
+        let n = self.header_bytes;
+        let stride = abi::stride(n);
+        let mut out = vec![0u8; abi::batch_len(self.frames.len(), n)];
+        abi::write_batch_header(&mut out, self.frames.len() as u16, n as u16, self.in_port, self.queue);
+        for (i, f) in self.frames.iter().enumerate() {
+            let start = abi::BATCH_HEADER_LEN + i * stride;
+            abi::write_record(&mut out[start..start + stride], &parse(f), f, n);
+        }
+        out
+    }
+}
+
+/// A plugin instance under test, with the switch's host functions recorded per thread.
+pub struct Harness<P: Plugin> {
+    pub plugin: P,
+    /// Header bytes used by [`Harness::run_one`] and [`Harness::run_frames`].
+    pub header_bytes: usize,
+    out: Vec<u8>,
+}
+
+impl<P: Plugin> Harness<P> {
+    /// Resets this thread's recorded logs/counters/clock and runs `P::init(config)`.
+    pub fn init(config: &str) -> Result<Self, String> {
+        reset();
+        let plugin = P::init(config)?;
+        crate::host::flush_counters();
+        Ok(Self { plugin, header_bytes: 128, out: Vec::new() })
+    }
+
+    /// Runs one batch; returns one verdict per frame.
+    pub fn run(&mut self, batch: &BatchBuilder) -> Vec<Verdict> {
+        let bytes = batch.encode();
+        crate::rt::run_batch(&mut self.plugin, &bytes, &mut self.out).expect("harness batch is well formed");
+        self.out
+            .chunks_exact(4)
+            .map(|r| Verdict::decode([r[0], r[1], r[2], r[3]]).expect("plugin wrote an unknown verdict kind"))
+            .collect()
+    }
+
+    /// Runs `frames` as one batch arriving on `in_port`.
+    pub fn run_frames(&mut self, in_port: u16, frames: &[Vec<u8>]) -> Vec<Verdict> {
+        let mut b = BatchBuilder::new(self.header_bytes).in_port(in_port);
+        b.frames = frames.to_vec();
+        self.run(&b)
+    }
+
+    /// Runs a batch of one frame arriving on port 0.
+    pub fn run_one(&mut self, frame: &[u8]) -> Verdict {
+        self.run_frames(0, &[frame.to_vec()])[0]
+    }
+}
+
+/// Clears this thread's recorded logs, counters and fake clock.
+pub fn reset() {
+    NATIVE.with(|h| {
+        let mut h = h.borrow_mut();
+        h.logs.clear();
+        h.names.clear();
+        h.values.clear();
+        h.clock = None;
+    });
+}
+
+/// Log lines the plugin wrote on this thread.
+pub fn logs() -> Vec<(Level, String)> {
+    NATIVE.with(|h| h.borrow().logs.clone())
+}
+
+/// Value of the named counter (0 when never registered).
+pub fn counter(name: &str) -> u64 {
+    NATIVE.with(|h| {
+        let h = h.borrow();
+        h.names.iter().position(|n| n == name).map_or(0, |i| h.values[i])
+    })
+}
+
+/// Fixes the clock `now_ns` returns (for time-dependent plugins such as rate limiters).
+pub fn set_clock_ns(ns: u64) {
+    NATIVE.with(|h| h.borrow_mut().clock = Some(ns));
+}
+
+/// The metadata the switch's parser would produce for `f` (best effort, never panics).
+pub fn parse(f: &[u8]) -> RecordMeta {
+    let mut m = RecordMeta { len: f.len() as u16, ..Default::default() };
+    if f.len() < 14 {
+        return m;
+    }
+    if f[0] & 1 != 0 {
+        m.flags |= flags::GROUP_DST;
+    }
+    let mut et = u16::from_be_bytes([f[12], f[13]]);
+    let mut off = 14;
+    for _ in 0..2 {
+        if (et == 0x8100 || et == 0x88a8) && f.len() >= off + 4 {
+            if m.flags & flags::VLAN == 0 {
+                m.vlan = u16::from_be_bytes([f[off], f[off + 1]]) & 0x0fff;
+                m.flags |= flags::VLAN;
+            }
+            et = u16::from_be_bytes([f[off + 2], f[off + 3]]);
+            off += 4;
+        }
+    }
+    m.ethertype = et;
+    let (proto, l4, first) = match et {
+        0x0800 if f.len() >= off + 20 => {
+            m.flags |= flags::IPV4;
+            let ihl = (f[off] & 0x0f) as usize * 4;
+            let frag = u16::from_be_bytes([f[off + 6], f[off + 7]]);
+            if frag & 0x3fff != 0 {
+                m.flags |= flags::FRAGMENT;
+            }
+            (f[off + 9], off + ihl, frag & 0x1fff == 0)
+        }
+        0x86dd if f.len() >= off + 40 => {
+            m.flags |= flags::IPV6;
+            (f[off + 6], off + 40, true)
+        }
+        _ => return m,
+    };
+    m.l3_offset = off as u16;
+    m.ip_proto = proto;
+    if first && (proto == 6 || proto == 17) && f.len() >= l4 + if proto == 6 { 20 } else { 8 } {
+        m.l4_offset = l4 as u16;
+        m.flags |= flags::L4_PORTS;
+    }
+    m
+}
+
+fn checksum(b: &[u8]) -> u16 {
+    let mut s: u32 = b.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32).sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// An Ethernet frame with `payload` after the header.
+pub fn ethernet(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(14 + payload.len());
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn l4(proto: u8, sport: u16, dport: u16) -> Vec<u8> {
+    let mut l = vec![0u8; if proto == 6 { 20 } else { 8 }];
+    l[0..2].copy_from_slice(&sport.to_be_bytes());
+    l[2..4].copy_from_slice(&dport.to_be_bytes());
+    if proto == 6 {
+        l[12] = 5 << 4;
+    } else {
+        l[4..6].copy_from_slice(&8u16.to_be_bytes());
+    }
+    l
+}
+
+/// An IPv4 frame carrying a TCP (6) or UDP (17) header, with a valid IP checksum.
+pub fn ip4(src_mac: [u8; 6], dst_mac: [u8; 6], proto: u8, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+    let l4 = l4(proto, sport, dport);
+    let mut ip = vec![0u8; 20];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((20 + l4.len()) as u16).to_be_bytes());
+    ip[8] = 64;
+    ip[9] = proto;
+    ip[12..16].copy_from_slice(&src);
+    ip[16..20].copy_from_slice(&dst);
+    let c = checksum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip.extend_from_slice(&l4);
+    ethernet(dst_mac, src_mac, 0x0800, &ip)
+}
+
+/// A UDP/IPv4 frame between the default MACs.
+pub fn udp4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+    ip4(SRC_MAC, DST_MAC, 17, src, dst, sport, dport)
+}
+
+/// A TCP/IPv4 frame between the default MACs.
+pub fn tcp4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+    ip4(SRC_MAC, DST_MAC, 6, src, dst, sport, dport)
+}
+
+/// A TCP (6) or UDP (17) over IPv6 frame between the default MACs.
+pub fn ip6(proto: u8, src: [u8; 16], dst: [u8; 16], sport: u16, dport: u16) -> Vec<u8> {
+    let l4 = l4(proto, sport, dport);
+    let mut ip = vec![0u8; 40];
+    ip[0] = 0x60;
+    ip[4..6].copy_from_slice(&(l4.len() as u16).to_be_bytes());
+    ip[6] = proto;
+    ip[7] = 64;
+    ip[8..24].copy_from_slice(&src);
+    ip[24..40].copy_from_slice(&dst);
+    ip.extend_from_slice(&l4);
+    ethernet(DST_MAC, SRC_MAC, 0x86dd, &ip)
+}
+
+/// Inserts an 802.1Q tag with VLAN id `vid` after the MAC addresses.
+pub fn with_vlan(mut f: Vec<u8>, vid: u16) -> Vec<u8> {
+    let tag = [0x81, 0x00, (vid >> 8) as u8 & 0x0f, vid as u8];
+    f.splice(12..12, tag);
+    f
+}
+
+/// Replaces the source MAC.
+pub fn with_src_mac(mut f: Vec<u8>, mac: [u8; 6]) -> Vec<u8> {
+    f[6..12].copy_from_slice(&mac);
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::Batch;
+
+    #[test]
+    fn batch_round_trip() {
+        let b = BatchBuilder::new(64)
+            .in_port(3)
+            .queue(1)
+            .push(with_vlan(udp4([10, 0, 0, 1], [10, 0, 0, 2], 1000, 53), 42))
+            .push(ip6(6, [0x20; 16], [0x30; 16], 443, 80))
+            .push(vec![0u8; 10]);
+        let bytes = b.encode();
+        let batch = Batch::new(&bytes).unwrap();
+        assert_eq!((batch.len(), batch.in_port(), batch.queue(), batch.header_bytes()), (3, 3, 1, 64));
+        let p0 = batch.get(0).unwrap();
+        assert_eq!(p0.vlan(), Some(42));
+        assert_eq!(p0.l3_offset(), 18);
+        assert_eq!(p0.ipv4().unwrap().src(), [10, 0, 0, 1]);
+        assert_eq!(p0.ports(), Some((1000, 53)));
+        assert_eq!(p0.ip_proto(), Some(17));
+        let p1 = batch.get(1).unwrap();
+        assert_eq!(p1.ip_addrs().unwrap().0, [0x20; 16]);
+        assert_eq!(p1.ports(), Some((443, 80)));
+        let p2 = batch.get(2).unwrap();
+        assert!(p2.ethernet().is_none() && p2.ports().is_none() && p2.ip_proto().is_none());
+        assert!(batch.get(3).is_none());
+    }
+
+    #[test]
+    fn small_snapshot_hides_ports() {
+        let bytes = BatchBuilder::new(20).push(udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2)).encode();
+        let p = Batch::new(&bytes).unwrap().get(0).unwrap();
+        assert_eq!(p.headers().len(), 20);
+        assert!(p.ipv4().is_none(), "IPv4 header lies beyond the 20-byte snapshot");
+        assert!(p.ports().is_none());
+        assert_eq!(p.len(), 42);
+    }
+
+    #[test]
+    fn malformed_batches_are_rejected() {
+        let mut bytes = BatchBuilder::new(8).push(udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2)).encode();
+        assert!(Batch::new(&bytes[..bytes.len() - 1]).is_err());
+        bytes[0] = 9;
+        assert!(Batch::new(&bytes).is_err());
+        assert!(Batch::new(&[]).is_err());
+    }
+
+    #[test]
+    fn verdicts_round_trip() {
+        for v in [Verdict::Pass, Verdict::Drop, Verdict::Redirect(513), Verdict::Host, Verdict::HostCopy] {
+            assert_eq!(Verdict::decode(v.encode()), Some(v));
+        }
+        assert_eq!(Verdict::decode([9, 0, 0, 0]), None);
+    }
+
+    #[test]
+    fn counters_and_logs_are_recorded() {
+        reset();
+        let c = crate::Counter::register("hits").unwrap();
+        assert!(crate::Counter::register("Bad-Name").is_err());
+        c.add(3);
+        c.inc();
+        crate::host::flush_counters();
+        assert_eq!(counter("hits"), 4);
+        crate::log(Level::Warn, "hello");
+        assert_eq!(logs(), vec![(Level::Warn, "hello".to_string())]);
+        set_clock_ns(77);
+        assert_eq!(crate::now_ns(), 77);
+    }
+}
