@@ -64,17 +64,25 @@ impl<T: Copy> RingPtrs<T> {
     }
 
     #[inline]
+    fn slot(&self, idx: u32) -> *mut T {
+        // SAFETY: `idx & (size - 1) < size` and `entries` points to `size` entries.
+        unsafe { self.entries.add((idx & (self.size - 1)) as usize) }
+    }
+
+    #[inline]
     fn write(&self, idx: u32, v: T) {
-        // SAFETY: `idx & (size - 1)` is in bounds; the slot belongs to the producer between the
-        // consumer index (loaded with Acquire) and the producer index it has not yet published.
-        unsafe { self.entries.add((idx & (self.size - 1)) as usize).write_volatile(v) }
+        let p = self.slot(idx);
+        // SAFETY: the slot belongs to the producer between the consumer index (loaded with
+        // Acquire) and the producer index it has not yet published.
+        unsafe { p.write_volatile(v) }
     }
 
     #[inline]
     fn read(&self, idx: u32) -> T {
-        // SAFETY: in bounds as above; the slot was published by the producer (Acquire load of
-        // the producer index) and is not reused until we publish our consumer index.
-        unsafe { self.entries.add((idx & (self.size - 1)) as usize).read_volatile() }
+        let p = self.slot(idx);
+        // SAFETY: the slot was published by the producer (Acquire load of the producer index)
+        // and is not reused until we publish our consumer index.
+        unsafe { p.read_volatile() }
     }
 }
 
