@@ -58,6 +58,10 @@ impl UmemRegistration {
         &self.umem
     }
 
+    fn check_mode(&self, iface: &str, wanted: BindMode) -> Result<(), AfXdpError> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).check_mode(iface, wanted)
+    }
+
     /// The bind mode every socket of this UMEM uses, once the first one is open.
     pub fn bind_mode(&self) -> Option<BindMode> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -67,6 +71,17 @@ impl UmemRegistration {
 }
 
 impl RegState {
+    /// All sockets of a UMEM share the first one's bind mode (the kernel's rule).
+    fn check_mode(&mut self, iface: &str, wanted: BindMode) -> Result<(), AfXdpError> {
+        self.prune();
+        match &self.mode {
+            Some((have, first)) if *have != wanted => {
+                Err(AfXdpError::UmemModeMismatch { iface: iface.into(), wanted, have: *have, first: first.clone() })
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn prune(&mut self) {
         self.sockets.retain(|w| w.strong_count() > 0);
         if self.sockets.is_empty() {
@@ -164,6 +179,7 @@ impl AfXdpPort {
             return Err(AfXdpError::QueueOutOfRange { iface: iface.into(), queue: 0, channels: 0 });
         }
         check_rings(iface, &decision.rings)?;
+        reg.check_mode(iface, decision.bind)?;
 
         // Someone else's program on the hook: say so before creating anything.
         let att = sys::xdp_attached(ifindex).map_err(|e| AfXdpError::sys(iface, "querying the interface's XDP state (RTM_GETLINK)", e))?;
@@ -182,12 +198,7 @@ impl AfXdpPort {
         let mut handles = Vec::with_capacity(decision.queues.len());
         {
             let mut st = reg.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.prune();
-            if let Some((have, first)) = &st.mode {
-                if *have != decision.bind {
-                    return Err(AfXdpError::UmemModeMismatch { iface: iface.into(), wanted: decision.bind, have: *have, first: first.clone() });
-                }
-            }
+            st.check_mode(iface, decision.bind)?;
             for &q in &decision.queues {
                 let anchor = st.sockets.iter().find_map(Weak::upgrade);
                 let binding = match &anchor {

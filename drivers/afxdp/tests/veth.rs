@@ -544,6 +544,12 @@ fn clear_errors_for_missing_interface_bad_queue_and_busy_hook() {
     assert!(e.to_string().contains("bind: copy"), "{e}");
 
     let first = open(&lab.sw.0, PortSpec { iface: "sw0".into(), overrides: small_rings() }, &reg).unwrap();
+    assert_eq!(reg.bind_mode(), Some(wasmswitch_afxdp::BindMode::Copy));
+    // The UMEM is now bound in copy mode; a zero-copy port cannot share it.
+    let spec = PortSpec { iface: "sw0".into(), overrides: Overrides { bind: Some(wasmswitch_afxdp::BindMode::ZeroCopy), ..small_rings() } };
+    let e = open(&lab.sw.0, spec, &reg).unwrap_err();
+    assert!(matches!(e, AfXdpError::UmemModeMismatch { .. }), "{e}");
+    assert!(e.to_string().contains("which sw0 queue 0 bound in copy mode"), "{e}");
     let e = open(&lab.sw.0, PortSpec { iface: "sw0".into(), overrides: small_rings() }, &reg).unwrap_err();
     assert!(matches!(e, AfXdpError::AlreadyAttached { .. }), "{e}");
     assert!(e.to_string().starts_with("interface sw0 already has an XDP program attached (native"), "{e}");
@@ -577,6 +583,27 @@ fn generic_attach_override_works_too() {
     drop(q);
     pool.drain();
     check_no_leak(&shared, &[]).unwrap();
+}
+
+#[test]
+fn a_starved_fill_ring_is_counted_and_nothing_leaks() {
+    if !env_ready("a_starved_fill_ring_is_counted_and_nothing_leaks") {
+        return;
+    }
+    let lab = Lab::new(1, 1);
+    let (umem, shared) = pool_for(100);
+    let reg = UmemRegistration::new(umem);
+    let mut port = open(&lab.sw.0, PortSpec { iface: "sw0".into(), overrides: small_rings() }, &reg).unwrap();
+    let (_, mut q) = port.take_queues().pop().unwrap();
+    let mut pool = PoolCache::new(shared.clone(), 16, AllocMode::Recycling);
+    q.rx_burst(&mut pool, &mut [Desc::default(); 64]);
+    assert_eq!(q.frames_held(), 100, "every frame of the pool went to the 256-entry fill ring");
+    assert!(q.stats().fill_starved.get() >= 1);
+    q.release_all(&mut pool);
+    drop(q);
+    pool.drain();
+    check_no_leak(&shared, &[]).unwrap();
+    assert_eq!(port.xdp_stats()[0].1, None, "socket closed after release");
 }
 
 const CHILD_ENV: &str = "WSX_AFXDP_CHILD_NS";
