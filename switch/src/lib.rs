@@ -4,3 +4,9 @@
 //! them to threads, files, sockets and signals.
 
 pub mod config;
+pub mod dataplane;
+pub mod metrics;
+pub mod api;
+pub mod daemon;
+pub mod bench;
+pub mod demo;

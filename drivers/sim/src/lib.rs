@@ -103,10 +103,11 @@ impl SimQueue {
         &self.stats
     }
 
-    /// The driver's half of RX: keep the fill ring stocked, in bulk, once a quarter is free.
+    /// The driver's half of RX: keep the fill ring stocked, in bulk, once a burst's worth (or a
+    /// quarter of a small ring) is free.
     fn refill(&mut self, pool: &mut PoolCache) {
         let free = self.rings.fill - self.fill.len();
-        if free >= self.rings.fill / 4 {
+        if free >= (self.rings.fill / 4).min(wasmswitch_core::BATCH_SIZE) {
             let n = pool.alloc_bulk(&mut self.refill_buf[..free]);
             self.fill.extend(&self.refill_buf[..n]);
         }

@@ -26,18 +26,24 @@ pub enum ForwardMode {
 
 /// A worker's view of one port.
 pub struct PortSlot {
-    /// This worker's queue on the port (TX always; RX when `poll_rx`).
-    pub queue: Box<dyn PortQueue>,
-    /// Whether this worker polls the queue's RX side.
-    pub poll_rx: bool,
+    /// The queues this worker owns on the port. The first carries the worker's TX; every queue
+    /// whose `has_rx()` is true is polled for RX.
+    pub queues: Vec<Box<dyn PortQueue>>,
     /// Frames longer than this are dropped as oversize.
     pub max_frame: usize,
     /// Ingress verdict stage (the port's plugin chain).
     pub ingress: Option<Box<dyn VerdictStage>>,
     /// A stopped port neither receives nor transmits (vanished interface).
     pub up: bool,
-    /// Queue index reported in metrics.
+    /// Queue index reported in metrics (that of the TX queue).
     pub queue_index: u16,
+}
+
+impl PortSlot {
+    /// Frames held by all of this slot's queues.
+    pub fn frames_held(&self) -> usize {
+        self.queues.iter().map(|q| q.frames_held()).sum()
+    }
 }
 
 /// Options that shape a pipeline (mostly for benchmark ablations).
@@ -68,6 +74,8 @@ pub struct Pipeline {
     staged: Vec<Vec<Desc>>,
     /// Frames to give back after the round (drops), returned in bulk.
     dropped: Vec<u64>,
+    /// (port, queue index in its slot) of every queue this worker polls for RX.
+    rx_list: Vec<(PortId, usize)>,
     now: u32,
 }
 
@@ -76,7 +84,13 @@ impl Pipeline {
         let n = ports.len();
         // Worst case per round: every packet of every RX burst floods to every port.
         let per_port = BATCH_SIZE * n.max(1);
+        let rx_list = ports
+            .iter()
+            .enumerate()
+            .flat_map(|(p, s)| s.queues.iter().enumerate().filter(|(_, q)| q.has_rx()).map(move |(i, _)| (p as PortId, i)))
+            .collect();
         Self {
+            rx_list,
             staged: (0..n).map(|_| Vec::with_capacity(per_port)).collect(),
             dropped: Vec::with_capacity(BATCH_SIZE * 2),
             ports,
@@ -123,12 +137,20 @@ impl Pipeline {
     pub fn poll(&mut self) -> usize {
         let start = cycles();
         let mut received = 0;
-        for p in 0..self.ports.len() {
-            if self.ports[p].poll_rx && self.ports[p].up {
-                received += self.rx_one(p as PortId);
+        let mut completed = 0;
+        for i in 0..self.rx_list.len() {
+            let (p, q) = self.rx_list[i];
+            if self.ports[p as usize].up {
+                received += self.rx_one(p, q);
+                // Completions right after each burst's TX: frames come back to the cache while
+                // the next burst's fill-ring refill still needs them, so the cache absorbs the
+                // churn instead of overflowing to the shared ring once per round.
+                completed += self.complete();
             }
         }
-        let completed = self.complete();
+        if self.rx_list.is_empty() {
+            completed += self.complete();
+        }
         if received > 0 || completed > 0 {
             self.stats.busy_cycles.add(cycles().wrapping_sub(start));
         }
@@ -136,9 +158,9 @@ impl Pipeline {
         received
     }
 
-    fn rx_one(&mut self, p: PortId) -> usize {
+    fn rx_one(&mut self, p: PortId, q: usize) -> usize {
         let pi = p as usize;
-        let n = self.ports[pi].queue.rx_burst(&mut self.pool, &mut self.batch.descs);
+        let n = self.ports[pi].queues[q].rx_burst(&mut self.pool, &mut self.batch.descs);
         if n == 0 {
             return 0;
         }
@@ -179,11 +201,10 @@ impl Pipeline {
             // SAFETY: the descriptor came from this worker's RX burst, so the worker holds the frame.
             let bytes = unsafe { umem.bytes(d.addr, d.len as usize) };
             // A length beyond the frame reads as an empty slice, i.e. a runt.
-            let parsed = if d.len as usize > max { Err(wire::ParseError::Oversize) } else { wire::parse(bytes, max) };
+            let parsed = if d.len as usize > max { Err(wire::ParseError::Oversize) } else { wire::parse_into(bytes, max, &mut b.meta[kept]) };
             match parsed {
-                Ok(m) => {
+                Ok(()) => {
                     b.descs[kept] = d;
-                    b.meta[kept] = m;
                     b.verdicts[kept] = Verdict::Pass;
                     kept += 1;
                 }
@@ -215,6 +236,15 @@ impl Pipeline {
         let pi = p as usize;
         let nports = self.ports.len();
         let mut last_src = u64::MAX;
+        // Prefetch pass: start every FDB bucket load of the batch before using any (VPP-style),
+        // so the misses overlap instead of stalling one packet at a time.
+        let umem = self.pool.umem().clone();
+        for d in &self.batch.descs[..self.batch.len] {
+            // SAFETY: the worker holds the frame; parse guaranteed at least 14 bytes.
+            let hdr = unsafe { umem.bytes(d.addr, 12) };
+            self.fdb.prefetch(MacAddr::from_bytes(&hdr[0..6]));
+            self.fdb.prefetch(MacAddr::from_bytes(&hdr[6..12]));
+        }
         for i in 0..self.batch.len {
             let d = self.batch.descs[i];
             let egress = match self.batch.verdicts[i] {
@@ -333,7 +363,7 @@ impl Pipeline {
             }
             let staged = &self.staged[q];
             let port = &mut self.ports[q];
-            let sent = if port.up { port.queue.tx_burst(staged) } else { 0 };
+            let sent = if port.up { port.queues[0].tx_burst(staged) } else { 0 };
             let st = &self.stats.ports[q];
             st.tx_packets.add(sent as u64);
             st.tx_bytes.add(staged[..sent].iter().map(|d| d.len as u64).sum());
@@ -344,7 +374,7 @@ impl Pipeline {
                 }
                 self.dropped.extend(staged[sent..].iter().map(|d| d.addr));
             }
-            port.queue.flush_tx();
+            port.queues[0].flush_tx();
             self.staged[q].clear();
         }
         if !self.dropped.is_empty() {
@@ -358,7 +388,9 @@ impl Pipeline {
         let mut bulk = if self.opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() };
         let mut n = 0;
         for port in self.ports.iter_mut() {
-            n += port.queue.complete(&mut self.pool, &mut bulk);
+            for queue in port.queues.iter_mut() {
+                n += queue.complete(&mut self.pool, &mut bulk);
+            }
         }
         bulk.flush(&mut self.pool);
         n
@@ -369,13 +401,15 @@ impl Pipeline {
     pub fn shutdown(&mut self) {
         self.complete();
         for port in self.ports.iter_mut() {
-            port.queue.release_all(&mut self.pool);
+            for queue in port.queues.iter_mut() {
+                queue.release_all(&mut self.pool);
+            }
         }
         self.pool.drain();
     }
 
     /// Frames held by this worker's queues and cache right now.
     pub fn frames_held(&self) -> usize {
-        self.ports.iter().map(|p| p.queue.frames_held()).sum::<usize>() + self.pool.cached().len()
+        self.ports.iter().map(PortSlot::frames_held).sum::<usize>() + self.pool.cached().len()
     }
 }

@@ -98,11 +98,20 @@ fn mapped_v4(a: [u8; 4]) -> [u8; 16] {
 
 /// Parses `frame` (at most `max_len` bytes long) into metadata.
 pub fn parse(frame: &[u8], max_len: usize) -> Result<PacketMeta, ParseError> {
+    let mut m = PacketMeta::default();
+    parse_into(frame, max_len, &mut m)?;
+    Ok(m)
+}
+
+/// Parses `frame` into `m` in place (the datapath's form: the metadata is written straight
+/// into the batch, never returned by value through the stack).
+#[inline]
+pub fn parse_into(frame: &[u8], max_len: usize, m: &mut PacketMeta) -> Result<(), ParseError> {
     if frame.len() > max_len {
         return Err(ParseError::Oversize);
     }
     let eth = EthernetFrame::new_checked(frame).map_err(|_| ParseError::Runt)?;
-    let mut m = PacketMeta { len: frame.len() as u16, ..Default::default() };
+    *m = PacketMeta { len: frame.len() as u16, ..Default::default() };
     if eth.dst().is_group() {
         m.flags |= flags::GROUP_DST;
     }
@@ -145,7 +154,7 @@ pub fn parse(frame: &[u8], max_len: usize) -> Result<PacketMeta, ParseError> {
             }
             (proto, hdr_len, first)
         }
-        _ => return Ok(m),
+        _ => return Ok(()),
     };
     m.l3_offset = off as u16;
     m.ip_proto = proto;
@@ -160,7 +169,7 @@ pub fn parse(frame: &[u8], max_len: usize) -> Result<PacketMeta, ParseError> {
     } else if is_first_fragment {
         m.l4_offset = l4_off.min(frame.len()) as u16;
     }
-    Ok(m)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,208 @@
+//! `wasmswitch bench`: drives the sim datapath on one worker and measures it.
+//!
+//! Every scenario is measured in the same process, one after the other, so ratios between
+//! them are meaningful even on a noisy machine.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+use wasmswitch_core::pipeline::Pipeline;
+use wasmswitch_core::pool::{check_no_leak, AllocMode};
+use wasmswitch_core::stats::WorkerStats;
+
+use crate::config::Config;
+use crate::dataplane::{build, Built};
+
+/// A scenario: name, forwarding mode, allocation mode, bulk return.
+struct Scenario {
+    name: &'static str,
+    mode: &'static str,
+    alloc: AllocMode,
+    bulk_return: bool,
+    about: &'static str,
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario { name: "passthrough", mode: "passthrough", alloc: AllocMode::Recycling, bulk_return: true, about: "RX -> TX on the same port, no parsing or lookup (the ceiling)" },
+    Scenario { name: "l2", mode: "l2", alloc: AllocMode::Recycling, bulk_return: true, about: "learning switch, 4 ports, 1024 source MACs, 5% broadcast" },
+    Scenario { name: "l2-single-return", mode: "l2", alloc: AllocMode::Recycling, bulk_return: false, about: "l2, TX completions returned one at a time" },
+    Scenario { name: "l2-no-recycle", mode: "l2", alloc: AllocMode::SharedLocked, bulk_return: true, about: "l2, every frame from/to a shared locked allocator, no per-worker cache" },
+];
+
+pub fn scenario_names() -> Vec<&'static str> {
+    SCENARIOS.iter().map(|s| s.name).collect()
+}
+
+/// One line of results.
+#[derive(Serialize, Debug, Clone)]
+pub struct BenchResult {
+    pub scenario: String,
+    pub mpps: f64,
+    pub ns_per_pkt: f64,
+    pub cycles_per_pkt: f64,
+    pub packets: u64,
+    pub tx_packets: u64,
+    pub drops: u64,
+    pub loss_pct: f64,
+    pub seconds: f64,
+    pub frame_size: usize,
+    pub frames_leaked: usize,
+}
+
+pub struct BenchOptions {
+    pub json: bool,
+    pub scenarios: Vec<String>,
+    pub seconds: f64,
+    pub frame_size: usize,
+}
+
+/// The YAML of the benchmark topology: 4 sim ports, 256 source MACs each (1024 in all).
+pub fn topology_yaml(mode: &str, frame_size: usize) -> String {
+    let mut y = format!("switch:\n  mode: {mode}\npool:\n  frames: 16384\nworkers:\n  - idle: poll\nports:\n");
+    for p in 0..4 {
+        y += &format!(
+            "  - name: p{p}\n    driver: sim\n    sim:\n      ring_size: 1024\n      traffic:\n        src_macs: 256\n        frame_sizes: [{frame_size}]\n        broadcast_percent: 5\n        flows: 1024\n"
+        );
+    }
+    y
+}
+
+struct Snapshot {
+    packets: u64,
+    tx: u64,
+    drops: u64,
+    cycles: u64,
+}
+
+fn snapshot(s: &WorkerStats) -> Snapshot {
+    Snapshot {
+        packets: s.packets.get(),
+        tx: s.ports.iter().map(|p| p.tx_packets.get()).sum(),
+        drops: s.ports.iter().map(|p| p.drops_total()).sum(),
+        cycles: s.busy_cycles.get(),
+    }
+}
+
+/// Runs `pipe` for `seconds` (after a warm-up) and measures it.
+pub fn measure(name: &str, pipe: &mut Pipeline, seconds: f64, frame_size: usize, mut progress: impl FnMut(f64)) -> BenchResult {
+    let warm = Instant::now();
+    while warm.elapsed() < Duration::from_millis(200) {
+        pipe.poll();
+    }
+    let before = snapshot(pipe.stats());
+    let start = Instant::now();
+    let limit = Duration::from_secs_f64(seconds);
+    let mut last_progress = Instant::now();
+    loop {
+        for _ in 0..16 {
+            pipe.poll();
+        }
+        let el = start.elapsed();
+        if el >= limit {
+            break;
+        }
+        if last_progress.elapsed() > Duration::from_millis(250) {
+            progress(el.as_secs_f64());
+            last_progress = Instant::now();
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let after = snapshot(pipe.stats());
+    let packets = after.packets - before.packets;
+    let drops = after.drops - before.drops;
+    BenchResult {
+        scenario: name.to_string(),
+        mpps: packets as f64 / secs / 1e6,
+        ns_per_pkt: secs * 1e9 / packets.max(1) as f64,
+        cycles_per_pkt: (after.cycles - before.cycles) as f64 / packets.max(1) as f64,
+        packets,
+        tx_packets: after.tx - before.tx,
+        drops,
+        loss_pct: 100.0 * drops as f64 / packets.max(1) as f64,
+        seconds: secs,
+        frame_size,
+        frames_leaked: 0,
+    }
+}
+
+/// Builds the topology for `s` and hands its single pipeline to `run`; checks for leaks after.
+pub fn with_pipeline(mode: &str, frame_size: usize, alloc: AllocMode, bulk: bool, run: impl FnOnce(&mut Pipeline) -> BenchResult) -> Result<BenchResult> {
+    let cfg = Config::parse(&topology_yaml(mode, frame_size), Path::new("<bench>"))?;
+    let Built { pool, mut pipelines, .. } = build(&cfg, alloc, bulk)?;
+    let mut pipe = pipelines.pop().expect("one worker");
+    let mut r = run(&mut pipe);
+    pipe.shutdown();
+    drop(pipe);
+    r.frames_leaked = match check_no_leak(&pool, &[]) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{}: {e}", r.scenario);
+            pool.total_frames() - pool.frames_at_rest()
+        }
+    };
+    Ok(r)
+}
+
+pub fn run(opts: &BenchOptions) -> Result<Vec<BenchResult>> {
+    let chosen: Vec<&Scenario> = if opts.scenarios.is_empty() {
+        SCENARIOS.iter().collect()
+    } else {
+        opts.scenarios
+            .iter()
+            .map(|n| SCENARIOS.iter().find(|s| s.name == n).ok_or_else(|| anyhow::anyhow!("unknown scenario `{n}`: expected one of {}", scenario_names().join(", "))))
+            .collect::<Result<_>>()?
+    };
+    if !(60..=1792).contains(&opts.frame_size) {
+        bail!("--frame-size {} is out of range: expected 60-1792", opts.frame_size);
+    }
+    let mut results = Vec::new();
+    let total = chosen.len();
+    for (i, s) in chosen.iter().enumerate() {
+        let r = with_pipeline(s.mode, opts.frame_size, s.alloc, s.bulk_return, |pipe| {
+            measure(s.name, pipe, opts.seconds, opts.frame_size, |t| {
+                if !opts.json {
+                    eprint!("\r[{}/{total}] {:<18} {t:4.1}s / {:.1}s", i + 1, s.name, opts.seconds);
+                    let _ = std::io::stderr().flush();
+                }
+            })
+        })?;
+        if opts.json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            eprint!("\r{:60}\r", "");
+        }
+        results.push(r);
+    }
+    if !opts.json {
+        print_table(&results);
+    }
+    Ok(results)
+}
+
+fn print_table(results: &[BenchResult]) {
+    println!("{:<18} {:>8} {:>10} {:>12} {:>12} {:>8} {:>7}", "scenario", "Mpps", "ns/pkt", "cycles/pkt", "packets", "loss %", "leaked");
+    for r in results {
+        println!(
+            "{:<18} {:>8.2} {:>10.1} {:>12.1} {:>12} {:>8.3} {:>7}",
+            r.scenario, r.mpps, r.ns_per_pkt, r.cycles_per_pkt, r.packets, r.loss_pct, r.frames_leaked
+        );
+    }
+    let get = |n: &str| results.iter().find(|r| r.scenario == n).map(|r| r.mpps);
+    if let (Some(l2), Some(pt)) = (get("l2"), get("passthrough")) {
+        println!("l2 / passthrough          = {:.2}", l2 / pt);
+    }
+    if let (Some(l2), Some(s)) = (get("l2"), get("l2-single-return")) {
+        println!("bulk return gain          = {:+.1}%", (l2 / s - 1.0) * 100.0);
+    }
+    if let (Some(l2), Some(s)) = (get("l2"), get("l2-no-recycle")) {
+        println!("recycling gain            = {:+.1}%", (l2 / s - 1.0) * 100.0);
+    }
+    for s in SCENARIOS {
+        if results.iter().any(|r| r.scenario == s.name) {
+            println!("  {:<18} {}", s.name, s.about);
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! `wasmswitch run`: the daemon's lifecycle (start, serve, reload, drain, exit).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::api::{router, ApiState};
+use crate::config::Config;
+use crate::dataplane::Dataplane;
+use crate::metrics::{Metrics, SwitchCollector};
+
+/// The running switch: its config and datapath, shared with the control API.
+pub struct Switch {
+    pub path: PathBuf,
+    pub config: Config,
+    pub dataplane: Dataplane,
+}
+
+impl Switch {
+    pub fn start(path: &Path) -> Result<Switch> {
+        let config = Config::load(path)?;
+        let dataplane = Dataplane::start(&config)?;
+        Ok(Switch { path: path.to_owned(), config, dataplane })
+    }
+
+    pub fn collector(&self) -> SwitchCollector {
+        let dp = &self.dataplane;
+        SwitchCollector {
+            ports: dp.ports.clone(),
+            workers: dp.workers.iter().map(|w| w.stats.clone()).collect(),
+            pool: dp.pool.clone(),
+            fdb: dp.fdb.clone(),
+            start: dp.start,
+            extra: Vec::new(),
+        }
+    }
+
+    pub fn ports_json(&self) -> serde_json::Value {
+        let dp = &self.dataplane;
+        let ports: Vec<_> = dp
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(p, info)| {
+                let sum = |f: &dyn Fn(&wasmswitch_core::stats::PortStats) -> u64| -> u64 { dp.workers.iter().map(|w| f(&w.stats.ports[p])).sum() };
+                json!({
+                    "name": info.name,
+                    "driver": info.driver,
+                    "mode": info.mode,
+                    "queues": info.queues,
+                    "rx_packets": sum(&|s| s.rx_packets.get()),
+                    "tx_packets": sum(&|s| s.tx_packets.get()),
+                    "drops": sum(&|s| s.drops_total()),
+                })
+            })
+            .collect();
+        json!({ "ports": ports })
+    }
+
+    pub fn plugins_json(&self) -> serde_json::Value {
+        json!({ "plugins": [] })
+    }
+
+    /// Re-reads the config file. Only changes that can be applied at a batch boundary are
+    /// accepted; anything else is refused and the running config stays as it is.
+    pub fn reload(&mut self) -> Result<String> {
+        let new = Config::load(&self.path).context("reload refused, the running config is unchanged")?;
+        let shape = |c: &Config| {
+            let ports: Vec<_> = c.ports.iter().map(|p| format!("{:?}", (&p.name.value, p.driver.value, p.mtu))).collect();
+            (ports, c.workers.len(), c.pool.frames.value, c.pool.frame_size.value, c.listen_addr())
+        };
+        if shape(&new) != shape(&self.config) {
+            bail!("reload refused: ports, workers, pool or metrics address changed; restart the daemon to apply those");
+        }
+        self.config = new;
+        Ok("configuration re-read; nothing on the data path changed".into())
+    }
+}
+
+/// Runs the daemon until SIGINT or SIGTERM, then drains the workers and checks every frame
+/// came back. SIGHUP reloads.
+pub fn run(path: &Path) -> Result<()> {
+    let switch = Switch::start(path)?;
+    let addr = switch.config.listen_addr();
+    let metrics = Arc::new(Metrics::new(switch.collector()));
+    log::info!(
+        "wasmswitch running: {} port(s), {} worker(s), {} frames of {} bytes",
+        switch.config.ports.len(),
+        switch.config.workers.len(),
+        switch.config.pool.frames.value,
+        switch.config.pool.frame_size.value
+    );
+    let switch = Arc::new(Mutex::new(switch));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the control runtime")?;
+    let state = ApiState { metrics, switch: switch.clone() };
+    let control = switch.clone();
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} (metrics.listen)"))?;
+        log::info!("metrics and control API on http://{addr}/metrics");
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, router(state))
+                .with_graceful_shutdown(async {
+                    let _ = stop_rx.await;
+                })
+                .await
+        });
+        loop {
+            tokio::select! {
+                _ = term.recv() => { log::info!("SIGTERM: draining"); break; }
+                _ = int.recv() => { log::info!("SIGINT: draining"); break; }
+                _ = hup.recv() => {
+                    match control.lock().unwrap_or_else(|e| e.into_inner()).reload() {
+                        Ok(s) => log::info!("SIGHUP: {s}"),
+                        Err(e) => log::error!("SIGHUP: {e:#}"),
+                    }
+                }
+            }
+        }
+        let _ = stop_tx.send(());
+        let _ = server.await;
+        anyhow::Ok(())
+    })?;
+    let mut sw = switch.lock().unwrap_or_else(|e| e.into_inner());
+    sw.dataplane.stop()?;
+    log::info!("stopped cleanly: all {} frames are back in the pool", sw.dataplane.pool.total_frames());
+    Ok(())
+}

@@ -1,0 +1,314 @@
+//! Builds the datapath from a [`Config`] and runs one pinned thread per worker.
+//!
+//! Queue ownership: queue `q` of a port is polled by worker `q % workers`; every worker also
+//! has its own TX queue on every port (its first RX queue there, or a TX-only queue when the
+//! port has fewer queues than there are workers).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use wasmswitch_core::fdb::Fdb;
+use wasmswitch_core::pipeline::{ForwardMode, Pipeline, PipelineOptions, PortSlot};
+use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, SharedPool};
+use wasmswitch_core::stats::WorkerStats;
+use wasmswitch_core::verdict::VerdictStage;
+use wasmswitch_core::{PortId, PortQueue, Umem};
+use wasmswitch_sim::{SimQueue, SimRings, SimStats, Source, TrafficGen, TrafficSpec};
+
+use crate::config::{Config, DriverKind, Idle, Mode, SimSection};
+
+/// A change a worker applies between two rounds.
+pub enum Command {
+    SetIngress(PortId, Option<Box<dyn VerdictStage>>),
+    SetPortUp(PortId, bool),
+}
+
+/// The mailbox of one worker: checked with a plain load once per 64 rounds, locked only when
+/// something is pending.
+#[derive(Default)]
+pub struct WorkerControl {
+    stop: AtomicBool,
+    pending: AtomicBool,
+    commands: Mutex<Vec<Command>>,
+}
+
+impl WorkerControl {
+    pub fn send(&self, cmd: Command) {
+        self.commands.lock().unwrap_or_else(|e| e.into_inner()).push(cmd);
+        self.pending.store(true, Ordering::Release);
+    }
+}
+
+/// Static facts about a port, for metrics and the API.
+#[derive(Debug, Clone)]
+pub struct PortInfo {
+    pub name: String,
+    pub driver: &'static str,
+    pub queues: usize,
+    /// Mode label (e.g. the AF_XDP profile's choice), for metrics.
+    pub mode: String,
+    /// Per-queue NIC-side counters of sim ports.
+    pub sim: Vec<Arc<SimStats>>,
+}
+
+pub struct WorkerHandle {
+    pub stats: Arc<WorkerStats>,
+    pub control: Arc<WorkerControl>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The running datapath.
+pub struct Dataplane {
+    pub pool: Arc<SharedPool>,
+    pub fdb: Arc<Fdb>,
+    pub ports: Vec<PortInfo>,
+    pub workers: Vec<WorkerHandle>,
+    pub start: Instant,
+    housekeeping: Option<JoinHandle<()>>,
+    stop_housekeeping: Arc<AtomicBool>,
+}
+
+/// Frames past the MTU: Ethernet header plus two VLAN tags.
+pub fn max_frame(mtu: u32) -> usize {
+    mtu as usize + 14 + 8
+}
+
+/// The pipelines of every worker, before they get threads (the bench drives these directly).
+pub struct Built {
+    pub pool: Arc<SharedPool>,
+    pub fdb: Arc<Fdb>,
+    pub ports: Vec<PortInfo>,
+    pub pipelines: Vec<Pipeline>,
+}
+
+/// Traffic spec of sim port `p` from its YAML.
+fn traffic_spec(cfg: &Config, p: usize, sim: &SimSection, queue: usize) -> Option<TrafficSpec> {
+    let t = sim.traffic.as_ref()?;
+    let dst_ports: Vec<u16> = match &t.to {
+        Some(to) => to.iter().filter_map(|n| cfg.port_index(&n.value)).map(|i| i as u16).collect(),
+        None => (0..cfg.ports.len())
+            .filter(|&i| i != p && cfg.ports[i].sim.as_ref().is_some_and(|s| s.value.traffic.is_some()))
+            .map(|i| i as u16)
+            .collect(),
+    };
+    Some(TrafficSpec {
+        port: p as u16,
+        src_macs: t.src_macs,
+        dst_ports,
+        frame_sizes: t.frame_sizes.value.clone(),
+        broadcast: t.broadcast_percent.value / 100.0,
+        flows: t.flows,
+        vlan: t.vlan.as_ref().map(|v| v.value),
+        rate_pps: t.rate_pps,
+        templates: 1024,
+        seed: 0x5eed ^ queue as u64,
+    })
+}
+
+/// Builds pools, FDB, drivers and one pipeline per worker.
+pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built> {
+    let workers = cfg.workers.len();
+    let umem = Arc::new(Umem::new(cfg.pool.frames.value, cfg.pool.frame_size.value).context("cannot map the frame memory (UMEM)")?);
+    let pool = SharedPool::new(0, umem.clone(), cfg.pool.ring);
+    let fdb = Arc::new(Fdb::new(cfg.fdb.capacity, cfg.fdb.aging_seconds));
+    let mode = match cfg.switch.mode {
+        Mode::L2 => ForwardMode::L2,
+        Mode::Passthrough => ForwardMode::Passthrough,
+    };
+    // slots[w][p] = the queues worker w owns on port p (first one carries its TX).
+    let mut slots: Vec<Vec<Vec<Box<dyn PortQueue>>>> = (0..workers).map(|_| (0..cfg.ports.len()).map(|_| Vec::new()).collect()).collect();
+    let mut infos = Vec::new();
+    for (p, port) in cfg.ports.iter().enumerate() {
+        match port.driver.value {
+            DriverKind::Sim => {
+                let sim = port.sim.as_ref().map(|s| s.value.clone()).unwrap_or_default();
+                let queues = sim.queues.value as usize;
+                let rings = SimRings { fill: sim.ring_size, tx: sim.ring_size };
+                let mut stats = Vec::new();
+                for q in 0..queues {
+                    let source = match traffic_spec(cfg, p, &sim, q) {
+                        Some(spec) => Source::Gen(TrafficGen::new(&spec)),
+                        None => Source::Idle,
+                    };
+                    let queue = SimQueue::new(umem.clone(), rings, source);
+                    stats.push(queue.stats().clone());
+                    slots[q % workers][p].push(Box::new(queue));
+                }
+                for w in queues..workers {
+                    // Fewer queues than workers: a TX-only queue each (a sim NIC has plenty).
+                    let queue = SimQueue::new(umem.clone(), rings, Source::Idle);
+                    stats.push(queue.stats().clone());
+                    slots[w][p].push(Box::new(queue));
+                }
+                infos.push(PortInfo { name: port.name.value.clone(), driver: "sim", queues, mode: "sim".into(), sim: stats });
+            }
+            DriverKind::Afxdp => {
+                bail!("port `{}`: the afxdp driver is not available in this build yet", port.name.value);
+            }
+        }
+    }
+    let mut pipelines = Vec::new();
+    for (w, worker_slots) in slots.into_iter().enumerate() {
+        let cache = PoolCache::new(pool.clone(), cfg.pool.cache, alloc);
+        let stats = Arc::new(WorkerStats::new(w, cfg.ports.len(), cache.stats().clone()));
+        let ports = worker_slots
+            .into_iter()
+            .enumerate()
+            .map(|(p, queues)| PortSlot {
+                queue_index: w as u16,
+                queues,
+                max_frame: max_frame(cfg.ports[p].mtu),
+                ingress: None,
+                up: true,
+            })
+            .collect();
+        let opts = PipelineOptions { mode, bulk_return, host_port: None };
+        pipelines.push(Pipeline::new(ports, cache, fdb.clone(), stats, opts));
+    }
+    Ok(Built { pool, fdb, ports: infos, pipelines })
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and
+    // sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes of it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, idle: Idle) {
+    let mut rounds: u64 = 0;
+    loop {
+        let n = pipe.poll();
+        rounds += 1;
+        if rounds % 64 == 0 {
+            pipe.set_now(start.elapsed().as_secs() as u32);
+            if control.pending.load(Ordering::Acquire) {
+                control.pending.store(false, Ordering::Release);
+                let cmds = std::mem::take(&mut *control.commands.lock().unwrap_or_else(|e| e.into_inner()));
+                for cmd in cmds {
+                    match cmd {
+                        Command::SetIngress(p, stage) => drop(pipe.set_ingress(p, stage)),
+                        Command::SetPortUp(p, up) => pipe.set_port_up(p, up),
+                    }
+                }
+            }
+            if control.stop.load(Ordering::Acquire) {
+                break;
+            }
+        }
+        if n == 0 {
+            match idle {
+                Idle::Poll => std::hint::spin_loop(),
+                Idle::Sleep => std::thread::sleep(Duration::from_micros(50)),
+            }
+        }
+    }
+    // Drain: final completions, and every frame the drivers hold goes back to the pool.
+    pipe.shutdown();
+}
+
+impl Dataplane {
+    /// Builds the datapath and starts its worker threads.
+    pub fn start(cfg: &Config) -> Result<Dataplane> {
+        let built = build(cfg, AllocMode::Recycling, true)?;
+        let start = Instant::now();
+        let mut workers = Vec::new();
+        for (w, pipe) in built.pipelines.into_iter().enumerate() {
+            let control = Arc::new(WorkerControl::default());
+            let stats = pipe.stats().clone();
+            let cpu = cfg.workers[w].cpu.as_ref().map(|c| c.value);
+            let idle = cfg.workers[w].idle;
+            let ctl = control.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("worker-{w}"))
+                .spawn(move || {
+                    if let Some(cpu) = cpu {
+                        if let Err(e) = pin_to_cpu(cpu) {
+                            log::warn!("worker {w}: cannot pin to cpu {cpu}: {e}");
+                        }
+                    }
+                    worker_loop(pipe, ctl, start, idle)
+                })
+                .context("cannot start a worker thread")?;
+            workers.push(WorkerHandle { stats, control, thread: Some(thread) });
+        }
+        let stop_housekeeping = Arc::new(AtomicBool::new(false));
+        let housekeeping = {
+            let fdb = built.fdb.clone();
+            let stop = stop_housekeeping.clone();
+            std::thread::Builder::new()
+                .name("housekeeping".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(200));
+                        fdb.age(start.elapsed().as_secs() as u32);
+                    }
+                })
+                .context("cannot start the housekeeping thread")?
+        };
+        Ok(Dataplane {
+            pool: built.pool,
+            fdb: built.fdb,
+            ports: built.ports,
+            workers,
+            start,
+            housekeeping: Some(housekeeping),
+            stop_housekeeping,
+        })
+    }
+
+    /// Sends `cmd_for(worker)` to every worker.
+    pub fn broadcast(&self, mut cmd_for: impl FnMut(usize) -> Command) {
+        for (w, h) in self.workers.iter().enumerate() {
+            h.control.send(cmd_for(w));
+        }
+    }
+
+    /// True while every worker thread runs.
+    pub fn healthy(&self) -> bool {
+        self.workers.iter().all(|w| w.thread.as_ref().is_some_and(|t| !t.is_finished()))
+    }
+
+    /// Stops the workers, waits for them to drain, and checks that every frame came back.
+    pub fn stop(&mut self) -> Result<()> {
+        for w in &self.workers {
+            w.control.stop.store(true, Ordering::Release);
+        }
+        let mut panicked = 0;
+        for w in &mut self.workers {
+            if let Some(t) = w.thread.take() {
+                if t.join().is_err() {
+                    panicked += 1;
+                }
+            }
+        }
+        self.stop_housekeeping.store(true, Ordering::Release);
+        if let Some(h) = self.housekeeping.take() {
+            let _ = h.join();
+        }
+        if panicked > 0 {
+            bail!("{panicked} worker(s) panicked");
+        }
+        check_no_leak(&self.pool, &[]).map_err(|e| anyhow::anyhow!("frame leak at shutdown: {e}"))?;
+        Ok(())
+    }
+}
+
+impl Drop for Dataplane {
+    fn drop(&mut self) {
+        if self.workers.iter().any(|w| w.thread.is_some()) {
+            let _ = self.stop();
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Prometheus metrics: one collector that sums the per-worker single-writer counters at scrape
+//! time (nothing on the datapath knows metrics exist).
+
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use wasmswitch_core::counter::Counter;
+use wasmswitch_core::fdb::Fdb;
+use wasmswitch_core::pool::{PoolStats, SharedPool};
+use wasmswitch_core::stats::{DropReason, WorkerStats};
+
+use crate::dataplane::PortInfo;
+
+/// Extra metric families contributed by other subsystems (plugins, host port).
+pub trait MetricsSource: Send + Sync + std::fmt::Debug {
+    fn encode(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result;
+}
+
+/// Everything the scrape reads.
+#[derive(Debug)]
+pub struct SwitchCollector {
+    pub ports: Vec<PortInfo>,
+    pub workers: Vec<Arc<WorkerStats>>,
+    pub pool: Arc<SharedPool>,
+    pub fdb: Arc<Fdb>,
+    pub start: Instant,
+    pub extra: Vec<Arc<dyn MetricsSource>>,
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Writes one counter family: `name` gets `_total` appended by the encoder.
+pub fn counter_family(enc: &mut DescriptorEncoder, name: &str, help: &str, samples: &[(Labels, u64)]) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in samples {
+        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+/// Writes one gauge family.
+pub fn gauge_family(enc: &mut DescriptorEncoder, name: &str, help: &str, samples: &[(Labels, i64)]) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in samples {
+        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+impl SwitchCollector {
+    /// Per (port, worker) samples of one port counter.
+    fn port_samples(&self, f: impl Fn(&wasmswitch_core::stats::PortStats) -> u64) -> Vec<(Labels, u64)> {
+        let mut out = Vec::new();
+        for (p, info) in self.ports.iter().enumerate() {
+            for w in &self.workers {
+                out.push((vec![("port", info.name.clone()), ("worker", w.worker.to_string())], f(&w.ports[p])));
+            }
+        }
+        out
+    }
+
+    fn worker_samples(&self, f: impl Fn(&WorkerStats) -> u64) -> Vec<(Labels, u64)> {
+        self.workers.iter().map(|w| (vec![("worker", w.worker.to_string())], f(w))).collect()
+    }
+
+    fn pool_counter(&self, enc: &mut DescriptorEncoder, name: &str, help: &str, f: fn(&PoolStats) -> &Counter) -> std::fmt::Result {
+        counter_family(enc, name, help, &self.worker_samples(|w| f(&w.pool).get()))
+    }
+}
+
+impl Collector for SwitchCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let e = &mut enc;
+        counter_family(e, "wasmswitch_port_rx_packets", "Packets received, per port and worker.", &self.port_samples(|s| s.rx_packets.get()))?;
+        counter_family(e, "wasmswitch_port_rx_bytes", "Bytes received, per port and worker.", &self.port_samples(|s| s.rx_bytes.get()))?;
+        counter_family(e, "wasmswitch_port_tx_packets", "Packets transmitted, per port and worker.", &self.port_samples(|s| s.tx_packets.get()))?;
+        counter_family(e, "wasmswitch_port_tx_bytes", "Bytes transmitted, per port and worker.", &self.port_samples(|s| s.tx_bytes.get()))?;
+        let mut drops = Vec::new();
+        for (p, info) in self.ports.iter().enumerate() {
+            for r in DropReason::ALL {
+                let v: u64 = self.workers.iter().map(|w| w.ports[p].drops[r as usize].get()).sum();
+                drops.push((vec![("port", info.name.clone()), ("reason", r.label().to_string())], v));
+            }
+        }
+        counter_family(e, "wasmswitch_port_drops", "Packets dropped, by port and reason (ingress port; tx_ring_full counts on the egress port).", &drops)?;
+        let mut missed = Vec::new();
+        for info in &self.ports {
+            for (q, s) in info.sim.iter().enumerate() {
+                missed.push((vec![("port", info.name.clone()), ("queue", q.to_string())], s.rx_missed.get()));
+            }
+        }
+        counter_family(e, "wasmswitch_sim_rx_missed", "Packets a sim NIC queue could not receive (fill ring empty).", &missed)?;
+        let info: Vec<(Labels, i64)> = self
+            .ports
+            .iter()
+            .map(|p| (vec![("port", p.name.clone()), ("driver", p.driver.to_string()), ("mode", p.mode.clone()), ("queues", p.queues.to_string())], 1))
+            .collect();
+        gauge_family(e, "wasmswitch_port_info", "Port driver and mode (value is always 1).", &info)?;
+
+        self.pool_counter(e, "wasmswitch_pool_alloc_fast", "Frames allocated from the worker's cache.", |p| &p.alloc_fast)?;
+        self.pool_counter(e, "wasmswitch_pool_alloc_refill", "Cache refills (bulk) from the recycle ring.", |p| &p.alloc_refill)?;
+        self.pool_counter(e, "wasmswitch_pool_alloc_slow", "Cache refills from the release list (ring empty).", |p| &p.alloc_slow)?;
+        self.pool_counter(e, "wasmswitch_pool_alloc_empty", "Refills that found the recycle ring empty.", |p| &p.alloc_empty)?;
+        self.pool_counter(e, "wasmswitch_pool_alloc_failed", "Allocations that found no frame anywhere.", |p| &p.alloc_failed)?;
+        self.pool_counter(e, "wasmswitch_pool_recycle_cached", "Frames returned straight into a worker cache.", |p| &p.recycle_cached)?;
+        self.pool_counter(e, "wasmswitch_pool_recycle_cache_full", "Returns that found the worker cache full.", |p| &p.recycle_cache_full)?;
+        self.pool_counter(e, "wasmswitch_pool_recycle_ring", "Frames returned to the recycle ring.", |p| &p.recycle_ring)?;
+        self.pool_counter(e, "wasmswitch_pool_recycle_ring_full", "Returns that found the recycle ring full.", |p| &p.recycle_ring_full)?;
+        self.pool_counter(e, "wasmswitch_pool_recycle_released", "Frames sent to the release list (ring full).", |p| &p.recycle_released)?;
+        gauge_family(e, "wasmswitch_pool_frames", "Frames in the pool.", &[(vec![], self.pool.total_frames() as i64)])?;
+        gauge_family(e, "wasmswitch_pool_frames_at_rest", "Frames in the shared recycle ring and release list.", &[(vec![], self.pool.frames_at_rest() as i64)])?;
+        let cache: Vec<(Labels, i64)> = self.workers.iter().map(|w| (vec![("worker", w.worker.to_string())], w.cache_frames.get() as i64)).collect();
+        gauge_family(e, "wasmswitch_pool_cache_frames", "Frames in a worker's alloc cache.", &cache)?;
+
+        gauge_family(e, "wasmswitch_fdb_entries", "MAC addresses in the forwarding database.", &[(vec![], self.fdb.len() as i64)])?;
+        gauge_family(e, "wasmswitch_fdb_capacity", "Forwarding database capacity.", &[(vec![], self.fdb.capacity() as i64)])?;
+        counter_family(e, "wasmswitch_fdb_learned", "MAC addresses learned.", &self.worker_samples(|w| w.fdb_learned.get()))?;
+        counter_family(e, "wasmswitch_fdb_moved", "MAC addresses that moved to another port.", &self.worker_samples(|w| w.fdb_moved.get()))?;
+        counter_family(e, "wasmswitch_fdb_evicted", "Entries evicted from a full FDB bucket.", &self.worker_samples(|w| w.fdb_evicted.get()))?;
+        counter_family(e, "wasmswitch_fdb_aged", "Entries removed by aging.", &[(vec![], self.fdb.stats.aged.get())])?;
+        counter_family(e, "wasmswitch_flood_copies", "Frame copies made by flooding.", &self.worker_samples(|w| w.flood_copies.get()))?;
+
+        counter_family(e, "wasmswitch_worker_busy_cycles", "TSC cycles spent in rounds that moved packets (divide by packets for cycles/packet).", &self.worker_samples(|w| w.busy_cycles.get()))?;
+        counter_family(e, "wasmswitch_worker_packets", "Packets processed by the worker.", &self.worker_samples(|w| w.packets.get()))?;
+        counter_family(e, "wasmswitch_worker_batches", "Non-empty RX bursts processed by the worker.", &self.worker_samples(|w| w.batches.get()))?;
+        gauge_family(e, "wasmswitch_uptime_seconds", "Seconds since the datapath started.", &[(vec![], self.start.elapsed().as_secs() as i64)])?;
+        for x in &self.extra {
+            x.encode(e)?;
+        }
+        Ok(())
+    }
+}
+
+/// A registry with the switch collector, rendered as Prometheus text.
+pub struct Metrics {
+    registry: Registry,
+}
+
+impl Metrics {
+    pub fn new(collector: SwitchCollector) -> Self {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(collector));
+        Self { registry }
+    }
+
+    /// The Prometheus text exposition (format 0.0.4).
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        if prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry).is_err() {
+            let _ = writeln!(out, "# metrics encoding failed");
+        }
+        out
+    }
+}
