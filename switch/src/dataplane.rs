@@ -16,9 +16,10 @@ use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, SharedPool};
 use wasmswitch_core::stats::WorkerStats;
 use wasmswitch_core::verdict::VerdictStage;
 use wasmswitch_core::{PortId, PortQueue, Umem};
+use wasmswitch_afxdp::{AfXdpPort, Overrides, PortSpec, QueueStats, RingSizes, UmemRegistration};
 use wasmswitch_sim::{SimQueue, SimRings, SimStats, Source, TrafficGen, TrafficSpec};
 
-use crate::config::{Config, DriverKind, Idle, Mode, SimSection};
+use crate::config::{AfxdpSection, AttachMode, BindMode, Config, DriverKind, Idle, Mode, SimSection};
 
 /// A change a worker applies between two rounds.
 pub enum Command {
@@ -52,6 +53,10 @@ pub struct PortInfo {
     pub mode: String,
     /// Per-queue NIC-side counters of sim ports.
     pub sim: Vec<Arc<SimStats>>,
+    /// Per-queue driver counters of AF_XDP ports (queue id, counters).
+    pub afxdp: Vec<(u32, Arc<QueueStats>)>,
+    /// The kernel interface behind the port (AF_XDP), watched for disappearance.
+    pub interface: Option<String>,
 }
 
 pub struct WorkerHandle {
@@ -69,6 +74,7 @@ pub struct Dataplane {
     pub start: Instant,
     housekeeping: Option<JoinHandle<()>>,
     stop_housekeeping: Arc<AtomicBool>,
+    afxdp_ports: Vec<AfXdpPort>,
 }
 
 /// Frames past the MTU: Ethernet header plus two VLAN tags.
@@ -82,6 +88,28 @@ pub struct Built {
     pub fdb: Arc<Fdb>,
     pub ports: Vec<PortInfo>,
     pub pipelines: Vec<Pipeline>,
+    /// Open AF_XDP ports: dropping one detaches its XDP program, so they outlive the workers.
+    pub afxdp_ports: Vec<AfXdpPort>,
+}
+
+/// The AF_XDP driver's view of a port section.
+fn afxdp_spec(a: &AfxdpSection) -> PortSpec {
+    let mut spec = PortSpec::new(a.interface.value.clone());
+    spec.overrides = Overrides {
+        attach: match a.mode {
+            AttachMode::Auto => None,
+            AttachMode::Native => Some(wasmswitch_afxdp::AttachMode::Native),
+            AttachMode::Generic => Some(wasmswitch_afxdp::AttachMode::Generic),
+        },
+        bind: match a.bind {
+            BindMode::Auto => None,
+            BindMode::Copy => Some(wasmswitch_afxdp::BindMode::Copy),
+            BindMode::Zerocopy => Some(wasmswitch_afxdp::BindMode::ZeroCopy),
+        },
+        queues: a.queues.as_ref().map(|q| q.value.clone()),
+        rings: a.ring_size.as_ref().map(|r| RingSizes { rx: r.value, tx: r.value, fill: r.value, completion: r.value }),
+    };
+    spec
 }
 
 /// Traffic spec of sim port `p` from its YAML.
@@ -121,6 +149,8 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
     // slots[w][p] = the queues worker w owns on port p (first one carries its TX).
     let mut slots: Vec<Vec<Vec<Box<dyn PortQueue>>>> = (0..workers).map(|_| (0..cfg.ports.len()).map(|_| Vec::new()).collect()).collect();
     let mut infos = Vec::new();
+    let mut afxdp_ports = Vec::new();
+    let mut registration: Option<UmemRegistration> = None;
     for (p, port) in cfg.ports.iter().enumerate() {
         match port.driver.value {
             DriverKind::Sim => {
@@ -143,10 +173,45 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                     stats.push(queue.stats().clone());
                     slots[w][p].push(Box::new(queue));
                 }
-                infos.push(PortInfo { name: port.name.value.clone(), driver: "sim", queues, mode: "sim".into(), sim: stats });
+                infos.push(PortInfo {
+                    name: port.name.value.clone(),
+                    driver: "sim",
+                    queues,
+                    mode: "sim".into(),
+                    sim: stats,
+                    afxdp: Vec::new(),
+                    interface: None,
+                });
             }
             DriverKind::Afxdp => {
-                bail!("port `{}`: the afxdp driver is not available in this build yet", port.name.value);
+                let a = &port.afxdp.as_ref().expect("checked by Config::check").value;
+                let reg = registration.get_or_insert_with(|| UmemRegistration::new(umem.clone()));
+                let mut xp = AfXdpPort::open(&afxdp_spec(a), reg).with_context(|| format!("port `{}`", port.name.value))?;
+                let d = xp.decision().clone();
+                log::info!("port `{}` on {}: {d}", port.name.value, a.interface.value);
+                let mut queues: Vec<_> = xp.take_queues().into_iter().map(|(_, q)| q).collect();
+                let nq = queues.len();
+                if nq == 0 {
+                    bail!("port `{}`: interface {} has no queue to open", port.name.value, a.interface.value);
+                }
+                // Workers without a queue of their own share one's TX side (locked per burst).
+                let shared: Vec<_> = (nq..workers).map(|w| queues[w % nq].share_tx()).collect();
+                for (i, q) in queues.into_iter().enumerate() {
+                    slots[i % workers][p].push(Box::new(q));
+                }
+                for (k, q) in shared.into_iter().enumerate() {
+                    slots[nq + k][p].push(Box::new(q));
+                }
+                infos.push(PortInfo {
+                    name: port.name.value.clone(),
+                    driver: "afxdp",
+                    queues: nq,
+                    mode: format!("{}/{}", d.attach, d.bind),
+                    sim: Vec::new(),
+                    afxdp: xp.queue_stats(),
+                    interface: Some(a.interface.value.clone()),
+                });
+                afxdp_ports.push(xp);
             }
         }
     }
@@ -168,7 +233,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
         let opts = PipelineOptions { mode, bulk_return, host_port: None };
         pipelines.push(Pipeline::new(ports, cache, fdb.clone(), stats, opts));
     }
-    Ok(Built { pool, fdb, ports: infos, pipelines })
+    Ok(Built { pool, fdb, ports: infos, pipelines, afxdp_ports })
 }
 
 /// Pins the calling thread to `cpu`.
@@ -218,6 +283,33 @@ fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, 
     pipe.shutdown();
 }
 
+/// True when the kernel still has an interface called `name`.
+fn interface_exists(name: &str) -> bool {
+    let Ok(c) = std::ffi::CString::new(name) else { return false };
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
+}
+
+/// Ages the FDB and watches AF_XDP interfaces: one that vanishes is reported and its port
+/// stopped on every worker (its FDB entries forgotten); the other ports keep forwarding.
+fn housekeeping_loop(fdb: Arc<Fdb>, controls: Vec<Arc<WorkerControl>>, mut watched: Vec<(PortId, String)>, start: Instant, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(200));
+        fdb.age(start.elapsed().as_secs() as u32);
+        watched.retain(|(p, name)| {
+            if interface_exists(name) {
+                return true;
+            }
+            log::error!("interface {name} disappeared: port {p} stopped, the other ports keep forwarding");
+            for c in &controls {
+                c.send(Command::SetPortUp(*p, false));
+            }
+            fdb.flush_port(*p);
+            false
+        });
+    }
+}
+
 impl Dataplane {
     /// Builds the datapath and starts its worker threads.
     pub fn start(cfg: &Config) -> Result<Dataplane> {
@@ -247,17 +339,16 @@ impl Dataplane {
         let housekeeping = {
             let fdb = built.fdb.clone();
             let stop = stop_housekeeping.clone();
+            let controls: Vec<_> = workers.iter().map(|w: &WorkerHandle| w.control.clone()).collect();
+            let watched: Vec<(PortId, String)> =
+                built.ports.iter().enumerate().filter_map(|(p, i)| i.interface.clone().map(|n| (p as PortId, n))).collect();
             std::thread::Builder::new()
                 .name("housekeeping".into())
-                .spawn(move || {
-                    while !stop.load(Ordering::Acquire) {
-                        std::thread::sleep(Duration::from_millis(200));
-                        fdb.age(start.elapsed().as_secs() as u32);
-                    }
-                })
+                .spawn(move || housekeeping_loop(fdb, controls, watched, start, stop))
                 .context("cannot start the housekeeping thread")?
         };
         Ok(Dataplane {
+            afxdp_ports: built.afxdp_ports,
             pool: built.pool,
             fdb: built.fdb,
             ports: built.ports,
@@ -297,6 +388,8 @@ impl Dataplane {
         if let Some(h) = self.housekeeping.take() {
             let _ = h.join();
         }
+        // Workers closed their sockets; dropping the ports detaches the XDP programs.
+        self.afxdp_ports.clear();
         if panicked > 0 {
             bail!("{panicked} worker(s) panicked");
         }

@@ -10,3 +10,4 @@ pub mod api;
 pub mod daemon;
 pub mod bench;
 pub mod demo;
+pub mod lab;

@@ -41,11 +41,15 @@ enum Command {
         #[arg(long, default_value_t = 64)]
         frame_size: usize,
     },
-    /// Run the built-in lab and print live per-port rates.
+    /// Build a lab (network namespaces on veth pairs), switch it through AF_XDP, ping across,
+    /// print live per-port rates, then remove everything. Without root: the sim lab.
     Demo {
         /// Stop after this many seconds (default: until Ctrl-C).
         #[arg(long)]
         seconds: Option<u64>,
+        /// Run the sim lab even as root.
+        #[arg(long)]
+        sim: bool,
     },
 }
 
@@ -60,7 +64,7 @@ fn main() -> ExitCode {
         Command::Bench { json, scenarios, seconds, frame_size } => {
             bench::run(&bench::BenchOptions { json, scenarios, seconds, frame_size }).map(|_| ())
         }
-        Command::Demo { seconds } => demo::run_sim(seconds),
+        Command::Demo { seconds, sim } => demo::run(seconds, sim),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

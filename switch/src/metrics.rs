@@ -97,6 +97,25 @@ impl Collector for SwitchCollector {
             }
         }
         counter_family(e, "wasmswitch_sim_rx_missed", "Packets a sim NIC queue could not receive (fill ring empty).", &missed)?;
+        type Pick = fn(&wasmswitch_afxdp::QueueStats) -> u64;
+        let afxdp: [(&str, &str, Pick); 7] = [
+            ("wasmswitch_afxdp_rx_ring_empty", "RX bursts that found the AF_XDP RX ring empty.", |q| q.rx_ring_empty.get()),
+            ("wasmswitch_afxdp_fill_starved", "Fill ring refills that found the pool empty.", |q| q.fill_starved.get()),
+            ("wasmswitch_afxdp_rx_wakeups", "recvfrom wakeups asked for by the fill ring (need_wakeup).", |q| q.rx_wakeups.get()),
+            ("wasmswitch_afxdp_tx_wakeups", "sendto kicks asked for by the TX ring (need_wakeup).", |q| q.tx_wakeups.get()),
+            ("wasmswitch_afxdp_tx_kick_busy", "TX kicks answered EAGAIN/EBUSY/ENOBUFS (retried).", |q| q.tx_kick_busy.get()),
+            ("wasmswitch_afxdp_tx_kick_errors", "TX kicks answered with another error.", |q| q.tx_kick_errors.get()),
+            ("wasmswitch_afxdp_port_gone", "TX kicks answered ENETDOWN/ENXIO (interface down or gone).", |q| q.port_gone.get()),
+        ];
+        for (name, help, pick) in afxdp {
+            let mut samples = Vec::new();
+            for info in &self.ports {
+                for (q, st) in &info.afxdp {
+                    samples.push((vec![("port", info.name.clone()), ("queue", q.to_string())], pick(st)));
+                }
+            }
+            counter_family(e, name, help, &samples)?;
+        }
         let info: Vec<(Labels, i64)> = self
             .ports
             .iter()

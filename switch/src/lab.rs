@@ -1,0 +1,140 @@
+//! A lab of hosts on veth pairs, for the demo and the real-interface tests.
+//!
+//! Each host is a network namespace owned by a tiny child process (`unshare --net sleep`), made
+//! with PR_SET_PDEATHSIG so it dies with us: when the host process dies its namespace goes, and
+//! with it the veth pair. So nothing is left behind even when the lab's owner is SIGKILLed. The
+//! switch side of each veth stays in the caller's namespace, where the switch attaches to it.
+
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+/// One host: a namespace with `eth0` (its end of the veth) and an IPv4 address.
+pub struct LabHost {
+    pub name: String,
+    /// The switch-side veth end, in the caller's namespace.
+    pub switch_if: String,
+    pub ip: String,
+    pub mac: String,
+    keeper: Child,
+}
+
+impl LabHost {
+    /// Runs `args` inside this host's namespace.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg("-t").arg(self.keeper.id().to_string()).arg("-n").arg("--").args(args);
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Result<Output> {
+        self.cmd(args).output().with_context(|| format!("cannot run {args:?} in host {}", self.name))
+    }
+
+    /// Sends `count` pings to `ip`; true when at least one answer came back.
+    pub fn ping(&self, ip: &str, count: u32) -> Result<bool> {
+        let out = self.run(&["ping", "-c", &count.to_string(), "-W", "1", "-i", "0.2", ip])?;
+        Ok(out.status.success())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.keeper.id()
+    }
+}
+
+pub struct Lab {
+    pub hosts: Vec<LabHost>,
+}
+
+/// True when we can make namespaces and veths (root with CAP_NET_ADMIN and CAP_SYS_ADMIN).
+pub fn can_build() -> Result<(), String> {
+    // SAFETY: geteuid has no side effects.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not running as root".into());
+    }
+    for tool in ["ip", "unshare", "nsenter"] {
+        if Command::new(tool).arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+            return Err(format!("`{tool}` is not installed"));
+        }
+    }
+    Ok(())
+}
+
+fn sh(args: &[&str]) -> Result<()> {
+    let out = Command::new(args[0]).args(&args[1..]).output().with_context(|| format!("cannot run {}", args.join(" ")))?;
+    if !out.status.success() {
+        bail!("`{}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+impl Lab {
+    /// `n` hosts `10.77.<subnet>.{1..n}/24` on veths named `<prefix>s<i>` (switch side), each with
+    /// `queues` RX/TX queues. `prefix` must be short (interface names are at most 15 bytes).
+    pub fn create(prefix: &str, n: usize, queues: u32, subnet: u8) -> Result<Lab> {
+        can_build().map_err(|e| anyhow::anyhow!("cannot build the lab: {e}"))?;
+        let mut lab = Lab { hosts: Vec::new() };
+        for i in 1..=n {
+            let mut keeper = Command::new("unshare");
+            keeper.args(["--net", "sleep", "infinity"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            // SAFETY: prctl is async-signal-safe; the closure runs in the forked child before exec
+            // and touches nothing but the syscall.
+            unsafe {
+                keeper.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            let keeper = keeper.spawn().context("cannot start a lab host (unshare)")?;
+            let pid = keeper.id().to_string();
+            let switch_if = format!("{prefix}s{i}");
+            let ip = format!("10.77.{subnet}.{i}");
+            let mac = format!("02:77:{subnet:02x}:00:00:{i:02x}");
+            let host = LabHost { name: format!("h{i}"), switch_if: switch_if.clone(), ip: ip.clone(), mac: mac.clone(), keeper };
+            lab.hosts.push(host);
+            // Wait until unshare has switched namespaces (its /proc ns link differs from ours).
+            for _ in 0..100 {
+                let ours = std::fs::read_link("/proc/self/ns/net").ok();
+                let theirs = std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
+                if theirs.is_some() && theirs != ours {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let q = queues.to_string();
+            sh(&["ip", "link", "add", &switch_if, "numtxqueues", &q, "numrxqueues", &q, "type", "veth", "peer", "name", "eth0", "numtxqueues", &q, "numrxqueues", &q, "netns", &pid])?;
+            sh(&["ip", "link", "set", &switch_if, "up"])?;
+            let h = lab.hosts.last().expect("just pushed");
+            for args in [
+                vec!["ip", "link", "set", "eth0", "address", &mac],
+                vec!["ip", "addr", "add", &format!("{ip}/24"), "dev", "eth0"],
+                vec!["ip", "link", "set", "eth0", "up"],
+                vec!["ip", "link", "set", "lo", "up"],
+                vec!["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
+            ] {
+                let out = h.run(&args)?;
+                if !out.status.success() {
+                    bail!("host {}: `{}` failed: {}", h.name, args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+                }
+            }
+        }
+        Ok(lab)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for h in &mut self.hosts {
+            let _ = h.keeper.kill();
+            let _ = h.keeper.wait();
+        }
+        // The namespaces die with their keepers, taking the veth pairs along; make sure.
+        for h in &self.hosts {
+            let _ = Command::new("ip").args(["link", "del", &h.switch_if]).stderr(Stdio::null()).status();
+        }
+    }
+}
