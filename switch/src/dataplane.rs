@@ -136,6 +136,21 @@ fn traffic_spec(cfg: &Config, p: usize, sim: &SimSection, queue: usize) -> Optio
     })
 }
 
+/// Opens an AF_XDP port. A queue still bound right after a previous owner died (the kernel
+/// releases an AF_XDP socket of a killed process asynchronously) is retried for up to 3 s.
+fn open_afxdp(spec: &PortSpec, reg: &UmemRegistration) -> Result<AfXdpPort, wasmswitch_afxdp::AfXdpError> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        match AfXdpPort::open(spec, reg) {
+            Err(wasmswitch_afxdp::AfXdpError::QueueBusy { .. }) if Instant::now() < deadline => {
+                log::info!("{}: queue still bound by a closing socket, retrying", spec.iface);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Builds pools, FDB, drivers and one pipeline per worker.
 pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built> {
     let workers = cfg.workers.len();
@@ -145,6 +160,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
     let mode = match cfg.switch.mode {
         Mode::L2 => ForwardMode::L2,
         Mode::Passthrough => ForwardMode::Passthrough,
+        Mode::Cross => ForwardMode::Cross,
     };
     // slots[w][p] = the queues worker w owns on port p (first one carries its TX).
     let mut slots: Vec<Vec<Vec<Box<dyn PortQueue>>>> = (0..workers).map(|_| (0..cfg.ports.len()).map(|_| Vec::new()).collect()).collect();
@@ -186,7 +202,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
             DriverKind::Afxdp => {
                 let a = &port.afxdp.as_ref().expect("checked by Config::check").value;
                 let reg = registration.get_or_insert_with(|| UmemRegistration::new(umem.clone()));
-                let mut xp = AfXdpPort::open(&afxdp_spec(a), reg).with_context(|| format!("port `{}`", port.name.value))?;
+                let mut xp = open_afxdp(&afxdp_spec(a), reg).with_context(|| format!("port `{}`", port.name.value))?;
                 let d = xp.decision().clone();
                 log::info!("port `{}` on {}: {d}", port.name.value, a.interface.value);
                 let mut queues: Vec<_> = xp.take_queues().into_iter().map(|(_, q)| q).collect();

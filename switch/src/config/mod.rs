@@ -42,6 +42,9 @@ pub enum Mode {
     L2,
     /// Each packet leaves by the port it came in on (a benchmark ceiling).
     Passthrough,
+    /// Each packet leaves by the paired port (0↔1, 2↔3, …), unparsed, no lookup (the
+    /// forwarding ceiling of a two-port topology).
+    Cross,
 }
 
 #[derive(Deserialize, Debug, Clone, Default)]
@@ -452,7 +455,7 @@ impl Config {
             n += match (&p.sim, &p.afxdp) {
                 (Some(s), _) => s.value.queues.value as usize * s.value.ring_size * 2,
                 (None, Some(a)) => {
-                    let ring = a.value.ring_size.as_ref().map_or(2048, |r| r.value as usize);
+                    let ring = a.value.ring_size.as_ref().map_or(1024, |r| r.value as usize);
                     a.value.queues.as_ref().map_or(1, |q| q.value.len()).max(workers) * ring * 2
                 }
                 (None, None) => 2 * default_ring_size() * workers,

@@ -63,3 +63,9 @@ fn missing_file_is_reported() {
     let e = Config::load(Path::new("/nonexistent/wasmswitch.yaml")).unwrap_err();
     assert!(e.to_string().starts_with("/nonexistent/wasmswitch.yaml: cannot read the config file"), "{e}");
 }
+
+#[test]
+fn cross_mode_parses() {
+    let c = parse(&format!("switch:\n  mode: cross\n{GOOD}")).unwrap();
+    assert_eq!(c.switch.mode, Mode::Cross);
+}

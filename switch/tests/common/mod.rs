@@ -1,0 +1,71 @@
+//! Helpers shared by the daemon and lab tests.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Whether real-interface tests can run. Under CI=true a missing capability is a failure, not a
+/// skip; elsewhere the test says why it skips.
+pub fn require_lab(test: &str) -> bool {
+    match wasmswitch::lab::can_build() {
+        Ok(()) => true,
+        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{test}: cannot run in CI: {why}"),
+        Err(why) => {
+            eprintln!("{test}: skipped: {why}");
+            false
+        }
+    }
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A minimal HTTP/1.1 request; returns (status, body).
+pub fn http(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    // Bodies may be chunked; tests only search them, so leave the chunk sizes in.
+    Ok((status, body))
+}
+
+/// Waits until `/healthz` answers 200.
+pub fn wait_healthy(port: u16, child: &mut std::process::Child) {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(20) {
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("daemon exited early: {st}");
+        }
+        if matches!(http(port, "GET", "/healthz"), Ok((200, _))) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("daemon did not become healthy");
+}
+
+/// Sum of a metric's samples (all label sets) in a Prometheus text body.
+pub fn metric_sum(body: &str, name: &str) -> f64 {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' ')))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+pub fn sigterm(child: &std::process::Child) {
+    // SAFETY: kill on a child pid we own.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+}
+
+pub fn signal(child: &std::process::Child, sig: i32) {
+    // SAFETY: kill on a child pid we own.
+    unsafe { libc::kill(child.id() as i32, sig) };
+}

@@ -1,0 +1,147 @@
+//! The daemon end to end on the sim driver: run, scrape, control API, reload, drain.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use common::*;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_wasmswitch")
+}
+
+fn repo(p: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
+}
+
+fn sim_config(port: u16) -> tempfile_path::TempPath {
+    let text = std::fs::read_to_string(repo("configs/sim.yaml")).unwrap().replace("127.0.0.1:9187", &format!("127.0.0.1:{port}"));
+    tempfile_path::write(&text)
+}
+
+/// A tiny self-deleting temp file (no dependency needed for this).
+mod tempfile_path {
+    pub struct TempPath(pub std::path::PathBuf);
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    pub fn write(text: &str) -> TempPath {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("wasmswitch-test-{}-{n}.yaml", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        TempPath(p)
+    }
+}
+
+#[test]
+fn run_scrape_reload_and_drain() {
+    let port = free_port();
+    let cfg = sim_config(port);
+    let mut child = Command::new(bin()).args(["run", "-c"]).arg(&cfg.0).stderr(Stdio::piped()).spawn().unwrap();
+    wait_healthy(port, &mut child);
+
+    let (st, m1) = http(port, "GET", "/metrics").unwrap();
+    assert_eq!(st, 200);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (_, m2) = http(port, "GET", "/metrics").unwrap();
+    for name in [
+        "wasmswitch_port_rx_packets_total",
+        "wasmswitch_port_drops_total",
+        "wasmswitch_pool_alloc_fast_total",
+        "wasmswitch_pool_recycle_cached_total",
+        "wasmswitch_fdb_entries",
+        "wasmswitch_worker_busy_cycles_total",
+    ] {
+        assert!(m2.contains(&format!("# TYPE {name}")), "{name} missing from /metrics");
+    }
+    let (r1, r2) = (metric_sum(&m1, "wasmswitch_port_rx_packets_total"), metric_sum(&m2, "wasmswitch_port_rx_packets_total"));
+    assert!(r2 > r1, "traffic flows: rx {r1} -> {r2}");
+    assert!(metric_sum(&m2, "wasmswitch_fdb_entries") > 0.0, "MACs were learned");
+
+    // promtool, when installed (CI installs it), must accept the exposition.
+    match Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
+        Ok(mut p) => {
+            use std::io::Write;
+            p.stdin.take().unwrap().write_all(m2.as_bytes()).unwrap();
+            let out = p.wait_with_output().unwrap();
+            let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
+        }
+        Err(_) if std::env::var("CI").as_deref() == Ok("true") => panic!("promtool is not installed (scripts/setup.sh installs it)"),
+        Err(_) => eprintln!("promtool not installed: exposition format not checked"),
+    }
+
+    let (st, ports) = http(port, "GET", "/api/v1/ports").unwrap();
+    assert_eq!(st, 200);
+    assert!(ports.contains("\"p0\"") && ports.contains("\"p2\""), "{ports}");
+    let (st, fdb) = http(port, "GET", "/api/v1/fdb").unwrap();
+    assert_eq!(st, 200);
+    assert!(fdb.contains("02:00:00:"), "learned MACs listed: {fdb}");
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert_eq!(st, 200, "{body}");
+
+    // A broken config on reload is refused and the switch keeps running.
+    std::fs::write(&cfg.0, "ports: [").unwrap();
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert_eq!(st, 422, "{body}");
+    assert!(body.contains("reload refused"), "{body}");
+    signal(&child, libc::SIGHUP);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "SIGHUP with a broken config does not kill the daemon");
+    assert_eq!(http(port, "GET", "/healthz").unwrap().0, 200);
+
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit 0 after SIGTERM: {log}");
+    assert!(log.contains("all 16384 frames are back in the pool"), "{log}");
+}
+
+#[test]
+fn check_accepts_every_shipped_config() {
+    for entry in std::fs::read_dir(repo("configs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let out = Command::new(bin()).args(["check", "-c"]).arg(&path).output().unwrap();
+            assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        }
+    }
+}
+
+#[test]
+fn check_rejects_broken_configs_with_nonzero_exit() {
+    let cases = [
+        ("ports:\n  - name: p0\n    driver: sim\n    colour: blue\n", ":4:5: unknown field `colour`"),
+        ("ports:\n  - name: p0\n    driver: sim\n  - name: p0\n    driver: sim\n", ":4:11: duplicate port name `p0`"),
+        ("ports: [unclosed\n  - : :\n", ":2:5:"),
+    ];
+    for (yaml, want) in cases {
+        let f = tempfile_path::write(yaml);
+        let out = Command::new(bin()).args(["check", "-c"]).arg(&f.0).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{yaml}");
+        assert!(err.contains(want), "expected `{want}` in `{err}`");
+    }
+    let out = Command::new(bin()).args(["check", "-c", "/nonexistent.yaml"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.yaml: cannot read the config file"));
+}
+
+#[test]
+fn bench_json_prints_one_line_per_scenario() {
+    let out = Command::new(bin()).args(["bench", "--json", "--seconds", "0.2", "--scenario", "l2", "--scenario", "passthrough"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    for l in &lines {
+        assert!(l["mpps"].as_f64().unwrap() > 0.0);
+        assert!(l["ns_per_pkt"].as_f64().unwrap() > 0.0);
+        assert!(l["packets"].as_u64().unwrap() > 0);
+        assert_eq!(l["frames_leaked"], 0);
+    }
+    assert_eq!(lines[0]["scenario"], "l2");
+}
