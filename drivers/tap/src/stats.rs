@@ -1,0 +1,125 @@
+//! Counters of the host port, single-writer (`wasmswitch_core::counter::Counter`).
+//!
+//! Two kinds, by who writes them: [`HostQueueStats`] belong to one datapath worker's host
+//! `PortQueue` (the producer side), [`HostWorkerStats`] to one host worker thread. The daemon
+//! holds the [`TapStats`] (an `Arc`) and sums at scrape time.
+
+use std::sync::Arc;
+
+use wasmswitch_core::counter::{Counter, Gauge};
+
+/// Upper bounds of the batch-size histogram buckets (a batch of n goes into the first bucket
+/// whose bound is ≥ n).
+pub const BATCH_BUCKETS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// Written by one datapath worker (its host `PortQueue`).
+#[derive(Debug, Default)]
+pub struct HostQueueStats {
+    /// Frames accepted into a per-destination bulk queue.
+    pub enqueued: Counter,
+    /// Frames moved into a host worker's ring.
+    pub ring_enqueued: Counter,
+    /// Frames dropped because a host worker's ring was full (returned to the pool).
+    pub ring_full: Counter,
+    /// Bulk-queue flushes into rings (a full bulk queue or the end of a burst).
+    pub flushes: Counter,
+    /// Host workers woken from sleep (an eventfd write).
+    pub wakeups: Counter,
+    /// Frames the host sent, handed to the pipeline by `rx_burst`.
+    pub rx_frames: Counter,
+}
+
+/// Written by one host worker thread.
+#[derive(Debug, Default)]
+pub struct HostWorkerStats {
+    /// Frames written to the TAP successfully.
+    pub delivered: Counter,
+    /// Writes that failed (the frame is still returned to the pool).
+    pub write_errors: Counter,
+    /// Delivery batches by size ([`BATCH_BUCKETS`]).
+    pub batch_hist: [Counter; 7],
+    pub tap_tx_packets: Counter,
+    pub tap_tx_bytes: Counter,
+    /// Frames read from the TAP (sent by the host).
+    pub tap_rx_packets: Counter,
+    pub tap_rx_bytes: Counter,
+    pub read_errors: Counter,
+    /// Host frames dropped because the datapath worker's ring was full.
+    pub rx_ring_full: Counter,
+    /// No free frame to post a read into.
+    pub rx_alloc_failed: Counter,
+    /// io_uring_enter calls that submitted or waited.
+    pub submissions: Counter,
+    /// Times the worker went to sleep waiting for work.
+    pub sleeps: Counter,
+    /// Reads posted and not yet completed.
+    pub reads_in_flight: Gauge,
+}
+
+impl HostWorkerStats {
+    pub(crate) fn record_batch(&self, n: usize) {
+        let i = BATCH_BUCKETS.iter().position(|&b| n <= b).unwrap_or(BATCH_BUCKETS.len() - 1);
+        self.batch_hist[i].inc();
+    }
+}
+
+/// Every counter of one host port, for the daemon's exporter.
+#[derive(Debug, Default)]
+pub struct TapStats {
+    /// Index = datapath worker.
+    pub queues: Vec<Arc<HostQueueStats>>,
+    /// Index = host worker.
+    pub workers: Vec<Arc<HostWorkerStats>>,
+}
+
+/// A summed snapshot (what a scrape or a test reads).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TapTotals {
+    pub enqueued: u64,
+    pub ring_enqueued: u64,
+    pub ring_full: u64,
+    pub wakeups: u64,
+    pub rx_frames: u64,
+    pub delivered: u64,
+    pub write_errors: u64,
+    pub batch_hist: [u64; 7],
+    pub tap_tx_packets: u64,
+    pub tap_tx_bytes: u64,
+    pub tap_rx_packets: u64,
+    pub tap_rx_bytes: u64,
+    pub read_errors: u64,
+    pub rx_ring_full: u64,
+    pub rx_alloc_failed: u64,
+    pub submissions: u64,
+    pub sleeps: u64,
+}
+
+impl TapStats {
+    pub fn totals(&self) -> TapTotals {
+        let mut t = TapTotals::default();
+        for q in &self.queues {
+            t.enqueued += q.enqueued.get();
+            t.ring_enqueued += q.ring_enqueued.get();
+            t.ring_full += q.ring_full.get();
+            t.wakeups += q.wakeups.get();
+            t.rx_frames += q.rx_frames.get();
+        }
+        for w in &self.workers {
+            t.delivered += w.delivered.get();
+            t.write_errors += w.write_errors.get();
+            for (d, c) in t.batch_hist.iter_mut().zip(&w.batch_hist) {
+                *d += c.get();
+            }
+            t.tap_tx_packets += w.tap_tx_packets.get();
+            t.tap_tx_bytes += w.tap_tx_bytes.get();
+            t.tap_rx_packets += w.tap_rx_packets.get();
+            t.tap_rx_bytes += w.tap_rx_bytes.get();
+            t.read_errors += w.read_errors.get();
+            t.rx_ring_full += w.rx_ring_full.get();
+            t.rx_alloc_failed += w.rx_alloc_failed.get();
+            t.submissions += w.submissions.get();
+            t.sleeps += w.sleeps.get();
+        }
+        t
+    }
+}

@@ -1,0 +1,271 @@
+//! The TAP device itself: creation (TUNSETIFF), MAC, MTU and link state (ioctls).
+//!
+//! The device is created non-persistent: it exists exactly as long as one of its queue file
+//! descriptors is open, so it disappears when the switch closes them, exits, or is SIGKILLed.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::error::TapError;
+
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const IFF_TAP: libc::c_short = 0x0002;
+const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
+/// Fail with EBUSY instead of attaching when the name exists (an exclusive create).
+const IFF_TUN_EXCL: libc::c_short = -0x8000; // 0x8000 as c_short
+const ARPHRD_ETHER: u16 = 1;
+
+/// What to create.
+#[derive(Clone, Debug)]
+pub struct TapConfig {
+    /// Interface name (at most 15 bytes).
+    pub name: String,
+    /// The switch's own MAC on the host side (unicast, non-zero).
+    pub mac: [u8; 6],
+    pub mtu: u32,
+    /// Queues (one file descriptor each, `IFF_MULTI_QUEUE` when more than one): one per host
+    /// worker.
+    pub queues: usize,
+}
+
+impl TapConfig {
+    pub fn new(name: &str, mac: [u8; 6]) -> Self {
+        Self { name: name.to_string(), mac, mtu: 1500, queues: 1 }
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff` and checks it is usable as an interface address.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], TapError> {
+    let bad = |why| TapError::BadMac { mac: s.to_string(), why };
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in mac.iter_mut() {
+        let p = parts.next().ok_or_else(|| bad("expected six hex bytes separated by ':'"))?;
+        if p.len() != 2 {
+            return Err(bad("expected six hex bytes separated by ':'"));
+        }
+        *b = u8::from_str_radix(p, 16).map_err(|_| bad("not a hex byte"))?;
+    }
+    if parts.next().is_some() {
+        return Err(bad("expected six hex bytes separated by ':'"));
+    }
+    check_mac(&mac)?;
+    Ok(mac)
+}
+
+fn fmt_mac(m: &[u8; 6]) -> String {
+    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+}
+
+fn check_mac(mac: &[u8; 6]) -> Result<(), TapError> {
+    if mac[0] & 1 != 0 {
+        return Err(TapError::BadMac { mac: fmt_mac(mac), why: "multicast/broadcast bit set: an interface address must be unicast" });
+    }
+    if mac == &[0; 6] {
+        return Err(TapError::BadMac { mac: fmt_mac(mac), why: "all zeros" });
+    }
+    Ok(())
+}
+
+fn check_name(name: &str) -> Result<(), TapError> {
+    let bad = |why| TapError::BadName { name: name.to_string(), why };
+    if name.is_empty() {
+        return Err(bad("empty"));
+    }
+    if name.len() >= libc::IFNAMSIZ {
+        return Err(bad("longer than 15 bytes"));
+    }
+    if name.bytes().any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0) || name == "." || name == ".." {
+        return Err(bad("contains '/', ':', whitespace or NUL"));
+    }
+    Ok(())
+}
+
+fn ifreq(name: &str) -> libc::ifreq {
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    ifr
+}
+
+/// The index of interface `name`, or `None` when there is none.
+pub fn if_index(name: &str) -> Option<u32> {
+    let c = CString::new(name).ok()?;
+    // SAFETY: `c` is a valid NUL-terminated string.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (i != 0).then_some(i)
+}
+
+/// A TAP device owned by the switch.
+#[derive(Debug)]
+pub struct TapDevice {
+    name: String,
+    ifindex: u32,
+    mac: [u8; 6],
+    mtu: u32,
+    /// Queue fds, taken by host workers; the device lives while any is open.
+    queues: Vec<Option<OwnedFd>>,
+    /// AF_INET datagram socket for the interface ioctls.
+    ctl: OwnedFd,
+}
+
+impl TapDevice {
+    /// Creates the device (exclusively: an existing interface of that name is an error), sets its
+    /// MAC and MTU. The link stays down until [`set_up`](Self::set_up).
+    pub fn create(cfg: &TapConfig) -> Result<Self, TapError> {
+        check_name(&cfg.name)?;
+        check_mac(&cfg.mac)?;
+        if !(68..=65535).contains(&cfg.mtu) {
+            return Err(TapError::BadMtu { mtu: cfg.mtu, max: 65535 });
+        }
+        if cfg.queues == 0 {
+            return Err(TapError::Config("a TAP needs at least one queue".into()));
+        }
+        if if_index(&cfg.name).is_some() {
+            return Err(TapError::NameTaken { name: cfg.name.clone() });
+        }
+        let name = &cfg.name;
+        let mut flags = IFF_TAP | IFF_NO_PI | IFF_TUN_EXCL;
+        if cfg.queues > 1 {
+            flags |= IFF_MULTI_QUEUE;
+        }
+        let mut queues = Vec::with_capacity(cfg.queues);
+        for q in 0..cfg.queues {
+            // SAFETY: the path is a valid C string; the result is checked.
+            let fd = unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+            if fd < 0 {
+                let e = io::Error::last_os_error();
+                return Err(match e.raw_os_error() {
+                    Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ENXIO) => TapError::NoTunDevice,
+                    Some(libc::EPERM) | Some(libc::EACCES) => TapError::PermissionDenied { name: name.clone() },
+                    _ => TapError::io("opening /dev/net/tun", name, e),
+                });
+            }
+            // SAFETY: `fd` was just opened and is owned by nobody else.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            let mut ifr = ifreq(name);
+            // Only the first queue creates; later queues attach to it.
+            ifr.ifr_ifru.ifru_flags = if q == 0 { flags } else { flags & !IFF_TUN_EXCL };
+            // SAFETY: TUNSETIFF reads and writes one ifreq, which lives on our stack.
+            let r = unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF as _, &mut ifr) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                return Err(match e.raw_os_error() {
+                    Some(libc::EPERM) | Some(libc::EACCES) => TapError::PermissionDenied { name: name.clone() },
+                    Some(libc::EBUSY) | Some(libc::EEXIST) if q == 0 => TapError::NameTaken { name: name.clone() },
+                    Some(libc::EINVAL) if q == 0 && if_index(name).is_some() => TapError::NameTaken { name: name.clone() },
+                    _ => TapError::io("TUNSETIFF", name, e),
+                });
+            }
+            queues.push(Some(fd));
+        }
+        // SAFETY: plain socket(2) call; the result is checked.
+        let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if s < 0 {
+            return Err(TapError::io("socket(AF_INET) for ioctls", name, io::Error::last_os_error()));
+        }
+        // SAFETY: `s` was just created and is owned by nobody else.
+        let ctl = unsafe { OwnedFd::from_raw_fd(s) };
+        let ifindex = if_index(name).ok_or_else(|| TapError::io("if_nametoindex after create", name, io::Error::last_os_error()))?;
+        let mut dev = TapDevice { name: name.clone(), ifindex, mac: cfg.mac, mtu: cfg.mtu, queues, ctl };
+        dev.set_mac(cfg.mac)?;
+        dev.set_mtu(cfg.mtu)?;
+        Ok(dev)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    pub fn queues(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// The fd of queue `q` while this device still holds it.
+    pub fn queue_fd(&self, q: usize) -> Option<RawFd> {
+        self.queues.get(q)?.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// Takes queue `q`'s fd (a host worker owns it from then on).
+    pub fn take_queue(&mut self, q: usize) -> Option<OwnedFd> {
+        self.queues.get_mut(q)?.take()
+    }
+
+    fn ioctl(&self, what: &'static str, req: libc::c_ulong, ifr: &mut libc::ifreq) -> Result<(), TapError> {
+        // SAFETY: every request used here reads/writes exactly one ifreq, which `ifr` is.
+        let r = unsafe { libc::ioctl(self.ctl.as_raw_fd(), req as _, ifr as *mut libc::ifreq) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EPERM) {
+                return Err(TapError::PermissionDenied { name: self.name.clone() });
+            }
+            return Err(TapError::io(what, &self.name, e));
+        }
+        Ok(())
+    }
+
+    pub fn set_mac(&mut self, mac: [u8; 6]) -> Result<(), TapError> {
+        check_mac(&mac)?;
+        let mut ifr = ifreq(&self.name);
+        // SAFETY: sockaddr is plain data; all-zero is valid.
+        let mut sa: libc::sockaddr = unsafe { std::mem::zeroed() };
+        sa.sa_family = ARPHRD_ETHER;
+        for (d, s) in sa.sa_data.iter_mut().zip(mac) {
+            *d = s as libc::c_char;
+        }
+        ifr.ifr_ifru.ifru_hwaddr = sa;
+        self.ioctl("SIOCSIFHWADDR", libc::SIOCSIFHWADDR as _, &mut ifr)?;
+        self.mac = mac;
+        Ok(())
+    }
+
+    pub fn set_mtu(&mut self, mtu: u32) -> Result<(), TapError> {
+        let mut ifr = ifreq(&self.name);
+        ifr.ifr_ifru.ifru_mtu = mtu as libc::c_int;
+        self.ioctl("SIOCSIFMTU", libc::SIOCSIFMTU as _, &mut ifr).map_err(|e| match e {
+            TapError::Io { source, .. } if source.raw_os_error() == Some(libc::EINVAL) => TapError::BadMtu { mtu, max: 65535 },
+            e => e,
+        })?;
+        self.mtu = mtu;
+        Ok(())
+    }
+
+    /// Brings the link up or down (follows the daemon: up when it runs, down when it stops).
+    pub fn set_up(&self, up: bool) -> Result<(), TapError> {
+        let mut ifr = ifreq(&self.name);
+        self.ioctl("SIOCGIFFLAGS", libc::SIOCGIFFLAGS as _, &mut ifr)?;
+        // SAFETY: SIOCGIFFLAGS filled the flags member.
+        let mut flags = unsafe { ifr.ifr_ifru.ifru_flags };
+        if up {
+            flags |= libc::IFF_UP as libc::c_short;
+        } else {
+            flags &= !(libc::IFF_UP as libc::c_short);
+        }
+        ifr.ifr_ifru.ifru_flags = flags;
+        self.ioctl("SIOCSIFFLAGS", libc::SIOCSIFFLAGS as _, &mut ifr)
+    }
+
+    /// True when the link is administratively up.
+    pub fn is_up(&self) -> Result<bool, TapError> {
+        let mut ifr = ifreq(&self.name);
+        self.ioctl("SIOCGIFFLAGS", libc::SIOCGIFFLAGS as _, &mut ifr)?;
+        // SAFETY: SIOCGIFFLAGS filled the flags member.
+        Ok(unsafe { ifr.ifr_ifru.ifru_flags } & libc::IFF_UP as libc::c_short != 0)
+    }
+}
