@@ -22,6 +22,10 @@ pub enum ForwardMode {
     L2,
     /// Every packet goes back out of the port it came in on, unparsed (a ceiling measurement).
     Passthrough,
+    /// Every packet leaves by the paired port (`in ^ 1`: 0↔1, 2↔3, …), unparsed and without a
+    /// lookup: the forwarding ceiling for a two-port topology (gen → switch → sink). A packet
+    /// whose pair does not exist or is down is dropped as `NoEgress`.
+    Cross,
 }
 
 /// A worker's view of one port.
@@ -175,6 +179,16 @@ impl Pipeline {
             ForwardMode::Passthrough => {
                 let Batch { descs, .. } = &self.batch;
                 self.staged[pi].extend_from_slice(&descs[..n]);
+            }
+            ForwardMode::Cross => {
+                let out = pi ^ 1;
+                if out < self.ports.len() && self.ports[out].up {
+                    self.staged[out].extend_from_slice(&self.batch.descs[..n]);
+                } else {
+                    for i in 0..n {
+                        self.drop_frame(pi, self.batch.descs[i].addr, DropReason::NoEgress);
+                    }
+                }
             }
             ForwardMode::L2 => {
                 self.parse_batch(p);
@@ -411,5 +425,77 @@ impl Pipeline {
     /// Frames held by this worker's queues and cache right now.
     pub fn frames_held(&self) -> usize {
         self.ports.iter().map(PortSlot::frames_held).sum::<usize>() + self.pool.cached().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::{check_no_leak, AllocMode, SharedPool};
+    use crate::umem::Umem;
+
+    /// A queue that receives the frames in `rx` and completes every transmission at once.
+    #[derive(Default)]
+    struct FakeQueue {
+        rx: Vec<u32>,
+        sent: Vec<Desc>,
+        in_flight: Vec<u64>,
+    }
+
+    impl PortQueue for FakeQueue {
+        fn rx_burst(&mut self, pool: &mut PoolCache, out: &mut [Desc]) -> usize {
+            let mut n = 0;
+            while n < out.len() {
+                let Some(len) = self.rx.pop() else { break };
+                let addr = pool.alloc().expect("test pool is large enough");
+                out[n] = Desc { addr, len, options: 0 };
+                n += 1;
+            }
+            n
+        }
+        fn tx_burst(&mut self, descs: &[Desc]) -> usize {
+            self.sent.extend_from_slice(descs);
+            self.in_flight.extend(descs.iter().map(|d| d.addr));
+            descs.len()
+        }
+        fn complete(&mut self, pool: &mut PoolCache, bulk: &mut BulkReturn) -> usize {
+            let n = self.in_flight.len();
+            for a in self.in_flight.drain(..) {
+                bulk.push(pool, a);
+            }
+            bulk.flush(pool);
+            n
+        }
+        fn release_all(&mut self, pool: &mut PoolCache) {
+            for a in self.in_flight.drain(..) {
+                pool.put(a);
+            }
+        }
+        fn frames_held(&self) -> usize {
+            self.in_flight.len()
+        }
+    }
+
+    #[test]
+    fn cross_sends_each_port_to_its_pair_and_drops_without_one() {
+        let umem = Arc::new(Umem::new(1024, 2048).unwrap());
+        let pool = SharedPool::new(0, umem, 256);
+        let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
+        let stats = Arc::new(WorkerStats::new(0, 3, cache.stats().clone()));
+        let ports = [vec![60; 100], vec![61; 7], vec![62; 5]]
+            .into_iter()
+            .map(|rx| PortSlot { queues: vec![Box::new(FakeQueue { rx, ..Default::default() })], max_frame: 1518, ingress: None, up: true, queue_index: 0 })
+            .collect();
+        let opts = PipelineOptions { mode: ForwardMode::Cross, ..Default::default() };
+        let mut pipe = Pipeline::new(ports, cache, Arc::new(Fdb::new(64, 300)), stats.clone(), opts);
+        while pipe.poll() > 0 {}
+        let tx = |p: usize| stats.ports[p].tx_packets.get();
+        assert_eq!(tx(1), 100, "port 0 -> port 1");
+        assert_eq!(tx(0), 7, "port 1 -> port 0");
+        assert_eq!(tx(2), 0, "port 2 has no pair (port 3)");
+        assert_eq!(stats.ports[2].drops[DropReason::NoEgress as usize].get(), 5);
+        pipe.shutdown();
+        drop(pipe);
+        check_no_leak(&pool, &[]).unwrap();
     }
 }
