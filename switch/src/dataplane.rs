@@ -17,6 +17,7 @@ use wasmswitch_core::stats::WorkerStats;
 use wasmswitch_core::verdict::VerdictStage;
 use wasmswitch_core::{PortId, PortQueue, Umem};
 use wasmswitch_afxdp::{AfXdpPort, Overrides, PortSpec, QueueStats, RingSizes, UmemRegistration};
+use wasmswitch_tap::{HostConfig, HostPort, TapConfig, TapDevice, TapStats};
 use wasmswitch_sim::{SimQueue, SimRings, SimStats, Source, TrafficGen, TrafficSpec};
 
 use crate::config::{AfxdpSection, AttachMode, BindMode, Config, DriverKind, Idle, Mode, SimSection};
@@ -57,6 +58,8 @@ pub struct PortInfo {
     pub afxdp: Vec<(u32, Arc<QueueStats>)>,
     /// The kernel interface behind the port (AF_XDP), watched for disappearance.
     pub interface: Option<String>,
+    /// Host port (TAP) counters.
+    pub tap: Option<Arc<TapStats>>,
 }
 
 pub struct WorkerHandle {
@@ -75,6 +78,7 @@ pub struct Dataplane {
     housekeeping: Option<JoinHandle<()>>,
     stop_housekeeping: Arc<AtomicBool>,
     afxdp_ports: Vec<AfXdpPort>,
+    host: Option<HostPort>,
 }
 
 /// Frames past the MTU: Ethernet header plus two VLAN tags.
@@ -90,6 +94,8 @@ pub struct Built {
     pub pipelines: Vec<Pipeline>,
     /// Open AF_XDP ports: dropping one detaches its XDP program, so they outlive the workers.
     pub afxdp_ports: Vec<AfXdpPort>,
+    /// The host port's TAP and host workers; stopped after the datapath workers.
+    pub host: Option<HostPort>,
 }
 
 /// The AF_XDP driver's view of a port section.
@@ -197,6 +203,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                     sim: stats,
                     afxdp: Vec::new(),
                     interface: None,
+                    tap: None,
                 });
             }
             DriverKind::Afxdp => {
@@ -226,30 +233,67 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                     sim: Vec::new(),
                     afxdp: xp.queue_stats(),
                     interface: Some(a.interface.value.clone()),
+                    tap: None,
                 });
                 afxdp_ports.push(xp);
             }
         }
     }
+    let mut host = None;
+    let mut max_frames: Vec<usize> = cfg.ports.iter().map(|p| max_frame(p.mtu)).collect();
+    if let Some(h) = &cfg.host {
+        let tap = TapDevice::create(&TapConfig {
+            name: h.tap.value.clone(),
+            mac: wasmswitch_tap::parse_mac(&h.mac.value)?,
+            mtu: h.mtu,
+            queues: h.workers.value,
+        })
+        .with_context(|| format!("host port `{}`", h.name.value))?;
+        let hc = HostConfig {
+            datapath_workers: workers,
+            host_workers: h.workers.value,
+            bulk: h.bulk.value,
+            ring_size: h.ring_size.value,
+            ..HostConfig::default()
+        };
+        let (hp, queues) = HostPort::start(tap, &pool, &hc).with_context(|| format!("host port `{}`", h.name.value))?;
+        log::info!("host port `{}` on TAP {} ({} host worker(s), bulk {})", h.name.value, h.tap.value, h.workers.value, h.bulk.value);
+        for (w, q) in queues.into_iter().enumerate() {
+            slots[w].push(vec![Box::new(q)]);
+        }
+        infos.push(PortInfo {
+            name: h.name.value.clone(),
+            driver: "tap",
+            queues: h.workers.value,
+            mode: "io_uring".into(),
+            sim: Vec::new(),
+            afxdp: Vec::new(),
+            interface: None,
+            tap: Some(hp.stats().clone()),
+        });
+        max_frames.push(max_frame(h.mtu));
+        host = Some(hp);
+    }
+    let host_port = cfg.host.as_ref().map(|_| cfg.ports.len() as PortId);
     let mut pipelines = Vec::new();
     for (w, worker_slots) in slots.into_iter().enumerate() {
         let cache = PoolCache::new(pool.clone(), cfg.pool.cache, alloc);
-        let stats = Arc::new(WorkerStats::new(w, cfg.ports.len(), cache.stats().clone()));
+        let stats = Arc::new(WorkerStats::new(w, infos.len(), cache.stats().clone()));
         let ports = worker_slots
             .into_iter()
             .enumerate()
             .map(|(p, queues)| PortSlot {
                 queue_index: w as u16,
                 queues,
-                max_frame: max_frame(cfg.ports[p].mtu),
+                max_frame: max_frames[p],
                 ingress: None,
                 up: true,
             })
             .collect();
-        let opts = PipelineOptions { mode, bulk_return, host_port: None };
+        let opts = PipelineOptions { mode, bulk_return, host_port };
         pipelines.push(Pipeline::new(ports, cache, fdb.clone(), stats, opts));
     }
-    Ok(Built { pool, fdb, ports: infos, pipelines, afxdp_ports })
+    Ok(Built { pool, fdb, ports: infos, pipelines, afxdp_ports, host })
 }
 
 /// Pins the calling thread to `cpu`.
@@ -365,6 +409,7 @@ impl Dataplane {
         };
         Ok(Dataplane {
             afxdp_ports: built.afxdp_ports,
+            host: built.host,
             pool: built.pool,
             fdb: built.fdb,
             ports: built.ports,
@@ -406,6 +451,11 @@ impl Dataplane {
         }
         // Workers closed their sockets; dropping the ports detaches the XDP programs.
         self.afxdp_ports.clear();
+        // Host workers stop after the datapath workers and drain the rings between them; the
+        // TAP goes away with its last descriptor.
+        if let Some(mut h) = self.host.take() {
+            h.stop();
+        }
         if panicked > 0 {
             bail!("{panicked} worker(s) panicked");
         }

@@ -271,6 +271,49 @@ pub struct AfxdpSection {
     pub ring_size: Option<Spanned<u32>>,
 }
 
+/// The host port: a TAP device the switch creates (and removes on exit), served by host
+/// workers over io_uring. To L2 it is a normal port (learned, flooded to); verdict `host` sends
+/// frames there.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct HostSection {
+    /// The port's name in the switch (metrics, API, `to:` lists).
+    #[serde(default = "default_host_name")]
+    pub name: Spanned<String>,
+    /// TAP device name (at most 15 bytes).
+    pub tap: Spanned<String>,
+    /// MAC address of the TAP (the host's own address on the switch).
+    #[serde(default = "default_host_mac")]
+    pub mac: Spanned<String>,
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
+    /// Host worker threads (one TAP queue each).
+    #[serde(default = "one_usize")]
+    pub workers: Spanned<usize>,
+    /// Entries of each ring between a datapath worker and a host worker.
+    #[serde(default = "default_host_ring")]
+    pub ring_size: Spanned<usize>,
+    /// Frames per delivery (cpumap's bulk is 8), 1-64.
+    #[serde(default = "default_host_bulk")]
+    pub bulk: Spanned<usize>,
+}
+
+fn default_host_name() -> Spanned<String> {
+    Spanned::new("host".into(), Location::UNKNOWN, Location::UNKNOWN)
+}
+fn default_host_mac() -> Spanned<String> {
+    Spanned::new("02:ee:00:00:00:01".into(), Location::UNKNOWN, Location::UNKNOWN)
+}
+fn one_usize() -> Spanned<usize> {
+    Spanned::new(1, Location::UNKNOWN, Location::UNKNOWN)
+}
+fn default_host_ring() -> Spanned<usize> {
+    Spanned::new(1024, Location::UNKNOWN, Location::UNKNOWN)
+}
+fn default_host_bulk() -> Spanned<usize> {
+    Spanned::new(8, Location::UNKNOWN, Location::UNKNOWN)
+}
+
 /// The whole file.
 #[derive(Deserialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
@@ -286,6 +329,8 @@ pub struct Config {
     #[serde(default = "default_workers")]
     pub workers: Vec<WorkerSection>,
     pub ports: Vec<PortSection>,
+    #[serde(default)]
+    pub host: Option<HostSection>,
 }
 
 fn default_workers() -> Vec<WorkerSection> {
@@ -314,9 +359,11 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Port index by name.
+    /// Port index by name (the host port, if any, comes after the configured ports).
     pub fn port_index(&self, name: &str) -> Option<usize> {
-        self.ports.iter().position(|p| p.name.value == name)
+        self.ports.iter().position(|p| p.name.value == name).or_else(|| {
+            self.host.as_ref().filter(|h| h.name.value == name).map(|_| self.ports.len())
+        })
     }
 
     pub fn listen_addr(&self) -> SocketAddr {
@@ -404,6 +451,28 @@ impl Config {
                 }
             }
         }
+        if let Some(h) = &self.host {
+            let name = &h.name.value;
+            if let Some(first) = names.get(name.as_str()) {
+                return Err(err(h.name.referenced, format!("host port name `{name}` is already used by the port at line {}", first.line())));
+            }
+            let tap = &h.tap.value;
+            if tap.is_empty() || tap.len() > 15 {
+                return Err(err(h.tap.referenced, format!("TAP name `{tap}` is not valid: expected 1-15 characters")));
+            }
+            if let Err(e) = wasmswitch_tap::parse_mac(&h.mac.value) {
+                return Err(err(h.mac.referenced, format!("{e}")));
+            }
+            if !(1..=16).contains(&h.workers.value) {
+                return Err(err(h.workers.referenced, format!("host.workers {} is out of range: expected 1-16", h.workers.value)));
+            }
+            if !(1..=64).contains(&h.bulk.value) {
+                return Err(err(h.bulk.referenced, format!("host.bulk {} is out of range: expected 1-64", h.bulk.value)));
+            }
+            if !h.ring_size.value.is_power_of_two() || !(16..=65536).contains(&h.ring_size.value) {
+                return Err(err(h.ring_size.referenced, format!("host.ring_size {} is not valid: expected a power of two from 16 to 65536", h.ring_size.value)));
+            }
+        }
         let needed = self.frames_needed();
         if (self.pool.frames.value as usize) < needed {
             return Err(err(
@@ -460,6 +529,10 @@ impl Config {
                 }
                 (None, None) => 2 * default_ring_size() * workers,
             };
+        }
+        if let Some(h) = &self.host {
+            // Both directions' rings per (datapath worker, host worker) pair, plus reads in flight.
+            n += 2 * workers * h.workers.value * h.ring_size.value + h.workers.value * 256;
         }
         n
     }
