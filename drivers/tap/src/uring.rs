@@ -145,19 +145,6 @@ impl HostRing {
         self.umem.as_ptr().wrapping_add(addr as usize)
     }
 
-    /// A write SQE for frame bytes `[addr, addr + len)` of the UMEM.
-    #[inline]
-    pub(crate) fn write_sqe(&self, addr: u64, len: u32, user_data: u64) -> squeue::Entry {
-        let buf = self.ptr(addr) as *const u8;
-        let e = match (self.features.registered_file, self.features.fixed_buffers) {
-            (true, true) => opcode::WriteFixed::new(types::Fixed(0), buf, len, 0).build(),
-            (false, true) => opcode::WriteFixed::new(types::Fd(self.fd), buf, len, 0).build(),
-            (true, false) => opcode::Write::new(types::Fixed(0), buf, len).build(),
-            (false, false) => opcode::Write::new(types::Fd(self.fd), buf, len).build(),
-        };
-        e.user_data(user_data)
-    }
-
     /// A read SQE into frame bytes `[addr, addr + len)` of the UMEM.
     #[inline]
     pub(crate) fn read_sqe(&self, addr: u64, len: u32, user_data: u64) -> squeue::Entry {
@@ -231,25 +218,44 @@ impl HostRing {
     pub fn deliver(&mut self, descs: &[Desc], mut other: impl FnMut(u64, i32)) -> Delivered {
         let mut out = Delivered::default();
         let mut queued = 0usize;
-        for (i, d) in descs.iter().enumerate() {
-            if !self.umem.in_bounds(d.addr, d.len as usize) {
-                out.errors += 1;
-                continue;
-            }
-            let e = self.write_sqe(d.addr, d.len, WRITE_TAG | i as u64);
-            // SAFETY: the caller owns every frame of `descs` until this function returns, and it
-            // returns only after every write queued here has completed (loop below).
-            if !unsafe { self.push(&e) } {
-                // SQ full: submit what we have and retry once.
-                let _ = self.submit_and_wait(0);
-                out.enters += 1;
-                // SAFETY: as above.
-                if !unsafe { self.push(&e) } {
-                    out.errors += 1;
-                    continue;
+        let mut i = 0;
+        while i < descs.len() {
+            // One SQ view per pass: the tail is published once, not per SQE.
+            let mut full = false;
+            {
+                let (ff, fb, fd, base) = (self.features.registered_file, self.features.fixed_buffers, self.fd, self.umem.as_ptr() as *const u8);
+                let umem = &self.umem;
+                let mut sq = self.ring.submission();
+                while i < descs.len() {
+                    let d = descs[i];
+                    if !umem.in_bounds(d.addr, d.len as usize) {
+                        out.errors += 1;
+                        i += 1;
+                        continue;
+                    }
+                    let buf = base.wrapping_add(d.addr as usize);
+                    let e = match (ff, fb) {
+                        (true, true) => opcode::WriteFixed::new(types::Fixed(0), buf, d.len, 0).build(),
+                        (false, true) => opcode::WriteFixed::new(types::Fd(fd), buf, d.len, 0).build(),
+                        (true, false) => opcode::Write::new(types::Fixed(0), buf, d.len).build(),
+                        (false, false) => opcode::Write::new(types::Fd(fd), buf, d.len).build(),
+                    }
+                    .user_data(WRITE_TAG | i as u64);
+                    // SAFETY: the caller owns every frame of `descs` until this function
+                    // returns, and it returns only after every write queued here completed.
+                    if unsafe { sq.push(&e) }.is_err() {
+                        full = true;
+                        break;
+                    }
+                    queued += 1;
+                    i += 1;
                 }
             }
-            queued += 1;
+            if full {
+                // SQ full: submit what is queued (reaped below) and go on.
+                let _ = self.submit_and_wait(0);
+                out.enters += 1;
+            }
         }
         let mut pending = queued;
         let mut want = queued;
@@ -262,7 +268,8 @@ impl HostRing {
                 }
             }
             out.enters += 1;
-            while let Some((ud, res)) = self.next_cqe() {
+            for c in self.ring.completion() {
+                let (ud, res) = (c.user_data(), c.result());
                 if ud & TAG_MASK == WRITE_TAG {
                     pending -= 1;
                     if res >= 0 {
