@@ -1,0 +1,95 @@
+//! Writing a batch in the WIT layout and reading verdicts back, shared by the Wasm stage and
+//! the native comparison stage so both pay exactly the same encoding cost.
+
+use wasmswitch_core::verdict::{BatchView, Verdict};
+use wasmswitch_plugin_sdk::abi::{self, RecordMeta};
+
+use crate::stats::PluginStats;
+
+/// Encodes `batch` into `buf` (resized, never shrunk: no allocation once warm).
+pub fn encode_batch(batch: &BatchView<'_>, header_bytes: usize, buf: &mut Vec<u8>) {
+    let n = batch.descs.len().min(batch.meta.len());
+    let stride = abi::stride(header_bytes);
+    buf.resize(abi::batch_len(n, header_bytes), 0);
+    abi::write_batch_header(buf, n as u16, header_bytes as u16, batch.in_port, batch.queue);
+    let recs = &mut buf[abi::BATCH_HEADER_LEN..];
+    for (i, (d, m)) in batch.descs.iter().zip(batch.meta).enumerate().take(n) {
+        let cap = (d.len as usize).min(header_bytes);
+        // SAFETY: the pipeline hands the stage frames this worker holds for the duration of
+        // the call and nobody writes them meanwhile (`VerdictStage::run` contract); `bytes`
+        // returns an empty slice for an out-of-range descriptor instead of reading wild.
+        let frame = unsafe { batch.umem.bytes(d.addr, cap) };
+        let meta = RecordMeta {
+            len: m.len,
+            flags: m.flags,
+            vlan: m.vlan,
+            ethertype: m.ethertype,
+            l3_offset: m.l3_offset,
+            l4_offset: m.l4_offset,
+            ip_proto: m.ip_proto,
+        };
+        abi::write_record(&mut recs[i * stride..(i + 1) * stride], &meta, frame, header_bytes);
+    }
+}
+
+/// Decodes `count` verdict records into `out`, counting kinds once per batch. `Err` (nothing
+/// applied) when the length is wrong or a kind is unknown.
+pub fn decode_verdicts(bytes: &[u8], out: &mut [Verdict], stats: &PluginStats) -> Result<(), String> {
+    if bytes.len() != out.len() * abi::VERDICT_LEN {
+        return Err(format!("returned {} verdict bytes for {} packets (want {})", bytes.len(), out.len(), out.len() * abi::VERDICT_LEN));
+    }
+    // Validate first so a bad record leaves `out` untouched (the policy then applies cleanly).
+    if let Some(r) = bytes.chunks_exact(4).find(|r| r[0] > abi::kind::HOST_COPY) {
+        return Err(format!("unknown verdict kind {}", r[0]));
+    }
+    let mut kinds = [0u64; 5];
+    for (o, r) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+        kinds[r[0] as usize] += 1;
+        *o = match r[0] {
+            abi::kind::PASS => Verdict::Pass,
+            abi::kind::DROP => Verdict::Drop,
+            abi::kind::REDIRECT => Verdict::Redirect(u16::from_le_bytes([r[2], r[3]])),
+            abi::kind::HOST => Verdict::Host,
+            _ => Verdict::HostCopy,
+        };
+    }
+    stats.verdict_pass.add(kinds[0]);
+    stats.verdict_drop.add(kinds[1]);
+    stats.verdict_redirect.add(kinds[2]);
+    stats.verdict_host.add(kinds[3]);
+    stats.verdict_host_copy.add(kinds[4]);
+    Ok(())
+}
+
+/// A plugin's logic compiled natively and run as a [`wasmswitch_core::verdict::VerdictStage`]
+/// through the same encode/decode as the Wasm stage: the baseline for "what does the Wasm
+/// boundary cost" (`examples/plugin_bench.rs`, `wasmswitch bench --plugin`).
+pub struct NativeStage<P: wasmswitch_plugin_sdk::Plugin> {
+    plugin: P,
+    header_bytes: usize,
+    buf: Vec<u8>,
+    out: Vec<u8>,
+    stats: std::sync::Arc<PluginStats>,
+}
+
+impl<P: wasmswitch_plugin_sdk::Plugin> NativeStage<P> {
+    /// Runs `P::init(config)` natively (host functions go to the SDK's per-thread recorder).
+    pub fn new(config: &str, header_bytes: u16) -> Result<Self, String> {
+        let plugin = P::init(config)?;
+        Ok(Self { plugin, header_bytes: header_bytes as usize, buf: Vec::new(), out: Vec::new(), stats: Default::default() })
+    }
+
+    pub fn stats(&self) -> &std::sync::Arc<PluginStats> {
+        &self.stats
+    }
+}
+
+impl<P: wasmswitch_plugin_sdk::Plugin + Send> wasmswitch_core::verdict::VerdictStage for NativeStage<P> {
+    fn run(&mut self, batch: &BatchView<'_>, verdicts: &mut [Verdict]) {
+        encode_batch(batch, self.header_bytes, &mut self.buf);
+        let n = batch.descs.len().min(verdicts.len());
+        if wasmswitch_plugin_sdk::rt::run_batch(&mut self.plugin, &self.buf, &mut self.out).is_ok() {
+            let _ = decode_verdicts(&self.out, &mut verdicts[..n], &self.stats);
+        }
+    }
+}

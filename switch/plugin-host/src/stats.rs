@@ -1,0 +1,140 @@
+//! Per-plugin, per-worker counters, read by the daemon's metrics collector.
+
+use std::sync::Mutex;
+
+use wasmswitch_core::counter::{Counter, Gauge};
+
+/// Most named counters one plugin instance may register (the SDK enforces the same limit).
+pub const MAX_NAMED: usize = 64;
+
+/// Why a batch call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultReason {
+    /// The guest trapped (panic, unreachable, out-of-bounds access, ...).
+    Trap,
+    /// The call overran the plugin's deadline (epoch interruption).
+    Deadline,
+    /// The guest asked for memory beyond its limit and then trapped.
+    Memory,
+    /// The guest returned verdicts of the wrong length or with an unknown kind.
+    BadOutput,
+    /// A fresh instance could not be created after an earlier fault (or its init failed).
+    Instantiate,
+}
+
+impl FaultReason {
+    pub const ALL: [FaultReason; 5] = [FaultReason::Trap, FaultReason::Deadline, FaultReason::Memory, FaultReason::BadOutput, FaultReason::Instantiate];
+
+    /// Label value for metrics (`reason="..."`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultReason::Trap => "trap",
+            FaultReason::Deadline => "deadline",
+            FaultReason::Memory => "memory",
+            FaultReason::BadOutput => "bad_output",
+            FaultReason::Instantiate => "instantiate",
+        }
+    }
+}
+
+/// Counters of one plugin on one worker. Every field is written by that worker only
+/// (single-writer [`Counter`]s); any thread may read them. Sum across workers at scrape time.
+#[derive(Debug, Default)]
+pub struct PluginStats {
+    /// Batch calls attempted (including ones answered by the on-error policy).
+    pub batches: Counter,
+    /// Packets in those batches.
+    pub packets: Counter,
+    pub verdict_pass: Counter,
+    pub verdict_drop: Counter,
+    pub verdict_redirect: Counter,
+    pub verdict_host: Counter,
+    pub verdict_host_copy: Counter,
+    pub faults_trap: Counter,
+    pub faults_deadline: Counter,
+    pub faults_memory: Counter,
+    pub faults_bad_output: Counter,
+    pub faults_instantiate: Counter,
+    /// Packets whose verdict came from the on-error policy (fault or quarantine).
+    pub policy_packets: Counter,
+    /// 1 while the plugin is quarantined on this worker.
+    pub quarantined: Gauge,
+    /// Fresh instances created after faults.
+    pub reinstantiations: Counter,
+    /// Log lines dropped by the rate limiter.
+    pub log_suppressed: Counter,
+    /// TSC cycles spent in batch calls (encode + call + decode).
+    pub call_cycles: Counter,
+    /// The plugin's own counters.
+    pub named: NamedCounters,
+}
+
+impl PluginStats {
+    pub fn faults(&self, r: FaultReason) -> &Counter {
+        match r {
+            FaultReason::Trap => &self.faults_trap,
+            FaultReason::Deadline => &self.faults_deadline,
+            FaultReason::Memory => &self.faults_memory,
+            FaultReason::BadOutput => &self.faults_bad_output,
+            FaultReason::Instantiate => &self.faults_instantiate,
+        }
+    }
+
+    /// All faults, any reason.
+    pub fn faults_total(&self) -> u64 {
+        FaultReason::ALL.iter().map(|r| self.faults(*r).get()).sum()
+    }
+}
+
+/// Named counters a plugin registered (`register-counter`). The data path adds by id without
+/// a lock; the name table is locked only when a name is registered (in `init`) and when the
+/// metrics collector reads it.
+#[derive(Debug)]
+pub struct NamedCounters {
+    names: Mutex<Vec<String>>,
+    values: Box<[Counter]>,
+}
+
+impl Default for NamedCounters {
+    fn default() -> Self {
+        Self { names: Mutex::new(Vec::new()), values: (0..MAX_NAMED).map(|_| Counter::default()).collect() }
+    }
+}
+
+impl NamedCounters {
+    /// Id for `name`, registering it if new.
+    pub fn register(&self, name: &str) -> Result<u32, String> {
+        if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+            return Err(format!("bad counter name {name:?}: use 1 to 64 characters from [a-z0-9_]"));
+        }
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = names.iter().position(|n| n == name) {
+            return Ok(i as u32);
+        }
+        if names.len() >= MAX_NAMED {
+            return Err(format!("too many counters (at most {MAX_NAMED})"));
+        }
+        names.push(name.to_owned());
+        Ok(names.len() as u32 - 1)
+    }
+
+    /// Adds to counter `id` (the owning worker only). Unknown ids are ignored.
+    #[inline]
+    pub fn add(&self, id: u32, delta: u64) {
+        if let Some(c) = self.values.get(id as usize) {
+            c.add(delta);
+        }
+    }
+
+    /// `(name, value)` of every registered counter.
+    pub fn snapshot(&self) -> Vec<(String, u64)> {
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names.iter().enumerate().map(|(i, n)| (n.clone(), self.values[i].get())).collect()
+    }
+
+    /// Value of the named counter, if registered.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names.iter().position(|n| n == name).map(|i| self.values[i].get())
+    }
+}

@@ -1,0 +1,124 @@
+//! Shared test helpers: building the example plugins, hand-made hostile components, batches.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use wasmswitch_core::batch::Desc;
+use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
+use wasmswitch_core::wire;
+use wasmswitch_core::Umem;
+use wasmswitch_plugin_host::{EngineOptions, PluginEngine};
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Builds every example plugin once per test binary with `plugins/build.sh` (which installs
+/// the Debian wasm toolchain on a fresh root machine) and returns the output folder.
+pub fn examples() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugins");
+        let status = std::process::Command::new("bash")
+            .arg(repo().join("plugins/build.sh"))
+            .env("WASMSWITCH_PLUGIN_OUT", &out)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run plugins/build.sh");
+        assert!(status.success(), "plugins/build.sh failed");
+        out
+    })
+}
+
+pub fn engine() -> Arc<PluginEngine> {
+    static E: OnceLock<Arc<PluginEngine>> = OnceLock::new();
+    E.get_or_init(|| {
+        let _ = env_logger::builder().is_test(true).try_init();
+        PluginEngine::new(EngineOptions::default()).unwrap()
+    })
+    .clone()
+}
+
+/// Wraps a core module (WAT) into a component of `wit` (the real world when `None`).
+pub fn component(core_wat: &str, wit: Option<&str>) -> Vec<u8> {
+    let mut resolve = wit_parser::Resolve::default();
+    let pkg = match wit {
+        None => resolve.push_dir(repo().join("wit")).unwrap().0,
+        Some(text) => resolve.push_str("test.wit", text).unwrap(),
+    };
+    let world = resolve.select_world(&[pkg], None).unwrap();
+    let mut module = wat::parse_str(core_wat).unwrap();
+    wit_component::embed_component_metadata(&mut module, &resolve, world, wit_component::StringEncoding::UTF8).unwrap();
+    wit_component::ComponentEncoder::default().module(&module).unwrap().validate(true).encode().unwrap()
+}
+
+/// A core module of the plugin world whose `process` body is `body` (params $p $len; must
+/// leave an i32 return-area pointer). The helper `$ok` returns all-pass verdicts.
+pub fn guest(body: &str) -> String {
+    format!(
+        r#"(module
+  (memory (export "memory") 1)
+  (data (i32.const 64) "nope: bad config")
+  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 1024))
+  (func (export "init") (param $p i32) (param $len i32) (result i32)
+    ;; config "refuse" -> Err("nope: bad config")
+    (if (i32.and (i32.eq (local.get $len) (i32.const 6)) (i32.eq (i32.load8_u (local.get $p)) (i32.const 114)))
+      (then
+        (i32.store8 (i32.const 16) (i32.const 1))
+        (i32.store (i32.const 20) (i32.const 64))
+        (i32.store (i32.const 24) (i32.const 16))
+        (return (i32.const 16))))
+    (i32.store8 (i32.const 16) (i32.const 0))
+    (i32.const 16))
+  (func $ok (param $p i32) (result i32)
+    (local $n i32)
+    (local.set $n (i32.mul (i32.load16_u offset=2 (local.get $p)) (i32.const 4)))
+    (memory.fill (i32.const 32768) (i32.const 0) (local.get $n))
+    (i32.store (i32.const 32) (i32.const 32768))
+    (i32.store (i32.const 36) (local.get $n))
+    (i32.const 32))
+  (func (export "process") (param $p i32) (param $len i32) (result i32)
+    {body})
+)"#
+    )
+}
+
+pub fn write(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hostile");
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// Frames in a UMEM with parsed metadata: what a worker hands a verdict stage.
+pub struct TestBatch {
+    pub umem: Umem,
+    pub descs: Vec<Desc>,
+    pub meta: Vec<wire::PacketMeta>,
+    pub in_port: u16,
+}
+
+impl TestBatch {
+    pub fn new(frames: &[Vec<u8>], in_port: u16) -> Self {
+        let umem = Umem::new(256, 2048).unwrap();
+        let mut descs = Vec::new();
+        let mut meta = Vec::new();
+        for (i, f) in frames.iter().enumerate() {
+            let addr = i as u64 * 2048 + 256;
+            // SAFETY: the test owns the whole UMEM; frame i lives alone in frame slot i.
+            unsafe { umem.bytes_mut(addr, f.len()) }.copy_from_slice(f);
+            descs.push(Desc { addr, len: f.len() as u32, options: 0 });
+            meta.push(wire::parse(f, 1522).expect("test frames parse"));
+        }
+        Self { umem, descs, meta, in_port }
+    }
+
+    pub fn run(&self, stage: &mut dyn VerdictStage) -> Vec<Verdict> {
+        let view = BatchView { in_port: self.in_port, queue: 0, umem: &self.umem, descs: &self.descs, meta: &self.meta };
+        let mut v = vec![Verdict::Pass; self.descs.len()];
+        stage.run(&view, &mut v);
+        v
+    }
+}

@@ -1,0 +1,266 @@
+//! The plugin host against real plugins (built by `plugins/build.sh`) and hostile ones
+//! (hand-written WAT wrapped into components here). One test binary: wasmtime links once.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use wasmswitch_core::verdict::Verdict;
+use wasmswitch_plugin_host::{EngineOptions, ErrorKind, FaultReason, OnError, PluginEngine, PluginSpec};
+use wasmswitch_plugin_sdk::harness;
+
+fn spec(name: &str, path: std::path::PathBuf, config: &str) -> PluginSpec {
+    let mut s = PluginSpec::new(name, path);
+    s.config = config.into();
+    s
+}
+
+// ---------------------------------------------------------------- example plugins
+
+#[test]
+fn acl_through_the_real_host_matches_native() {
+    let cfg = "default allow\ndeny proto=tcp dst=10.0.0.0/8 dport=22\ndeny src=2001:db8::/32";
+    let frames = vec![
+        harness::tcp4([1, 2, 3, 4], [10, 1, 1, 1], 5555, 22),
+        harness::tcp4([1, 2, 3, 4], [10, 1, 1, 1], 5555, 80),
+        harness::with_vlan(harness::tcp4([1, 2, 3, 4], [10, 9, 9, 9], 1, 22), 5),
+        harness::ip6(17, [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0x30; 16], 1, 2),
+        harness::ethernet([0xff; 6], harness::SRC_MAC, 0x0806, &[0u8; 46]),
+    ];
+    let f = engine().compile(&spec("acl", examples().join("acl.wasm"), cfg)).unwrap();
+    let mut stage = f.instantiate(0).unwrap();
+    let got = TestBatch::new(&frames, 0).run(&mut stage);
+    assert_eq!(got, vec![Verdict::Drop, Verdict::Pass, Verdict::Drop, Verdict::Drop, Verdict::Pass]);
+    // Same logic, native, through the same encoding.
+    let mut native = wasmswitch_plugin_host::NativeStage::<acl::Acl>::new(cfg, 128).unwrap();
+    assert_eq!(TestBatch::new(&frames, 0).run(&mut native), got);
+    let st = stage.stats();
+    assert_eq!((st.batches.get(), st.packets.get(), st.verdict_drop.get(), st.verdict_pass.get()), (1, 5, 3, 2));
+    assert_eq!(st.named.get("acl_denied"), Some(3), "the plugin's own counter reached the host");
+    assert_eq!(st.named.get("acl_allowed"), Some(2));
+    assert_eq!(st.faults_total(), 0);
+}
+
+#[test]
+fn ratelimit_port_security_sampler_through_the_real_host() {
+    let e = engine();
+    let udp = |last: u8| harness::udp4([10, 0, 0, last], [10, 0, 0, 99], 1, 2);
+
+    let mut rl = e.compile(&spec("rl", examples().join("ratelimit.wasm"), "rate=1 burst=2")).unwrap().instantiate(0).unwrap();
+    let got = TestBatch::new(&[udp(1), udp(1), udp(1), udp(2)], 0).run(&mut rl);
+    assert_eq!(got, vec![Verdict::Pass, Verdict::Pass, Verdict::Drop, Verdict::Pass]);
+    assert_eq!(rl.stats().named.get("ratelimit_limited"), Some(1));
+
+    let ps_cfg = "port=1 02:00:00:00:00:01\nviolation host";
+    let mut ps = e.compile(&spec("ps", examples().join("port-security.wasm"), ps_cfg)).unwrap().instantiate(0).unwrap();
+    let other = harness::with_src_mac(udp(1), [2, 0, 0, 0, 0, 7]);
+    assert_eq!(TestBatch::new(&[udp(1), other.clone()], 1).run(&mut ps), vec![Verdict::Pass, Verdict::Host]);
+    assert_eq!(TestBatch::new(&[udp(1), other], 2).run(&mut ps), vec![Verdict::Pass, Verdict::Pass]);
+
+    let mut s = spec("sampler", examples().join("sampler.wasm"), "every=2");
+    s.header_bytes = 0;
+    let mut sm = e.compile(&s).unwrap().instantiate(0).unwrap();
+    let got = TestBatch::new(&vec![udp(1); 5], 0).run(&mut sm);
+    assert_eq!(got, vec![Verdict::Pass, Verdict::HostCopy, Verdict::Pass, Verdict::HostCopy, Verdict::Pass]);
+    assert_eq!(sm.stats().verdict_host_copy.get(), 2);
+}
+
+#[test]
+fn bad_config_is_reported_with_the_plugin_name() {
+    let e = engine().compile(&spec("edge-acl", examples().join("acl.wasm"), "alow src=1.2.3.4")).err().expect("refused");
+    assert_eq!(e.kind, ErrorKind::Init);
+    let msg = e.to_string();
+    assert!(msg.contains("plugin `edge-acl`") && msg.contains("line 1"), "{msg}");
+    let e = engine().check(&spec("gone", "/nonexistent/x.wasm".into(), "")).err().expect("refused");
+    assert_eq!(e.kind, ErrorKind::Io);
+}
+
+#[test]
+fn compiled_code_is_cached_across_engines() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = spec("acl", examples().join("acl.wasm"), "");
+    let e1 = PluginEngine::new(EngineOptions { cache_dir: Some(dir.clone()), ..Default::default() }).unwrap();
+    assert!(!e1.compile(&s).unwrap().from_cache());
+    // A "restart": a new engine with the same settings loads the compiled code.
+    let e2 = PluginEngine::new(EngineOptions { cache_dir: Some(dir.clone()), ..Default::default() }).unwrap();
+    let t = Instant::now();
+    let f = e2.compile(&s).unwrap();
+    assert!(f.from_cache(), "second load comes from {}", dir.display());
+    eprintln!("load from cache: {:?}", t.elapsed());
+    let mut st = f.instantiate(0).unwrap();
+    assert_eq!(TestBatch::new(&[harness::udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2)], 0).run(&mut st), vec![Verdict::Pass]);
+    // A corrupt entry is ignored (recompiled), not trusted.
+    drop((st, f));
+    for ent in std::fs::read_dir(&dir).unwrap() {
+        std::fs::write(ent.unwrap().path(), b"garbage").unwrap();
+    }
+    assert!(!e2.compile(&s).unwrap().from_cache());
+}
+
+// ---------------------------------------------------------------- hostile plugins
+
+fn frames(n: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| harness::udp4([10, 0, 0, i as u8], [10, 0, 0, 200], 1000, 53)).collect()
+}
+
+#[test]
+fn infinite_loop_hits_the_deadline_and_the_policy_applies() {
+    let path = write("spin.wasm", &component(&guest("(loop $l (br $l)) (unreachable)"), None));
+    let mut s = spec("spin", path, "");
+    s.deadline = Duration::from_millis(20);
+    s.on_error = OnError::Drop;
+    s.max_faults = 2;
+    let mut st = engine().compile(&s).unwrap().instantiate(3).unwrap();
+    let b = TestBatch::new(&frames(8), 0);
+    let t = Instant::now();
+    assert_eq!(b.run(&mut st), vec![Verdict::Drop; 8]);
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(15) && took < Duration::from_secs(2), "deadline fired after {took:?}");
+    assert_eq!(st.stats().faults(FaultReason::Deadline).get(), 1);
+    assert!(!st.is_quarantined());
+    assert_eq!(b.run(&mut st), vec![Verdict::Drop; 8]);
+    assert!(st.is_quarantined(), "quarantined after max_faults = 2");
+    let t = Instant::now();
+    assert_eq!(b.run(&mut st), vec![Verdict::Drop; 8]);
+    assert!(t.elapsed() < Duration::from_millis(5), "a quarantined plugin is not called");
+    assert_eq!(st.stats().faults_total(), 2);
+    assert_eq!(st.stats().policy_packets.get(), 24);
+    assert_eq!(st.stats().quarantined.get(), 1);
+}
+
+#[test]
+fn memory_bomb_is_capped() {
+    let bomb = "(loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) (unreachable)";
+    let path = write("bomb.wasm", &component(&guest(bomb), None));
+    let mut s = spec("bomb", path, "");
+    s.memory_limit = 4 << 20;
+    s.on_error = OnError::Pass;
+    let mut st = engine().compile(&s).unwrap().instantiate(0).unwrap();
+    let b = TestBatch::new(&frames(4), 0);
+    assert_eq!(b.run(&mut st), vec![Verdict::Pass; 4]);
+    assert_eq!(st.stats().faults(FaultReason::Memory).get(), 1);
+    // An initial memory above the limit is refused at load.
+    let big = guest("(call $ok (local.get $p))").replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 200)");
+    let mut s = spec("fat", write("fat.wasm", &component(&big, None)), "");
+    s.memory_limit = 1 << 20;
+    let e = engine().compile(&s).err().expect("refused");
+    assert_eq!(e.kind, ErrorKind::Instantiate);
+    assert!(e.to_string().contains("plugin `fat`") && e.to_string().contains("memory limit"), "{e}");
+}
+
+#[test]
+fn trap_on_every_batch_is_quarantined_after_n_and_reload_clears_it() {
+    let path = write("trap.wasm", &component(&guest("(unreachable)"), None));
+    let mut s = spec("trappy", path, "");
+    s.max_faults = 3;
+    s.on_error = OnError::Drop;
+    let f = engine().compile(&s).unwrap();
+    let mut st = f.instantiate(0).unwrap();
+    let b = TestBatch::new(&frames(2), 0);
+    for i in 1..=5 {
+        assert_eq!(b.run(&mut st), vec![Verdict::Drop; 2], "batch {i}");
+        assert_eq!(st.is_quarantined(), i >= 3, "batch {i}");
+    }
+    assert_eq!(st.stats().faults(FaultReason::Trap).get(), 3, "no calls once quarantined");
+    assert_eq!(st.stats().reinstantiations.get(), 2, "a fresh instance after each fault");
+    assert_eq!(st.stats().batches.get(), 5);
+    // Reload: a new stage (same counters) is live again.
+    let st2 = f.instantiate_with_stats(0, st.stats().clone()).unwrap();
+    assert!(!st2.is_quarantined());
+    assert_eq!(st2.stats().quarantined.get(), 0);
+}
+
+#[test]
+fn a_fault_is_followed_by_a_fresh_working_instance() {
+    // Traps on a batch of exactly one packet, works otherwise.
+    let body = "(if (i32.eq (i32.load16_u offset=2 (local.get $p)) (i32.const 1)) (then unreachable)) (call $ok (local.get $p))";
+    let mut s = spec("flaky", write("flaky.wasm", &component(&guest(body), None)), "");
+    s.on_error = OnError::Drop;
+    let mut st = engine().compile(&s).unwrap().instantiate(0).unwrap();
+    assert_eq!(TestBatch::new(&frames(1), 0).run(&mut st), vec![Verdict::Drop]);
+    assert_eq!(TestBatch::new(&frames(3), 0).run(&mut st), vec![Verdict::Pass; 3]);
+    assert_eq!((st.stats().faults_total(), st.stats().reinstantiations.get()), (1, 1));
+}
+
+#[test]
+fn malformed_verdicts_are_a_fault() {
+    // Returns one verdict byte too few.
+    let body = "(drop (call $ok (local.get $p))) (i32.store (i32.const 36) (i32.sub (i32.load (i32.const 36)) (i32.const 1))) (i32.const 32)";
+    let mut s = spec("short", write("short.wasm", &component(&guest(body), None)), "");
+    s.on_error = OnError::Drop;
+    let mut st = engine().compile(&s).unwrap().instantiate(0).unwrap();
+    assert_eq!(TestBatch::new(&frames(2), 0).run(&mut st), vec![Verdict::Drop; 2]);
+    assert_eq!(st.stats().faults(FaultReason::BadOutput).get(), 1);
+    // Unknown verdict kind 9.
+    let body = "(drop (call $ok (local.get $p))) (i32.store8 (i32.const 32768) (i32.const 9)) (i32.const 32)";
+    let mut st = engine().compile(&spec("kind9", write("kind9.wasm", &component(&guest(body), None)), "")).unwrap().instantiate(0).unwrap();
+    assert_eq!(TestBatch::new(&frames(2), 0).run(&mut st), vec![Verdict::Pass; 2]);
+    assert_eq!(st.stats().faults(FaultReason::BadOutput).get(), 1);
+}
+
+#[test]
+fn wasi_filesystem_and_socket_imports_are_refused_by_name() {
+    for (iface, func) in [("wasi:filesystem/preopens@0.2.0", "get-directories"), ("wasi:sockets/tcp-create-socket@0.2.0", "create-tcp-socket")] {
+        let wat = format!(
+            r#"(component
+                 (import "{iface}" (instance $i (export "{func}" (func (result u32)))))
+                 (import "wasmswitch:plugin/host@0.1.0" (instance $h (export "now-ns" (func (result u64)))))
+               )"#
+        );
+        let path = write("wasi.wasm", &wat::parse_str(&wat).unwrap());
+        let e = engine().compile(&spec("sneaky", path, "")).err().expect("refused");
+        assert_eq!(e.kind, ErrorKind::ForbiddenImport, "{e}");
+        assert!(e.to_string().contains(iface) && e.to_string().contains("plugin `sneaky`"), "{e}");
+    }
+}
+
+#[test]
+fn a_component_of_another_world_gets_a_clear_error() {
+    let other = "package other:thing; world w { export run: func(x: u32) -> u32; }";
+    let core = r#"(module (memory (export "memory") 1) (func (export "run") (param i32) (result i32) (local.get 0)))"#;
+    let e = engine().compile(&spec("stranger", write("other.wasm", &component(core, Some(other))), "")).err().expect("refused");
+    assert_eq!(e.kind, ErrorKind::WrongWorld);
+    assert!(e.to_string().contains("does not export `init`") && e.to_string().contains("run"), "{e}");
+
+    // Right names, wrong type of `process`.
+    let wrong = "package other:thing; world w { export init: func(config: string) -> result<_, string>; export process: func(x: u32) -> u32; }";
+    let core = guest("(call $ok (local.get $p))").replace("(func (export \"process\") (param $p i32) (param $len i32) (result i32)", "(func (export \"process\") (param $p i32) (result i32) (local $len i32)");
+    let e = engine().compile(&spec("typo", write("typo.wasm", &component(&core, Some(wrong))), "")).err().expect("refused");
+    assert_eq!(e.kind, ErrorKind::WrongWorld);
+    assert!(e.to_string().contains("`process` has the wrong type"), "{e}");
+
+    // Not a component at all.
+    let e = engine().compile(&spec("core", write("core.wasm", &wat::parse_str("(module)").unwrap()), "")).err().expect("refused");
+    assert_eq!(e.kind, ErrorKind::Compile, "{e}");
+}
+
+#[test]
+fn init_can_refuse_its_config() {
+    let path = write("picky.wasm", &component(&guest("(call $ok (local.get $p))"), None));
+    let e = engine().compile(&spec("picky", path.clone(), "refuse")).err().expect("refused");
+    assert_eq!(e.kind, ErrorKind::Init);
+    assert!(e.to_string().contains("nope: bad config"), "{e}");
+    assert!(engine().compile(&spec("picky", path, "fine")).is_ok());
+}
+
+#[test]
+fn factories_are_send_and_sync_and_instantiate_per_worker() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<wasmswitch_plugin_host::PluginFactory>();
+    let f = engine().compile(&spec("acl", examples().join("acl.wasm"), "deny dport=53")).unwrap();
+    let handles: Vec<_> = (0..2)
+        .map(|w| {
+            let f = Arc::clone(&f);
+            std::thread::spawn(move || {
+                let mut st = f.instantiate(w).unwrap();
+                TestBatch::new(&frames(3), 0).run(&mut st)
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), vec![Verdict::Drop; 3]);
+    }
+}
