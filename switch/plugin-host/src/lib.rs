@@ -597,6 +597,7 @@ impl WasmStage {
         encode_batch(batch, header_bytes, &mut self.buf);
         let Some(live) = self.live.as_mut() else { return };
         live.store.set_epoch_deadline(self.ticks);
+        live.store.data_mut().limiter.denied = false;
         // SAFETY: `live.process` was checked with `Func::typed::<(&[u8],), (WasmList<u8>,)>`
         // when this instance was created (`new_instance`); the parameter lifetime is the only
         // difference, and it is not part of the component type. Re-checking per batch would
