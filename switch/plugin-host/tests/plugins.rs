@@ -73,7 +73,7 @@ fn bad_config_is_reported_with_the_plugin_name() {
     assert_eq!(e.kind, ErrorKind::Init);
     let msg = e.to_string();
     assert!(msg.contains("plugin `edge-acl`") && msg.contains("line 1"), "{msg}");
-    let e = engine().check(&spec("gone", "/nonexistent/x.wasm".into(), "")).err().expect("refused");
+    let e = engine().check(&spec("gone", "/nonexistent/x.wasm".into(), "")).expect_err("refused");
     assert_eq!(e.kind, ErrorKind::Io);
 }
 
