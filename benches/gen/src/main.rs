@@ -12,9 +12,9 @@
 //!
 //! Output: one JSON object on stdout, e.g.
 //! `{"iface":"g0","duration_s":5.0,"target_pps":null,"sent":3500000,"offered_pps":700000.0,...}`
-//! where `sent` counts descriptors the kernel consumed from the TX ring inside the measured
-//! window (each one handed to the interface's transmit; a frame the peer dropped on arrival
-//! still counts as sent, it is the receiver's loss).
+//! where `sent` counts descriptors posted inside the measured window that the kernel consumed
+//! from the TX ring (each one handed to the interface's transmit; a frame the peer dropped on
+//! arrival still counts as sent, it is the receiver's loss).
 
 use std::time::{Duration, Instant};
 
@@ -238,8 +238,6 @@ fn main() -> Result<()> {
             kick(fd, &mut c);
         }
     }
-    // Descriptors the kernel consumed (transmitted or dropped by the device) inside the window.
-    let sent = c.posted - s.tx.tx.outstanding() as u64;
     let window = elapsed.as_secs_f64();
     // Let the tail complete so the UMEM is not torn down under in-flight frames (the socket
     // close would handle it anyway).
@@ -250,6 +248,10 @@ fn main() -> Result<()> {
         }
         c.completed += s.tx.comp.consume(&mut comp) as u64;
     }
+    // Descriptors the kernel consumed (transmitted, or dropped by the device): everything posted
+    // inside the window, minus what it never took. The tail goes out just after the window ends,
+    // so the receiver's count (read a little later) includes it too.
+    let sent = c.posted - s.tx.tx.outstanding() as u64;
     let st = s.handle.statistics().ok();
     let out = serde_json::json!({
         "iface": iface,
