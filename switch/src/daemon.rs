@@ -17,13 +17,15 @@ pub struct Switch {
     pub path: PathBuf,
     pub config: Config,
     pub dataplane: Dataplane,
+    pub plugin_metrics: Arc<crate::plugins::PluginMetrics>,
 }
 
 impl Switch {
     pub fn start(path: &Path) -> Result<Switch> {
         let config = Config::load(path)?;
-        let dataplane = Dataplane::start(&config)?;
-        Ok(Switch { path: path.to_owned(), config, dataplane })
+        let plugin_metrics = Arc::new(crate::plugins::PluginMetrics::default());
+        let dataplane = Dataplane::start_with_plugins(&config, path, Some(&plugin_metrics))?;
+        Ok(Switch { path: path.to_owned(), config, dataplane, plugin_metrics })
     }
 
     pub fn collector(&self) -> SwitchCollector {
@@ -34,7 +36,7 @@ impl Switch {
             pool: dp.pool.clone(),
             fdb: dp.fdb.clone(),
             start: dp.start,
-            extra: Vec::new(),
+            extra: vec![self.plugin_metrics.clone() as Arc<dyn crate::metrics::MetricsSource>],
         }
     }
 
@@ -61,7 +63,15 @@ impl Switch {
     }
 
     pub fn plugins_json(&self) -> serde_json::Value {
-        json!({ "plugins": [] })
+        let table = self.plugin_metrics.table.lock().unwrap_or_else(|e| e.into_inner());
+        let plugins: Vec<_> = table
+            .iter()
+            .map(|(port, name, w, s)| {
+                json!({"port": port, "plugin": name, "worker": w, "batches": s.batches.get(), "packets": s.packets.get(),
+                       "faults": s.faults_total(), "quarantined": s.quarantined.get() == 1})
+            })
+            .collect();
+        json!({ "plugins": plugins })
     }
 
     /// Re-reads the config file. Only changes that can be applied at a batch boundary are

@@ -373,7 +373,31 @@ fn housekeeping_loop(fdb: Arc<Fdb>, controls: Vec<Arc<WorkerControl>>, mut watch
 impl Dataplane {
     /// Builds the datapath and starts its worker threads.
     pub fn start(cfg: &Config) -> Result<Dataplane> {
-        let built = build(cfg, AllocMode::Recycling, true)?;
+        Self::start_with_plugins(cfg, std::path::Path::new("."), None)
+    }
+
+    /// Starts the datapath with the ports' plugin chains (compiled here, before any traffic)
+    /// installed on every worker; their counters go to `plugin_metrics`.
+    pub fn start_with_plugins(cfg: &Config, file: &std::path::Path, plugin_metrics: Option<&crate::plugins::PluginMetrics>) -> Result<Dataplane> {
+        let mut built = build(cfg, AllocMode::Recycling, true)?;
+        if cfg.ports.iter().any(|p| !p.plugins.is_empty()) {
+            let engine = crate::plugins::engine()?;
+            let chains = crate::plugins::compile(&engine, cfg, file, built.ports.len())?;
+            let names: Vec<String> = built.ports.iter().map(|p| p.name.clone()).collect();
+            let mut table = Vec::new();
+            for (w, pipe) in built.pipelines.iter_mut().enumerate() {
+                for (p, stage) in chains.instantiate(w, &names, &mut table)?.into_iter().enumerate() {
+                    if stage.is_some() {
+                        pipe.set_ingress(p as PortId, stage);
+                    }
+                }
+            }
+            if let Some(m) = plugin_metrics {
+                *m.table.lock().unwrap_or_else(|e| e.into_inner()) = table;
+            }
+            log::info!("plugins loaded: {}", cfg.ports.iter().flat_map(|p| p.plugins.iter().map(|x| x.name.value.clone())).collect::<Vec<_>>().join(", "));
+        }
+        let built = built;
         let start = Instant::now();
         let mut workers = Vec::new();
         for (w, pipe) in built.pipelines.into_iter().enumerate() {

@@ -11,3 +11,4 @@ pub mod daemon;
 pub mod bench;
 pub mod demo;
 pub mod lab;
+pub mod plugins;

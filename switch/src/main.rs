@@ -58,8 +58,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { config } => daemon::run(&config),
-        Command::Check { config } => Config::load(&config).map_err(anyhow::Error::from).map(|c| {
-            println!("{}: ok ({} ports, {} workers)", config.display(), c.ports.len(), c.workers.len());
+        Command::Check { config } => Config::load(&config).map_err(anyhow::Error::from).and_then(|c| {
+            // Plugins are loaded, type-checked against the world and initialised with their config.
+            let n: usize = c.ports.iter().map(|p| p.plugins.len()).sum();
+            if n > 0 {
+                let engine = wasmswitch::plugins::engine()?;
+                wasmswitch::plugins::compile(&engine, &c, &config, c.ports.len() + 1)?;
+            }
+            println!("{}: ok ({} ports, {} workers, {n} plugins)", config.display(), c.ports.len(), c.workers.len());
+            Ok(())
         }),
         Command::Bench { json, scenarios, seconds, frame_size } => {
             bench::run(&bench::BenchOptions { json, scenarios, seconds, frame_size }).map(|_| ())

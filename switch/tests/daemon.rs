@@ -145,3 +145,25 @@ fn bench_json_prints_one_line_per_scenario() {
     }
     assert_eq!(lines[0]["scenario"], "l2");
 }
+
+#[test]
+fn acl_plugin_runs_in_the_daemon_datapath() {
+    let path = repo("configs/acl.yaml");
+    if !repo("plugins/out/acl.wasm").exists() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "plugins/out/acl.wasm missing: scripts/test.sh builds it first");
+        eprintln!("skipped: build the plugins with plugins/build.sh");
+        return;
+    }
+    let cfg = wasmswitch::config::Config::load(&path).unwrap();
+    let m = wasmswitch::plugins::PluginMetrics::default();
+    let mut dp = wasmswitch::dataplane::Dataplane::start_with_plugins(&cfg, &path, Some(&m)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let policy = wasmswitch_core::stats::DropReason::Policy as usize;
+    let dropped: u64 = dp.workers.iter().map(|w| w.stats.ports[0].drops[policy].get()).sum();
+    let p1_rx: u64 = dp.workers.iter().map(|w| w.stats.ports[1].rx_packets.get()).sum();
+    let p1_policy: u64 = dp.workers.iter().map(|w| w.stats.ports[1].drops[policy].get()).sum();
+    assert!(dropped > 1000, "acl denies p0's UDP to 5001 ({dropped} dropped)");
+    assert!(p1_rx > 1000 && p1_policy == 0, "p1 has no plugin");
+    assert!(m.table.lock().unwrap().iter().all(|(_, n, _, s)| n == "acl" && s.batches.get() > 0));
+    dp.stop().unwrap();
+}

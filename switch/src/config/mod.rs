@@ -171,6 +171,58 @@ pub struct PortSection {
     pub sim: Option<Spanned<SimSection>>,
     #[serde(default)]
     pub afxdp: Option<Spanned<AfxdpSection>>,
+    /// Ingress plugin chain, run in order; the first plugin to give a packet a verdict other
+    /// than `pass` decides it.
+    #[serde(default)]
+    pub plugins: Vec<PluginSection>,
+}
+
+/// What a plugin's packets get when it faults or is quarantined.
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    #[default]
+    Pass,
+    Drop,
+}
+
+/// One plugin of a port's ingress chain.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSection {
+    pub name: Spanned<String>,
+    /// The component (`.wasm`), relative to the config file's folder unless absolute.
+    pub path: Spanned<String>,
+    /// Text handed to the plugin's `init` (each plugin documents its format).
+    #[serde(default)]
+    pub config: String,
+    /// Leading bytes of each packet the plugin sees (0-1024).
+    #[serde(default = "default_header_bytes")]
+    pub header_bytes: Spanned<u16>,
+    #[serde(default)]
+    pub on_error: OnError,
+    /// Longest a batch call may run, in microseconds.
+    #[serde(default = "default_deadline_us")]
+    pub deadline_us: Spanned<u64>,
+    /// Cap on the plugin's linear memory per worker, in KiB.
+    #[serde(default = "default_memory_kib")]
+    pub memory_limit_kib: Spanned<usize>,
+    /// Faults on one worker before the plugin is quarantined there.
+    #[serde(default = "default_max_faults")]
+    pub max_faults: u32,
+}
+
+fn default_header_bytes() -> Spanned<u16> {
+    Spanned::new(128, Location::UNKNOWN, Location::UNKNOWN)
+}
+fn default_deadline_us() -> Spanned<u64> {
+    Spanned::new(5000, Location::UNKNOWN, Location::UNKNOWN)
+}
+fn default_memory_kib() -> Spanned<usize> {
+    Spanned::new(16384, Location::UNKNOWN, Location::UNKNOWN)
+}
+fn default_max_faults() -> u32 {
+    3
 }
 
 fn default_mtu() -> u32 {
@@ -359,6 +411,16 @@ impl Config {
         Ok(cfg)
     }
 
+    /// A plugin path from the config, resolved against the config file's folder.
+    pub fn plugin_path(&self, config_file: &Path, p: &str) -> PathBuf {
+        let p = Path::new(p);
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            config_file.parent().unwrap_or(Path::new(".")).join(p)
+        }
+    }
+
     /// Port index by name (the host port, if any, comes after the configured ports).
     pub fn port_index(&self, name: &str) -> Option<usize> {
         self.ports.iter().position(|p| p.name.value == name).or_else(|| {
@@ -417,6 +479,25 @@ impl Config {
             }
             if p.mtu as usize + 22 > fs as usize - 256 {
                 return Err(err(p.name.referenced, format!("port `{name}`: mtu {} does not fit a {fs}-byte frame with 256 bytes of headroom", p.mtu)));
+            }
+            let mut plugin_names: HashMap<&str, Location> = HashMap::new();
+            for pl in &p.plugins {
+                if let Some(first) = plugin_names.insert(&pl.name.value, pl.name.referenced) {
+                    return Err(err(pl.name.referenced, format!("port `{name}`: plugin `{}` is already in this chain (line {})", pl.name.value, first.line())));
+                }
+                if pl.header_bytes.value > 1024 {
+                    return Err(err(pl.header_bytes.referenced, format!("header_bytes {} is out of range: expected 0-1024", pl.header_bytes.value)));
+                }
+                if !(10..=1_000_000).contains(&pl.deadline_us.value) {
+                    return Err(err(pl.deadline_us.referenced, format!("deadline_us {} is out of range: expected 10-1000000", pl.deadline_us.value)));
+                }
+                if !(64..=4_194_304).contains(&pl.memory_limit_kib.value) {
+                    return Err(err(pl.memory_limit_kib.referenced, format!("memory_limit_kib {} is out of range: expected 64-4194304", pl.memory_limit_kib.value)));
+                }
+                let file = self.plugin_path(path, &pl.path.value);
+                if !file.is_file() {
+                    return Err(err(pl.path.referenced, format!("plugin `{}`: no such file {} (build plugins with plugins/build.sh)", pl.name.value, file.display())));
+                }
             }
             match p.driver.value {
                 DriverKind::Sim => {
