@@ -167,3 +167,41 @@ fn acl_plugin_runs_in_the_daemon_datapath() {
     assert!(m.table.lock().unwrap().iter().all(|(_, n, _, s)| n == "acl" && s.batches.get() > 0));
     dp.stop().unwrap();
 }
+
+#[test]
+fn plugin_hot_reload_applies_new_verdicts_without_restart() {
+    let wasm = repo("plugins/out/acl.wasm");
+    if !wasm.exists() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "plugins/out/acl.wasm missing: scripts/test.sh builds it first");
+        eprintln!("skipped: build the plugins with plugins/build.sh");
+        return;
+    }
+    let port = free_port();
+    let text = std::fs::read_to_string(repo("configs/acl.yaml"))
+        .unwrap()
+        .replace("127.0.0.1:9188", &format!("127.0.0.1:{port}"))
+        .replace("../plugins/out/acl.wasm", wasm.to_str().unwrap());
+    let cfg = tempfile_path::write(&text);
+    let mut child = Command::new(bin()).args(["run", "-c"]).arg(&cfg.0).stderr(Stdio::piped()).spawn().unwrap();
+    wait_healthy(port, &mut child);
+    let policy = |m: &str| -> f64 {
+        m.lines().filter(|l| l.starts_with("wasmswitch_port_drops_total{") && l.contains("port=\"p0\"") && l.contains("reason=\"policy\"")).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+    };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let d1 = policy(&http(port, "GET", "/metrics").unwrap().1);
+    assert!(d1 > 0.0, "acl drops before the reload");
+    std::fs::write(&cfg.0, text.replace("deny proto=udp dport=5001", "deny proto=tcp dport=22")).unwrap();
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert_eq!(st, 200, "{body}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let d2 = policy(&http(port, "GET", "/metrics").unwrap().1);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let d3 = policy(&http(port, "GET", "/metrics").unwrap().1);
+    assert_eq!(d2, d3, "the new rules (no UDP deny) apply after the swap");
+    let (_, plugins) = http(port, "GET", "/api/v1/plugins").unwrap();
+    assert!(plugins.contains("\"acl\""), "{plugins}");
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("frames are back in the pool"));
+}
