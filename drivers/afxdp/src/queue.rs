@@ -56,6 +56,8 @@ pub(crate) struct TxHalf {
     /// Descriptors submitted since the last kick the kernel fully acted on.
     unkicked: u32,
     stats: Arc<QueueStats>,
+    /// Scratch for draining the completion ring, kept here so no poll round zeroes it anew.
+    comp_buf: [u64; COMP_BATCH],
 }
 
 #[derive(Debug)]
@@ -140,11 +142,10 @@ impl TxHalf {
     }
 
     fn complete(&mut self, pool: &mut PoolCache, bulk: &mut BulkReturn) -> usize {
-        let mut buf = [0u64; COMP_BATCH];
         let mut total = 0;
         loop {
-            let n = self.rings.comp.consume(&mut buf);
-            for &a in &buf[..n] {
+            let n = self.rings.comp.consume(&mut self.comp_buf);
+            for &a in &self.comp_buf[..n] {
                 self.posted.remove(a);
                 bulk.push(pool, a);
             }
@@ -169,7 +170,7 @@ impl AfXdpQueue {
         let queue = sock.queue;
         Self {
             rx: Some(RxHalf { sock: sock.clone(), rings: rx, posted: FrameSet::new(umem) }),
-            tx: TxSide::Own(TxHalf { sock, rings: tx, posted: FrameSet::new(umem), unkicked: 0, stats: stats.clone() }),
+            tx: TxSide::Own(TxHalf { sock, rings: tx, posted: FrameSet::new(umem), unkicked: 0, stats: stats.clone(), comp_buf: [0; COMP_BATCH] }),
             counts_tx: true,
             stats,
             ifname,
@@ -227,6 +228,9 @@ impl RxHalf {
     fn refill(&mut self, pool: &mut PoolCache, stats: &QueueStats) {
         let batch = FILL_BATCH.min(self.rings.fill.size() as usize / 2).max(1);
         let mut free = self.rings.fill.free(batch as u32) as usize;
+        if free < batch {
+            return; // the common case: nothing to refill, and no scratch buffer to zero
+        }
         let mut buf = [0u64; FILL_BATCH];
         while free >= batch {
             let got = pool.alloc_bulk(&mut buf[..batch]);
