@@ -196,6 +196,60 @@ pub struct HostState {
     log_tokens: f64,
     log_last: Instant,
     clock_base: Instant,
+    deadline: DeadlineWatch,
+}
+
+/// Turns the epoch deadline (wall time) into a CPU-time deadline. The epoch ticks on wall
+/// time, so a worker descheduled in the middle of a call (a busy host, a VM whose vCPU was not
+/// running: 4-7 ms gaps several times a minute on the machines this was built on) would
+/// overrun a 5 ms deadline without the plugin doing anything wrong, and three such stalls
+/// would quarantine it. So the first time the deadline passes in a call, the watch notes the
+/// thread's CPU time and extends the deadline by one more period; at each later expiry the
+/// call is interrupted if it used at least half a deadline of CPU since the note (it is
+/// spinning), and extended again if not (it was stalled), up to `MAX_STALL_EXTENSIONS`. A
+/// plugin that spins is stopped after one to two deadlines; the clock is read only on expiry.
+struct DeadlineWatch {
+    /// Deadline in epoch ticks (the period).
+    ticks: u64,
+    cpu_budget: Duration,
+    /// Thread CPU time at the first expiry in the current call.
+    cpu_mark: Option<Duration>,
+    extensions: u32,
+}
+
+const MAX_STALL_EXTENSIONS: u32 = 16;
+
+impl DeadlineWatch {
+    /// Called before every call (two stores).
+    #[inline]
+    fn arm(&mut self) {
+        self.cpu_mark = None;
+        self.extensions = 0;
+    }
+
+    fn expired(&mut self) -> wasmtime::UpdateDeadline {
+        let now = thread_cpu_time();
+        let spinning = match self.cpu_mark {
+            None => {
+                self.cpu_mark = Some(now);
+                false
+            }
+            Some(mark) => now.saturating_sub(mark) >= self.cpu_budget / 2,
+        };
+        if spinning || self.extensions >= MAX_STALL_EXTENSIONS {
+            return wasmtime::UpdateDeadline::Interrupt;
+        }
+        self.extensions += 1;
+        wasmtime::UpdateDeadline::Continue(self.ticks)
+    }
+}
+
+/// CPU time of the calling thread (a syscall: `CLOCK_THREAD_CPUTIME_ID` has no vDSO path).
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a live, writable timespec; the clock id is a constant the kernel knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 const LOG_BURST: f64 = 20.0;
@@ -457,12 +511,13 @@ impl PluginFactory {
             log_tokens: LOG_BURST,
             log_last: now,
             clock_base: now,
+            deadline: DeadlineWatch { ticks: deadline_ticks(spec.deadline, self.engine.opts.epoch_tick), cpu_budget: spec.deadline, cpu_mark: None, extensions: 0 },
         };
         let mut store = Store::new(self.engine.engine(), state);
         store.limiter(|s| &mut s.limiter);
-        let ticks = deadline_ticks(spec.deadline, self.engine.opts.epoch_tick);
+        let ticks = store.data().deadline.ticks;
         store.set_epoch_deadline(ticks);
-        store.epoch_deadline_trap();
+        store.epoch_deadline_callback(|mut cx| Ok(cx.data_mut().deadline.expired()));
         let instance = self.pre.instantiate(&mut store).map_err(|e| {
             let m = if store.data().limiter.denied { format!("instantiation needs more than the {} byte memory limit", spec.memory_limit) } else { wt(&e) };
             err(spec, ErrorKind::Instantiate, m)
@@ -471,6 +526,7 @@ impl PluginFactory {
         let process = instance.get_func(&mut store, "process").ok_or_else(|| err(spec, ErrorKind::WrongWorld, "no `process` export"))?;
         process.typed::<(&[u8],), (WasmList<u8>,)>(&store).map_err(|e| err(spec, ErrorKind::WrongWorld, format!("export `process` has the wrong type: {}", wt(&e))))?;
         store.set_epoch_deadline(ticks);
+        store.data_mut().deadline.arm();
         match init.call(&mut store, (spec.config.as_str(),)) {
             Ok((Ok(()),)) => {}
             Ok((Err(msg),)) => return Err(err(spec, ErrorKind::Init, format!("init refused the config: {msg}"))),
@@ -511,7 +567,7 @@ fn deadline_ticks(deadline: Duration, tick: Duration) -> u64 {
 fn describe_fault(e: &wasmtime::Error, store: &Store<HostState>) -> (FaultReason, String) {
     let trap = e.downcast_ref::<wasmtime::Trap>().copied();
     if trap == Some(wasmtime::Trap::Interrupt) {
-        (FaultReason::Deadline, "deadline exceeded (epoch interruption)".into())
+        (FaultReason::Deadline, "deadline exceeded (the call used its deadline of CPU time)".into())
     } else if store.data().limiter.denied {
         (FaultReason::Memory, format!("memory limit of {} bytes reached: {}", store.data().limiter.max_memory, wt(e)))
     } else {
@@ -597,7 +653,9 @@ impl WasmStage {
         encode_batch(batch, header_bytes, &mut self.buf);
         let Some(live) = self.live.as_mut() else { return };
         live.store.set_epoch_deadline(self.ticks);
-        live.store.data_mut().limiter.denied = false;
+        let state = live.store.data_mut();
+        state.limiter.denied = false;
+        state.deadline.arm();
         // SAFETY: `live.process` was checked with `Func::typed::<(&[u8],), (WasmList<u8>,)>`
         // when this instance was created (`new_instance`); the parameter lifetime is the only
         // difference, and it is not part of the component type. Re-checking per batch would
@@ -641,4 +699,35 @@ pub fn stage_from_file(path: &Path, config: &str, header_bytes: u16) -> Result<W
     spec.header_bytes = header_bytes;
     let engine = PluginEngine::new(EngineOptions::default()).map_err(|m| err(&spec, ErrorKind::Compile, m))?;
     engine.compile(&spec)?.instantiate(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmtime::UpdateDeadline;
+
+    fn spin_cpu(d: Duration) {
+        let t = thread_cpu_time();
+        while thread_cpu_time().saturating_sub(t) < d {
+            std::hint::spin_loop();
+        }
+    }
+
+    #[test]
+    fn deadline_watch_tells_a_stall_from_a_spin() {
+        let mut w = DeadlineWatch { ticks: 3, cpu_budget: Duration::from_millis(10), cpu_mark: None, extensions: 0 };
+        w.arm();
+        assert!(matches!(w.expired(), UpdateDeadline::Continue(3)), "the first expiry only notes the CPU clock");
+        std::thread::sleep(Duration::from_millis(30)); // descheduled: wall time passes, no CPU
+        assert!(matches!(w.expired(), UpdateDeadline::Continue(3)), "a stalled call is extended");
+        spin_cpu(Duration::from_millis(6));
+        assert!(matches!(w.expired(), UpdateDeadline::Interrupt), "a call that used half a deadline of CPU since the note is stopped");
+        // A new call starts clean, and a call that keeps expiring without using CPU is still
+        // stopped after MAX_STALL_EXTENSIONS periods.
+        w.arm();
+        for _ in 0..MAX_STALL_EXTENSIONS {
+            assert!(matches!(w.expired(), UpdateDeadline::Continue(3)));
+        }
+        assert!(matches!(w.expired(), UpdateDeadline::Interrupt));
+    }
 }

@@ -12,7 +12,7 @@ pub const MAX_NAMED: usize = 64;
 pub enum FaultReason {
     /// The guest trapped (panic, unreachable, out-of-bounds access, ...).
     Trap,
-    /// The call overran the plugin's deadline (epoch interruption).
+    /// The call used more than the plugin's deadline of CPU time (epoch interruption).
     Deadline,
     /// The guest asked for memory beyond its limit and then trapped.
     Memory,

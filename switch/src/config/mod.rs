@@ -201,7 +201,8 @@ pub struct PluginSection {
     pub header_bytes: Spanned<u16>,
     #[serde(default)]
     pub on_error: OnError,
-    /// Longest a batch call may run, in microseconds.
+    /// CPU time a batch call may use, in microseconds (time the worker was descheduled does
+    /// not count; a call that spins is stopped after one to two deadlines).
     #[serde(default = "default_deadline_us")]
     pub deadline_us: Spanned<u64>,
     /// Cap on the plugin's linear memory per worker, in KiB.
