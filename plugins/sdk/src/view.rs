@@ -262,6 +262,18 @@ impl Ipv4<'_> {
     pub fn dst(&self) -> [u8; 4] {
         [self.b[16], self.b[17], self.b[18], self.b[19]]
     }
+    /// The source address as one load: `u32::from_ne_bytes(src())`. Compare it with constants
+    /// built the same way (`u32::from_ne_bytes(octets)`), masks included: no byte swap per
+    /// packet, which matters in Wasm (it has no byte-swap instruction).
+    #[inline]
+    pub fn src_ne(&self) -> u32 {
+        u32::from_ne_bytes(self.src())
+    }
+    /// The destination address as one load (see [`Ipv4::src_ne`]).
+    #[inline]
+    pub fn dst_ne(&self) -> u32 {
+        u32::from_ne_bytes(self.dst())
+    }
     #[inline]
     pub fn protocol(&self) -> u8 {
         self.b[9]

@@ -138,6 +138,7 @@ fn main() {
         let mut nop = NativeStage::<Nop>::new("", 64).unwrap();
         let t0 = ns_per_packet(&mut nop, &f, batch);
         println!("{batch:>6} {tw:>8.1} {tn:>8.1} {:>9.1} {tf:>8.1} {t0:>8.1} {:>8.1} {:>8.1}", tw - tn, tf - t0, (tw - tf) - (tn - t0));
-        assert_eq!(w.stats().faults_total(), 0);
+        let faults: Vec<_> = wasmswitch_plugin_host::FaultReason::ALL.iter().map(|r| (r.as_str(), w.stats().faults(*r).get())).filter(|f| f.1 > 0).collect();
+        assert!(faults.is_empty(), "the wasm plugin faulted: {faults:?}");
     }
 }
