@@ -12,25 +12,84 @@ use serde::Serialize;
 use wasmswitch_core::pipeline::Pipeline;
 use wasmswitch_core::pool::{check_no_leak, AllocMode};
 use wasmswitch_core::stats::WorkerStats;
+use wasmswitch_core::verdict::VerdictStage;
 
 use crate::config::Config;
 use crate::dataplane::{build, Built};
 
-/// A scenario: name, forwarding mode, allocation mode, bulk return.
+/// A scenario: name, forwarding mode, allocation mode, bulk return, ingress stage.
 struct Scenario {
     name: &'static str,
     mode: &'static str,
     alloc: AllocMode,
     bulk_return: bool,
+    stage: Stage,
     about: &'static str,
 }
 
+/// What runs as every port's ingress verdict stage.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    None,
+    /// `--plugin FILE` through wasmtime.
+    Wasm,
+    /// The same plugin's logic compiled natively (an example plugin, by file name), through
+    /// the same batch encoding: what the Wasm boundary and codegen add.
+    Native,
+}
+
 const SCENARIOS: &[Scenario] = &[
-    Scenario { name: "passthrough", mode: "passthrough", alloc: AllocMode::Recycling, bulk_return: true, about: "RX -> TX on the same port, no parsing or lookup (the ceiling)" },
-    Scenario { name: "l2", mode: "l2", alloc: AllocMode::Recycling, bulk_return: true, about: "learning switch, 4 ports, 1024 source MACs, 5% broadcast" },
-    Scenario { name: "l2-single-return", mode: "l2", alloc: AllocMode::Recycling, bulk_return: false, about: "l2, TX completions returned one at a time" },
-    Scenario { name: "l2-no-recycle", mode: "l2", alloc: AllocMode::SharedLocked, bulk_return: true, about: "l2, every frame from/to a shared locked allocator, no per-worker cache" },
+    Scenario { name: "passthrough", mode: "passthrough", alloc: AllocMode::Recycling, bulk_return: true, stage: Stage::None, about: "RX -> TX on the same port, no parsing or lookup (the ceiling)" },
+    Scenario { name: "l2", mode: "l2", alloc: AllocMode::Recycling, bulk_return: true, stage: Stage::None, about: "learning switch, 4 ports, 1024 source MACs, 5% broadcast" },
+    Scenario { name: "l2-single-return", mode: "l2", alloc: AllocMode::Recycling, bulk_return: false, stage: Stage::None, about: "l2, TX completions returned one at a time" },
+    Scenario { name: "l2-no-recycle", mode: "l2", alloc: AllocMode::SharedLocked, bulk_return: true, stage: Stage::None, about: "l2, every frame from/to a shared locked allocator, no per-worker cache" },
+    Scenario { name: "l2+plugin", mode: "l2", alloc: AllocMode::Recycling, bulk_return: true, stage: Stage::Wasm, about: "l2 with --plugin on every port's ingress, through wasmtime" },
+    Scenario { name: "l2+native", mode: "l2", alloc: AllocMode::Recycling, bulk_return: true, stage: Stage::Native, about: "l2 with the same plugin's logic compiled natively (example plugins only)" },
 ];
+
+/// The example plugins compiled into this binary, for the `l2+native` comparison.
+const NATIVE_PLUGINS: &[&str] = &["acl", "ratelimit", "port-security", "sampler"];
+
+fn native_stage(name: &str, config: &str, header_bytes: u16) -> Result<Box<dyn VerdictStage>> {
+    use wasmswitch_plugin_host::NativeStage;
+    let e = |m: String| anyhow::anyhow!("native {name}: init refused the config: {m}");
+    Ok(match name {
+        "acl" => Box::new(NativeStage::<acl::Acl>::new(config, header_bytes).map_err(e)?),
+        "ratelimit" => Box::new(NativeStage::<ratelimit::RateLimit>::new(config, header_bytes).map_err(e)?),
+        "port-security" => Box::new(NativeStage::<port_security::PortSecurity>::new(config, header_bytes).map_err(e)?),
+        "sampler" => Box::new(NativeStage::<sampler::Sampler>::new(config, header_bytes).map_err(e)?),
+        _ => bail!("no native build of `{name}`: l2+native exists for the example plugins ({})", NATIVE_PLUGINS.join(", ")),
+    })
+}
+
+/// `--plugin`: the component, its config text, its header bytes.
+pub struct PluginBench {
+    pub path: std::path::PathBuf,
+    pub config: String,
+    pub header_bytes: u16,
+}
+
+impl PluginBench {
+    fn name(&self) -> String {
+        self.path.file_stem().and_then(|s| s.to_str()).unwrap_or("plugin").to_string()
+    }
+
+    /// One stage per port (each port gets its own instance, as in the daemon).
+    fn stages(&self, kind: Stage, ports: usize) -> Result<Vec<Box<dyn VerdictStage>>> {
+        match kind {
+            Stage::None => Ok(Vec::new()),
+            Stage::Native => (0..ports).map(|_| native_stage(&self.name(), &self.config, self.header_bytes)).collect(),
+            Stage::Wasm => {
+                let mut spec = wasmswitch_plugin_host::PluginSpec::new(&self.name(), &self.path);
+                spec.config = self.config.clone();
+                spec.header_bytes = self.header_bytes;
+                let engine = wasmswitch_plugin_host::PluginEngine::new(Default::default()).map_err(|m| anyhow::anyhow!(m))?;
+                let factory = engine.compile(&spec)?;
+                (0..ports).map(|_| Ok(Box::new(factory.instantiate(0)?) as Box<dyn VerdictStage>)).collect()
+            }
+        }
+    }
+}
 
 pub fn scenario_names() -> Vec<&'static str> {
     SCENARIOS.iter().map(|s| s.name).collect()
@@ -57,6 +116,7 @@ pub struct BenchOptions {
     pub scenarios: Vec<String>,
     pub seconds: f64,
     pub frame_size: usize,
+    pub plugin: Option<PluginBench>,
 }
 
 /// The YAML of the benchmark topology: 4 sim ports, 256 source MACs each (1024 in all).
@@ -130,9 +190,17 @@ pub fn measure(name: &str, pipe: &mut Pipeline, seconds: f64, frame_size: usize,
 
 /// Builds the topology for `s` and hands its single pipeline to `run`; checks for leaks after.
 pub fn with_pipeline(mode: &str, frame_size: usize, alloc: AllocMode, bulk: bool, run: impl FnOnce(&mut Pipeline) -> BenchResult) -> Result<BenchResult> {
+    with_stages(mode, frame_size, alloc, bulk, Vec::new(), run)
+}
+
+/// [`with_pipeline`] with `stages[p]` as port p's ingress stage.
+fn with_stages(mode: &str, frame_size: usize, alloc: AllocMode, bulk: bool, stages: Vec<Box<dyn VerdictStage>>, run: impl FnOnce(&mut Pipeline) -> BenchResult) -> Result<BenchResult> {
     let cfg = Config::parse(&topology_yaml(mode, frame_size), Path::new("<bench>"))?;
     let Built { pool, mut pipelines, .. } = build(&cfg, alloc, bulk)?;
     let mut pipe = pipelines.pop().expect("one worker");
+    for (p, stage) in stages.into_iter().enumerate() {
+        pipe.set_ingress(p as u16, Some(stage));
+    }
     let mut r = run(&mut pipe);
     pipe.shutdown();
     drop(pipe);
@@ -148,20 +216,27 @@ pub fn with_pipeline(mode: &str, frame_size: usize, alloc: AllocMode, bulk: bool
 
 pub fn run(opts: &BenchOptions) -> Result<Vec<BenchResult>> {
     let chosen: Vec<&Scenario> = if opts.scenarios.is_empty() {
-        SCENARIOS.iter().collect()
+        SCENARIOS.iter().filter(|s| s.stage == Stage::None || opts.plugin.is_some()).collect()
     } else {
         opts.scenarios
             .iter()
             .map(|n| SCENARIOS.iter().find(|s| s.name == n).ok_or_else(|| anyhow::anyhow!("unknown scenario `{n}`: expected one of {}", scenario_names().join(", "))))
             .collect::<Result<_>>()?
     };
+    if let Some(s) = chosen.iter().find(|s| s.stage != Stage::None && opts.plugin.is_none()) {
+        bail!("scenario `{}` needs --plugin FILE", s.name);
+    }
     if !(60..=1792).contains(&opts.frame_size) {
         bail!("--frame-size {} is out of range: expected 60-1792", opts.frame_size);
     }
     let mut results = Vec::new();
     let total = chosen.len();
     for (i, s) in chosen.iter().enumerate() {
-        let r = with_pipeline(s.mode, opts.frame_size, s.alloc, s.bulk_return, |pipe| {
+        let stages = match &opts.plugin {
+            Some(p) => p.stages(s.stage, 4)?,
+            None => Vec::new(),
+        };
+        let r = with_stages(s.mode, opts.frame_size, s.alloc, s.bulk_return, stages, |pipe| {
             measure(s.name, pipe, opts.seconds, opts.frame_size, |t| {
                 if !opts.json {
                     eprint!("\r[{}/{total}] {:<18} {t:4.1}s / {:.1}s", i + 1, s.name, opts.seconds);
@@ -177,12 +252,12 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<BenchResult>> {
         results.push(r);
     }
     if !opts.json {
-        print_table(&results);
+        print_table(&results, opts.plugin.as_ref().map(|p| p.name()).as_deref());
     }
     Ok(results)
 }
 
-fn print_table(results: &[BenchResult]) {
+fn print_table(results: &[BenchResult], plugin: Option<&str>) {
     println!("{:<18} {:>8} {:>10} {:>12} {:>12} {:>8} {:>7}", "scenario", "Mpps", "ns/pkt", "cycles/pkt", "packets", "loss %", "leaked");
     for r in results {
         println!(
@@ -199,6 +274,13 @@ fn print_table(results: &[BenchResult]) {
     }
     if let (Some(l2), Some(s)) = (get("l2"), get("l2-no-recycle")) {
         println!("recycling gain            = {:+.1}%", (l2 / s - 1.0) * 100.0);
+    }
+    let ns = |n: &str| results.iter().find(|r| r.scenario == n).map(|r| r.ns_per_pkt);
+    if let (Some(l2), Some(w)) = (get("l2"), get("l2+plugin")) {
+        println!("l2+plugin / l2            = {:.2}   ({} adds {:.1} ns/pkt)", w / l2, plugin.unwrap_or("plugin"), ns("l2+plugin").unwrap_or(0.0) - ns("l2").unwrap_or(0.0));
+    }
+    if let (Some(w), Some(n)) = (ns("l2+plugin"), ns("l2+native")) {
+        println!("wasm - native             = {:.1} ns/pkt (the Wasm boundary and codegen)", w - n);
     }
     for s in SCENARIOS {
         if results.iter().any(|r| r.scenario == s.name) {

@@ -40,6 +40,16 @@ enum Command {
         /// Frame size in bytes.
         #[arg(long, default_value_t = 64)]
         frame_size: usize,
+        /// A plugin component: adds `l2+plugin` (l2 with it on every port's ingress) and, for
+        /// the example plugins, `l2+native` (the same logic compiled natively).
+        #[arg(long)]
+        plugin: Option<PathBuf>,
+        /// File whose text is the plugin's config (handed to `init`).
+        #[arg(long, requires = "plugin")]
+        plugin_config: Option<PathBuf>,
+        /// Header bytes the plugin sees per packet.
+        #[arg(long, default_value_t = 64)]
+        header_bytes: u16,
     },
     /// Build a lab (network namespaces on veth pairs), switch it through AF_XDP, ping across,
     /// print live per-port rates, then remove everything. Without root: the sim lab.
@@ -68,9 +78,19 @@ fn main() -> ExitCode {
             println!("{}: ok ({} ports, {} workers, {n} plugins)", config.display(), c.ports.len(), c.workers.len());
             Ok(())
         }),
-        Command::Bench { json, scenarios, seconds, frame_size } => {
-            bench::run(&bench::BenchOptions { json, scenarios, seconds, frame_size }).map(|_| ())
-        }
+        Command::Bench { json, scenarios, seconds, frame_size, plugin, plugin_config, header_bytes } => (|| {
+            let plugin = match plugin {
+                Some(path) => {
+                    let config = match plugin_config {
+                        Some(f) => std::fs::read_to_string(&f).map_err(|e| anyhow::anyhow!("--plugin-config {}: {e}", f.display()))?,
+                        None => String::new(),
+                    };
+                    Some(bench::PluginBench { path, config, header_bytes })
+                }
+                None => None,
+            };
+            bench::run(&bench::BenchOptions { json, scenarios, seconds, frame_size, plugin }).map(|_| ())
+        })(),
         Command::Demo { seconds, sim } => demo::run(seconds, sim),
     };
     match result {
