@@ -5,8 +5,11 @@
 //! Modes, interleaved round by round (median reported): one `write()` per packet, then the
 //! host worker's list delivery (`HostRing::deliver`: N write SQEs, one `io_uring_enter`) at
 //! bulk 8, 32, 64, each with the options added step by step: plain ring → registered file →
-//! fixed buffers (UMEM registered) → single issuer + defer taskrun. Then the full path
-//! (datapath thread → `HostPortQueue` → ring → host worker thread) at bulk 8 and 32.
+//! fixed buffers (UMEM registered) → single issuer + defer taskrun. Then, at bulk 32 on top
+//! of all of those, what else io_uring offers (`Extra`): CQEs skipped on success, the list as
+//! one hard-linked chain, SQPOLL, io-wq (IOSQE_ASYNC). Then the "floor": zero-length writes,
+//! which tun refuses at once, i.e. the cost of getting one request to the driver. Then the
+//! full path (datapath thread → `HostPortQueue` → ring → host worker thread) at bulk 8, 32.
 //!
 //! The frames are IPv4/UDP to a MAC that is not the TAP's: the stack drops them as
 //! PACKET_OTHERHOST right after `eth_type_trans`. Mpps from wall time; ns/packet from the
@@ -72,14 +75,100 @@ struct Mode {
     floor: bool,
     bulk: usize, // 0 = write() per packet
     opts: UringOptions,
+    /// Beyond `HostRing::deliver`: io_uring features measured here only (see `Extra`).
+    extra: Option<Extra>,
 }
+
+/// io_uring features tried in this benchmark on top of all of `UringOptions` (registered file,
+/// fixed buffers over the UMEM, single issuer, deferred task work), with a ring of their own.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Extra {
+    /// The same as `HostRing::deliver` with every option, written out here: the control.
+    Control,
+    /// `IOSQE_CQE_SKIP_SUCCESS` on every write and a trailing NOP whose CQE ends the list: one
+    /// CQE per list. Not safe for the switch (a write that went async would complete
+    /// silently after the NOP); measured as the upper bound of what skipping CQEs gives.
+    SkipCqe,
+    /// The writes hard-linked into one chain, CQEs skipped but for the last: one CQE per list
+    /// and safe (a link starts only after the previous write completed).
+    LinkedChain,
+    /// `IORING_SETUP_SQPOLL`: a kernel thread (pinned to the other CPU) submits; the worker
+    /// only fills the SQ and reaps CQEs. CPU time includes that thread.
+    SqPoll,
+    /// `IOSQE_ASYNC`: every write goes to io-wq worker threads.
+    Async,
+}
+
+fn extra_ring(x: Extra, fd: i32, umem: &Umem, cpu: Option<usize>) -> io_uring::IoUring {
+    let mut b = io_uring::IoUring::builder();
+    if x == Extra::SqPoll {
+        b.setup_sqpoll(1000);
+        if let Some(c) = cpu {
+            b.setup_sqpoll_cpu((c ^ 1) as u32);
+        }
+    } else {
+        b.setup_single_issuer().setup_defer_taskrun();
+    }
+    let ring = b.build(256).expect("io_uring setup");
+    ring.submitter().register_files(&[fd]).expect("register_files");
+    let iov = libc::iovec { iov_base: umem.as_ptr().cast(), iov_len: umem.len() };
+    // SAFETY: the iovec covers the UMEM, which outlives the ring (dropped at the end of run_mode).
+    unsafe { ring.submitter().register_buffers(&[iov]) }.expect("register_buffers");
+    ring
+}
+
+/// One list through `ring` the way `x` says; returns when every write of it has completed.
+fn extra_deliver(x: Extra, ring: &mut io_uring::IoUring, umem: &Umem, descs: &[Desc]) -> u64 {
+    use io_uring::{opcode, squeue::Flags, types};
+    let base = umem.as_ptr();
+    let n = descs.len();
+    {
+        let mut sq = ring.submission();
+        for (i, d) in descs.iter().enumerate() {
+            let mut e = opcode::WriteFixed::new(types::Fixed(0), base.wrapping_add(d.addr as usize), d.len, 0).build().user_data(i as u64);
+            e = match x {
+                Extra::SkipCqe => e.flags(Flags::SKIP_SUCCESS),
+                Extra::LinkedChain if i + 1 < n => e.flags(Flags::IO_HARDLINK | Flags::SKIP_SUCCESS),
+                Extra::Async => e.flags(Flags::ASYNC),
+                _ => e,
+            };
+            // SAFETY: the frames stay untouched until the list's completions are reaped below.
+            unsafe { sq.push(&e) }.expect("SQ has room for a list");
+        }
+        if x == Extra::SkipCqe {
+            // SAFETY: a NOP names no buffer.
+            unsafe { sq.push(&opcode::Nop::new().build().user_data(u64::MAX)) }.expect("SQ has room");
+        }
+    }
+    // CQEs this list posts on success: one per write, or one for the whole list.
+    let mut want = match x {
+        Extra::SkipCqe | Extra::LinkedChain => 1,
+        _ => n,
+    };
+    let mut errors = 0;
+    while want > 0 {
+        ring.submit_and_wait(1).expect("io_uring_enter");
+        for c in ring.completion() {
+            if c.result() < 0 {
+                errors += 1;
+                // A failed write posts its CQE even when skipped-on-success.
+                if matches!(x, Extra::SkipCqe | Extra::LinkedChain) {
+                    continue;
+                }
+            }
+            want -= 1;
+        }
+    }
+    errors
+}
+
 
 struct Sample {
     mpps: f64,
     ns_pkt: f64,
 }
 
-fn run_mode(m: &Mode, fd: i32, umem: &Arc<Umem>, descs: &[Desc], packets: u64) -> Sample {
+fn run_mode(m: &Mode, fd: i32, umem: &Arc<Umem>, descs: &[Desc], packets: u64, cpu: Option<usize>) -> Sample {
     let zero: Vec<Desc>;
     let descs = if m.floor {
         zero = descs.iter().map(|d| Desc { len: 0, ..*d }).collect();
@@ -91,7 +180,19 @@ fn run_mode(m: &Mode, fd: i32, umem: &Arc<Umem>, descs: &[Desc], packets: u64) -
     let t0 = Instant::now();
     let mut sent = 0u64;
     let mut errors = 0u64;
-    if m.bulk == 0 {
+    if let Some(x) = m.extra {
+        let mut ring = extra_ring(x, fd, umem, cpu);
+        let chunks: Vec<&[Desc]> = descs.chunks(m.bulk).collect();
+        'outer3: loop {
+            for c in &chunks {
+                errors += extra_deliver(x, &mut ring, umem, c);
+                sent += c.len() as u64;
+                if sent >= packets {
+                    break 'outer3;
+                }
+            }
+        }
+    } else if m.bulk == 0 {
         let base = umem.as_ptr();
         'outer: loop {
             for d in descs {
@@ -246,25 +347,28 @@ fn main() {
     let regfile = UringOptions { registered_file: true, ..plain };
     let fixed = UringOptions { fixed_buffers: true, ..regfile };
     let all = UringOptions::default();
-    let mut modes = vec![Mode { name: "write() per packet", bulk: 0, opts: plain, floor: false }];
+    let mut modes = vec![Mode { name: "write() per packet", bulk: 0, opts: plain, floor: false, extra: None }];
     for bulk in [8, 32, 64] {
         for (n, o) in [("plain", plain), ("+regfile", regfile), ("+fixedbuf", fixed), ("+single+defer", all)] {
-            modes.push(Mode { name: Box::leak(format!("uring bulk {bulk:>2} {n}").into_boxed_str()), bulk, opts: o, floor: false });
+            modes.push(Mode { name: Box::leak(format!("uring bulk {bulk:>2} {n}").into_boxed_str()), bulk, opts: o, floor: false, extra: None });
         }
     }
-    modes.push(Mode { name: "floor: write() of 0 bytes", bulk: 0, opts: plain, floor: true });
-    modes.push(Mode { name: "floor: uring bulk 32, 0 bytes", bulk: 32, opts: all, floor: true });
+    for (n, x) in [("control", Extra::Control), ("+skip-cqe+nop", Extra::SkipCqe), ("+hardlink chain", Extra::LinkedChain), ("sqpoll", Extra::SqPoll), ("+async (io-wq)", Extra::Async)] {
+        modes.push(Mode { name: Box::leak(format!("uring bulk 32 {n}").into_boxed_str()), bulk: 32, opts: all, floor: false, extra: Some(x) });
+    }
+    modes.push(Mode { name: "floor: write() of 0 bytes", bulk: 0, opts: plain, floor: true, extra: None });
+    modes.push(Mode { name: "floor: uring bulk 32, 0 bytes", bulk: 32, opts: all, floor: true, extra: None });
     {
         let r = HostRing::new(fd, umem.clone(), &all).unwrap();
         println!("kernel granted with all options: {:?}", r.features());
     }
     println!("TAP {name}, {len}-byte frames, {packets} packets per sample, {rounds} rounds interleaved, cpu {cpu:?}");
     // Warm up.
-    run_mode(&modes[0], fd.as_raw_fd(), &umem, &descs, packets / 4);
+    run_mode(&modes[0], fd.as_raw_fd(), &umem, &descs, packets / 4, cpu);
     let mut samples: Vec<Vec<Sample>> = modes.iter().map(|_| Vec::new()).collect();
     for _ in 0..rounds {
         for (k, m) in modes.iter().enumerate() {
-            samples[k].push(run_mode(m, fd, &umem, &descs, packets));
+            samples[k].push(run_mode(m, fd, &umem, &descs, packets, cpu));
         }
     }
     let median = |v: &mut Vec<f64>| {
