@@ -106,15 +106,15 @@ fn traffic_on_queue_1_of_a_two_queue_veth_is_forwarded() {
     let (h1, h2) = (&lab.hosts[0], &lab.hosts[1]);
     ping_ok(h1, h2);
     // Many flows (each ping process has its own ICMP id, hashed to a TX queue of h1's veth,
-    // which is the RX queue the switch sees) until both queues have carried some (the first
-    // flows may all hash to the same queue).
+    // which is the RX queue the switch sees) until queue 1 has carried some. Queue 0 is not
+    // required: on some kernels every ping flow hashed to queue 1 (40 of 40 in a CI run).
     let mut tries = 0;
-    while (rx_of_worker(&dp, 1, 0) == 0 || rx_of_worker(&dp, 0, 0) == 0) && tries < 40 {
+    while rx_of_worker(&dp, 1, 0) == 0 && tries < 40 {
         assert!(h1.ping(&h2.ip, 1).unwrap(), "every flow is forwarded, whichever queue it uses");
         tries += 1;
     }
     assert!(rx_of_worker(&dp, 1, 0) > 0, "no traffic arrived on queue 1 after {tries} flows");
-    assert!(rx_of_worker(&dp, 0, 0) > 0, "no traffic arrived on queue 0 after {tries} flows");
+    eprintln!("queue 0 received {}, queue 1 received {} frames", rx_of_worker(&dp, 0, 0), rx_of_worker(&dp, 1, 0));
     dp.stop().expect("no frame leaked");
 }
 
