@@ -4,11 +4,11 @@
 //! All integers are little-endian. See the WIT file for the field-by-field description.
 
 /// Layout version carried in every batch header.
-pub const LAYOUT_VERSION: u16 = 1;
+pub const LAYOUT_VERSION: u16 = 2;
 /// The WIT package this SDK implements.
-pub const WIT_PACKAGE: &str = "wasmswitch:plugin@0.1.0";
+pub const WIT_PACKAGE: &str = "wasmswitch:plugin@0.2.0";
 /// Name of the host interface as it appears in a component's imports.
-pub const HOST_INTERFACE: &str = "wasmswitch:plugin/host@0.1.0";
+pub const HOST_INTERFACE: &str = "wasmswitch:plugin/host@0.2.0";
 
 /// Size of the batch header.
 pub const BATCH_HEADER_LEN: usize = 16;
@@ -20,6 +20,10 @@ pub const MAX_HEADER_BYTES: usize = 1024;
 pub const MAX_BATCH: usize = 256;
 /// Size of one verdict record.
 pub const VERDICT_LEN: usize = 4;
+/// Size of one counter-delta record in the trailer of a `process` result (id u32, delta u64).
+pub const COUNTER_DELTA_LEN: usize = 12;
+/// Most counter-delta records one result may carry (one per counter a plugin may register).
+pub const MAX_COUNTER_DELTAS: usize = 64;
 
 /// Batch header field offsets.
 pub mod hdr {
@@ -164,4 +168,57 @@ pub fn write_record(out: &mut [u8], m: &RecordMeta, frame: &[u8], header_bytes: 
     meta[14..16].copy_from_slice(&(cap as u16).to_le_bytes());
     snap[..cap].copy_from_slice(&frame[..cap]);
     snap[cap..].fill(0);
+}
+
+/// Appends one counter-delta record (the trailer after the verdicts of a `process` result).
+#[inline]
+pub fn push_counter_delta(out: &mut Vec<u8>, id: u32, delta: u64) {
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&delta.to_le_bytes());
+}
+
+/// Splits a `process` result for a batch of `count` packets into its verdict records and its
+/// counter-delta trailer, checking the lengths (the host treats an `Err` as a fault).
+pub fn split_result(bytes: &[u8], count: usize) -> Result<(&[u8], &[u8]), String> {
+    let want = count * VERDICT_LEN;
+    let trailer = bytes.len().checked_sub(want).ok_or_else(|| format!("returned {} bytes for {count} packets: fewer than the {want} verdict bytes", bytes.len()))?;
+    if trailer % COUNTER_DELTA_LEN != 0 || trailer / COUNTER_DELTA_LEN > MAX_COUNTER_DELTAS {
+        return Err(format!(
+            "returned {} bytes for {count} packets: {want} verdict bytes, then {trailer} that are not whole counter-delta records of {COUNTER_DELTA_LEN} bytes (at most {MAX_COUNTER_DELTAS})",
+            bytes.len()
+        ));
+    }
+    Ok(bytes.split_at(want))
+}
+
+/// The `(id, delta)` pairs of a trailer that [`split_result`] accepted.
+#[inline]
+pub fn counter_deltas(trailer: &[u8]) -> impl Iterator<Item = (u32, u64)> + '_ {
+    trailer.chunks_exact(COUNTER_DELTA_LEN).map(|r| {
+        let (id, delta) = r.split_at(4);
+        (u32::from_le_bytes([id[0], id[1], id[2], id[3]]), u64::from_le_bytes([delta[0], delta[1], delta[2], delta[3], delta[4], delta[5], delta[6], delta[7]]))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_trailer_round_trips_and_bad_lengths_are_refused() {
+        let mut out = vec![kind::DROP, 0, 0, 0, kind::PASS, 0, 0, 0];
+        push_counter_delta(&mut out, 3, 1 << 40);
+        push_counter_delta(&mut out, 0, 7);
+        let (v, t) = split_result(&out, 2).unwrap();
+        assert_eq!(v, &out[..8]);
+        assert_eq!(counter_deltas(t).collect::<Vec<_>>(), vec![(3, 1 << 40), (0, 7)]);
+        assert_eq!(split_result(&out[..8], 2).unwrap().1.len(), 0, "no trailer is fine");
+        assert!(split_result(&out[..7], 2).is_err(), "a verdict byte short");
+        assert!(split_result(&out[..19], 2).is_err(), "a partial counter record");
+        let mut long = vec![0u8; 8];
+        for i in 0..=MAX_COUNTER_DELTAS as u32 {
+            push_counter_delta(&mut long, i, 1);
+        }
+        assert!(split_result(&long, 2).is_err(), "more records than counters");
+    }
 }

@@ -85,7 +85,12 @@ impl<P: Plugin> Harness<P> {
     pub fn run(&mut self, batch: &BatchBuilder) -> Vec<Verdict> {
         let bytes = batch.encode();
         crate::rt::run_batch(&mut self.plugin, &bytes, &mut self.out).expect("harness batch is well formed");
-        self.out
+        // Apply the result as the switch does: check its lengths, count the deltas.
+        let (verdicts, trailer) = crate::abi::split_result(&self.out, batch.frames.len()).expect("plugin returned a malformed result");
+        for (id, delta) in crate::abi::counter_deltas(trailer) {
+            crate::host::backend::counter_add(id, delta);
+        }
+        verdicts
             .chunks_exact(4)
             .map(|r| Verdict::decode([r[0], r[1], r[2], r[3]]).expect("plugin wrote an unknown verdict kind"))
             .collect()

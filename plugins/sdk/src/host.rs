@@ -19,8 +19,9 @@ pub enum Level {
 /// Most counters one plugin instance may register (the host enforces the same limit).
 pub const MAX_COUNTERS: usize = 64;
 
-/// Deltas not yet handed to the host, by counter id. Flushed once per batch by the runtime
-/// so that `Counter::add` per packet costs an add, not a host call.
+/// Deltas not yet handed to the host, by counter id. The runtime appends them to the batch's
+/// result (the counter-delta trailer of `wit/plugin.wit`), so `Counter::add` per packet costs
+/// an add, and a batch costs no host call at all for its counters.
 struct Pending {
     deltas: [u64; MAX_COUNTERS],
     high: usize,
@@ -47,7 +48,8 @@ impl Counter {
         Ok(Counter { id })
     }
 
-    /// Adds `n`. Cheap: accumulated in the guest and handed to the host once per batch.
+    /// Adds `n`. Cheap: accumulated in the guest and handed to the host with the batch's
+    /// verdicts.
     #[inline]
     pub fn add(&self, n: u64) {
         PENDING.with(|p| {
@@ -66,7 +68,24 @@ impl Counter {
     }
 }
 
-/// Hands accumulated counter deltas to the host (the runtime calls this after every batch).
+/// Moves the accumulated counter deltas into `out` as counter-delta records (the runtime
+/// calls this after every batch, after the verdicts; see `abi::split_result`).
+pub fn append_counter_deltas(out: &mut Vec<u8>) {
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        let high = p.high;
+        for id in 0..high {
+            let d = std::mem::take(&mut p.deltas[id]);
+            if d != 0 {
+                crate::abi::push_counter_delta(out, id as u32, d);
+            }
+        }
+        p.high = 0;
+    });
+}
+
+/// Hands accumulated counter deltas to the host with one `counter-add` call each. The
+/// runtime calls this after `init`, where there is no batch result to carry them.
 pub fn flush_counters() {
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
@@ -96,7 +115,7 @@ pub fn now_ns() -> u64 {
 mod backend {
     use super::Level;
 
-    #[link(wasm_import_module = "wasmswitch:plugin/host@0.1.0")]
+    #[link(wasm_import_module = "wasmswitch:plugin/host@0.2.0")]
     unsafe extern "C" {
         #[link_name = "log"]
         fn host_log(level: i32, ptr: *const u8, len: usize);

@@ -15,15 +15,16 @@ use crate::abi;
 use crate::view::{Batch, BatchError, Verdicts};
 use crate::Plugin;
 
-/// Runs `plugin` over one encoded batch, writing `4 * count` verdict bytes into `out`
-/// (cleared first). This is exactly what the Wasm export does, minus the ABI; the host's
-/// native comparison stage and the test harness call it directly.
+/// Runs `plugin` over one encoded batch, writing the result into `out` (cleared first):
+/// `4 * count` verdict bytes, then the batch's counter deltas (see `abi::split_result`). This
+/// is exactly what the Wasm export does, minus the ABI; the host's native comparison stage and
+/// the test harness call it directly.
 pub fn run_batch<P: Plugin>(plugin: &mut P, batch: &[u8], out: &mut Vec<u8>) -> Result<(), BatchError> {
     let batch = Batch::new(batch)?;
     out.clear();
     out.resize(batch.len() * abi::VERDICT_LEN, 0);
     plugin.process(&batch, &mut Verdicts::new(out));
-    crate::host::flush_counters();
+    crate::host::append_counter_deltas(out);
     Ok(())
 }
 

@@ -32,15 +32,17 @@ pub fn encode_batch(batch: &BatchView<'_>, header_bytes: usize, buf: &mut Vec<u8
     }
 }
 
-/// Decodes `count` verdict records into `out`, counting kinds once per batch. `Err` (nothing
-/// applied) when the length is wrong or a kind is unknown.
+/// Decodes a `process` result for `out.len()` packets: the verdict records into `out`
+/// (counting kinds once per batch), then the counter-delta trailer into the plugin's named
+/// counters. `Err` (nothing applied) when a length is wrong or a kind is unknown.
 pub fn decode_verdicts(bytes: &[u8], out: &mut [Verdict], stats: &PluginStats) -> Result<(), String> {
-    if bytes.len() != out.len() * abi::VERDICT_LEN {
-        return Err(format!("returned {} verdict bytes for {} packets (want {})", bytes.len(), out.len(), out.len() * abi::VERDICT_LEN));
-    }
+    let (bytes, trailer) = abi::split_result(bytes, out.len())?;
     // Validate first so a bad record leaves `out` untouched (the policy then applies cleanly).
     if let Some(r) = bytes.chunks_exact(4).find(|r| r[0] > abi::kind::HOST_COPY) {
         return Err(format!("unknown verdict kind {}", r[0]));
+    }
+    for (id, delta) in abi::counter_deltas(trailer) {
+        stats.named.add(id, delta);
     }
     let mut kinds = [0u64; 5];
     for (o, r) in out.iter_mut().zip(bytes.chunks_exact(4)) {

@@ -194,6 +194,11 @@ fn malformed_verdicts_are_a_fault() {
     let mut st = engine().compile(&s).unwrap().instantiate(0).unwrap();
     assert_eq!(TestBatch::new(&frames(2), 0).run(&mut st), vec![Verdict::Drop; 2]);
     assert_eq!(st.stats().faults(FaultReason::BadOutput).get(), 1);
+    // Whole verdicts, then 5 bytes that are not a counter-delta record (12 bytes each).
+    let body = "(drop (call $ok (local.get $p))) (i32.store (i32.const 36) (i32.add (i32.load (i32.const 36)) (i32.const 5))) (i32.const 32)";
+    let mut st = engine().compile(&spec("trailer", write("trailer.wasm", &component(&guest(body), None)), "")).unwrap().instantiate(0).unwrap();
+    assert_eq!(TestBatch::new(&frames(2), 0).run(&mut st), vec![Verdict::Pass; 2]);
+    assert_eq!(st.stats().faults(FaultReason::BadOutput).get(), 1);
     // Unknown verdict kind 9.
     let body = "(drop (call $ok (local.get $p))) (i32.store8 (i32.const 32768) (i32.const 9)) (i32.const 32)";
     let mut st = engine().compile(&spec("kind9", write("kind9.wasm", &component(&guest(body), None)), "")).unwrap().instantiate(0).unwrap();
@@ -207,7 +212,7 @@ fn wasi_filesystem_and_socket_imports_are_refused_by_name() {
         let wat = format!(
             r#"(component
                  (import "{iface}" (instance $i (export "{func}" (func (result u32)))))
-                 (import "wasmswitch:plugin/host@0.1.0" (instance $h (export "now-ns" (func (result u64)))))
+                 (import "wasmswitch:plugin/host@0.2.0" (instance $h (export "now-ns" (func (result u64)))))
                )"#
         );
         let path = write("wasi.wasm", &wat::parse_str(&wat).unwrap());
