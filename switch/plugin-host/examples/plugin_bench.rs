@@ -6,7 +6,9 @@
 //!     cargo run --release -p wasmswitch-plugin-host --example plugin_bench [-- path/to/acl.wasm]
 //!
 //! Also reports a "floor" row: a plugin whose `process` only returns all-pass verdicts
-//! (hand-written WAT), i.e. the cost of the call and the copies with no logic at all.
+//! (hand-written WAT), i.e. the cost of the call and the copies with no logic at all; and a
+//! last table with the two ways a plugin's counters can reach the host (host calls, or
+//! records in the result's trailer), measured on that floor plugin.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -40,6 +42,22 @@ const FLOOR: &str = r#"(module
     (i32.store (i32.const 36) (local.get $n))
     (i32.const 32)))"#;
 
+/// How a plugin's counters reach the host, measured on the floor plugin: two `counter-add`
+/// host calls per batch (what `wasmswitch:plugin@0.1.0` plugins did) against two counter-delta
+/// records in the result's trailer (0.2.0).
+fn floor_counting(calls: bool) -> String {
+    let (import, count) = if calls {
+        (
+            r#"(import "wasmswitch:plugin/host@0.2.0" "counter-add" (func $add (param i32 i64)))"#,
+            "(call $add (i32.const 0) (i64.const 1)) (call $add (i32.const 1) (i64.const 1))",
+        )
+    } else {
+        // Two 12-byte records (id 0 and 1, delta 1) after the verdicts.
+        ("", "(i64.store (i32.add (i32.const 49152) (local.get $n)) (i64.const 0x100000000)) (i64.store offset=8 (i32.add (i32.const 49152) (local.get $n)) (i64.const 0x100000000)) (i64.store offset=16 (i32.add (i32.const 49152) (local.get $n)) (i64.const 1)) (local.set $n (i32.add (local.get $n) (i32.const 24)))")
+    };
+    FLOOR.replacen("(module", &format!("(module {import}"), 1).replace("(i32.store (i32.const 32) (i32.const 49152))", &format!("{count} (i32.store (i32.const 32) (i32.const 49152))"))
+}
+
 /// Passes everything: run natively it measures the encode/decode around any plugin.
 struct Nop;
 
@@ -49,11 +67,11 @@ impl wasmswitch_plugin_sdk::Plugin for Nop {
     }
 }
 
-fn floor_component(repo: &std::path::Path) -> Vec<u8> {
+fn floor_component(repo: &std::path::Path, wat: &str) -> Vec<u8> {
     let mut resolve = wit_parser::Resolve::default();
     let pkg = resolve.push_dir(repo.join("wit")).unwrap().0;
     let world = resolve.select_world(&[pkg], None).unwrap();
-    let mut m = wat::parse_str(FLOOR).unwrap();
+    let mut m = wat::parse_str(wat).unwrap();
     wit_component::embed_component_metadata(&mut m, &resolve, world, wit_component::StringEncoding::UTF8).unwrap();
     wit_component::ComponentEncoder::default().module(&m).unwrap().validate(true).encode().unwrap()
 }
@@ -110,11 +128,15 @@ fn main() {
     spec.config = ACL.into();
     spec.header_bytes = 64;
     let acl = engine.compile(&spec).unwrap();
-    let floor_path = std::env::temp_dir().join("wasmswitch-floor.wasm");
-    std::fs::write(&floor_path, floor_component(&repo)).unwrap();
-    let mut fspec = PluginSpec::new("floor", &floor_path);
-    fspec.header_bytes = 64;
-    let floor = engine.compile(&fspec).unwrap();
+    let floor_plugin = |name: &str, wat: &str| {
+        let path = std::env::temp_dir().join(format!("wasmswitch-{name}.wasm"));
+        std::fs::write(&path, floor_component(&repo, wat)).unwrap();
+        let mut spec = PluginSpec::new(name, &path);
+        spec.header_bytes = 64;
+        engine.compile(&spec).unwrap()
+    };
+    let floor = floor_plugin("floor", FLOOR);
+    let (by_calls, by_trailer) = (floor_plugin("floor-calls", &floor_counting(true)), floor_plugin("floor-trailer", &floor_counting(false)));
     let f = frames(256);
 
     println!("acl ({} rules, every packet walks them all to the default), header_bytes 64; ns/packet, best of 5", ACL.lines().filter(|l| l.contains('=')).count());
@@ -122,6 +144,7 @@ fn main() {
     println!("         call = floor - nop (the boundary: realloc call, copy in, export call, lift);");
     println!("         logic = extra time the acl logic itself takes as wasm code = (wasm - floor) - (native - nop)");
     println!("{:>6} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8}", "batch", "wasm", "native", "overhead", "floor", "nop", "call", "logic");
+    let mut counting = Vec::new();
     for batch in [1usize, 16, 64, 256] {
         let mut w = acl.instantiate(0).unwrap();
         let mut n = NativeStage::<acl::Acl>::new(ACL, 64).unwrap();
@@ -138,7 +161,14 @@ fn main() {
         let mut nop = NativeStage::<Nop>::new("", 64).unwrap();
         let t0 = ns_per_packet(&mut nop, &f, batch);
         println!("{batch:>6} {tw:>8.1} {tn:>8.1} {:>9.1} {tf:>8.1} {t0:>8.1} {:>8.1} {:>8.1}", tw - tn, tf - t0, (tw - tf) - (tn - t0));
+        counting.push((batch, tf, ns_per_packet(&mut by_calls.instantiate(0).unwrap(), &f, batch), ns_per_packet(&mut by_trailer.instantiate(0).unwrap(), &f, batch)));
         let faults: Vec<_> = wasmswitch_plugin_host::FaultReason::ALL.iter().map(|r| (r.as_str(), w.stats().faults(*r).get())).filter(|f| f.1 > 0).collect();
         assert!(faults.is_empty(), "the wasm plugin faulted: {faults:?}");
+    }
+    println!();
+    println!("two counters per batch on the floor plugin: by two counter-add host calls, or as two records in the result's trailer; ns/packet");
+    println!("{:>6} {:>8} {:>8} {:>8} {:>8} {:>8}", "batch", "floor", "calls", "trailer", "+calls", "+trailer");
+    for (batch, tf, tc, tt) in counting {
+        println!("{batch:>6} {tf:>8.1} {tc:>8.1} {tt:>8.1} {:>8.1} {:>8.1}", tc - tf, tt - tf);
     }
 }

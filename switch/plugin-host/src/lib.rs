@@ -324,6 +324,10 @@ impl PluginEngine {
         config.concurrency_support(false);
         config.epoch_interruption(true);
         config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        // `perf` names plugin functions when this is set (wasmtime writes /tmp/perf-PID.map).
+        if std::env::var_os("WASMSWITCH_PERFMAP").is_some() {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config).map_err(|e| format!("wasmtime engine: {}", wt(&e)))?;
         let mut linker = Linker::new(&engine);
         {
