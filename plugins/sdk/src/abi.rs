@@ -157,17 +157,17 @@ pub fn write_batch_header(out: &mut [u8], count: u16, header_bytes: u16, in_port
 pub fn write_record(out: &mut [u8], m: &RecordMeta, frame: &[u8], header_bytes: usize) {
     let cap = frame.len().min(header_bytes);
     let (meta, snap) = out.split_at_mut(RECORD_META_LEN);
-    meta[0..2].copy_from_slice(&m.len.to_le_bytes());
-    meta[2..4].copy_from_slice(&m.flags.to_le_bytes());
-    meta[4..6].copy_from_slice(&m.vlan.to_le_bytes());
-    meta[6..8].copy_from_slice(&m.ethertype.to_le_bytes());
-    meta[8..10].copy_from_slice(&m.l3_offset.to_le_bytes());
-    meta[10..12].copy_from_slice(&m.l4_offset.to_le_bytes());
-    meta[12] = m.ip_proto;
-    meta[13] = 0;
-    meta[14..16].copy_from_slice(&(cap as u16).to_le_bytes());
+    // The 16 metadata bytes as two little-endian words: two stores, not nine.
+    let lo = m.len as u64 | (m.flags as u64) << 16 | (m.vlan as u64) << 32 | (m.ethertype as u64) << 48;
+    let hi = m.l3_offset as u64 | (m.l4_offset as u64) << 16 | (m.ip_proto as u64) << 32 | (cap as u64) << 48;
+    meta[..8].copy_from_slice(&lo.to_le_bytes());
+    meta[8..].copy_from_slice(&hi.to_le_bytes());
+    let cap = cap.min(snap.len());
     snap[..cap].copy_from_slice(&frame[..cap]);
-    snap[cap..].fill(0);
+    // Usually nothing to clear: frames are at least 60 bytes and snapshots often 64 or less.
+    if cap < snap.len() {
+        snap[cap..].fill(0);
+    }
 }
 
 /// Appends one counter-delta record (the trailer after the verdicts of a `process` result).

@@ -34,32 +34,43 @@ pub fn encode_batch(batch: &BatchView<'_>, header_bytes: usize, buf: &mut Vec<u8
 
 /// Decodes a `process` result for `out.len()` packets: the verdict records into `out`
 /// (counting kinds once per batch), then the counter-delta trailer into the plugin's named
-/// counters. `Err` (nothing applied) when a length is wrong or a kind is unknown.
+/// counters. `Err` when a length is wrong or a kind is unknown: then no counter is touched,
+/// but `out` may be partly written (the caller applies the plugin's policy to all of it).
 pub fn decode_verdicts(bytes: &[u8], out: &mut [Verdict], stats: &PluginStats) -> Result<(), String> {
     let (bytes, trailer) = abi::split_result(bytes, out.len())?;
-    // Validate first so a bad record leaves `out` untouched (the policy then applies cleanly).
-    if let Some(r) = bytes.chunks_exact(4).find(|r| r[0] > abi::kind::HOST_COPY) {
-        return Err(format!("unknown verdict kind {}", r[0]));
+    // One pass, kinds counted in locals: a `counts[kind] += 1` table would chain every packet
+    // through the same memory slot (store-to-load forwarding) when most verdicts agree.
+    let (mut drop, mut redirect, mut host, mut host_copy) = (0u64, 0u64, 0u64, 0u64);
+    for (o, r) in out.iter_mut().zip(bytes.chunks_exact(abi::VERDICT_LEN)) {
+        *o = match r[0] {
+            abi::kind::PASS => Verdict::Pass,
+            abi::kind::DROP => {
+                drop += 1;
+                Verdict::Drop
+            }
+            abi::kind::REDIRECT => {
+                redirect += 1;
+                Verdict::Redirect(u16::from_le_bytes([r[2], r[3]]))
+            }
+            abi::kind::HOST => {
+                host += 1;
+                Verdict::Host
+            }
+            abi::kind::HOST_COPY => {
+                host_copy += 1;
+                Verdict::HostCopy
+            }
+            k => return Err(format!("unknown verdict kind {k}")),
+        };
     }
     for (id, delta) in abi::counter_deltas(trailer) {
         stats.named.add(id, delta);
     }
-    let mut kinds = [0u64; 5];
-    for (o, r) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-        kinds[r[0] as usize] += 1;
-        *o = match r[0] {
-            abi::kind::PASS => Verdict::Pass,
-            abi::kind::DROP => Verdict::Drop,
-            abi::kind::REDIRECT => Verdict::Redirect(u16::from_le_bytes([r[2], r[3]])),
-            abi::kind::HOST => Verdict::Host,
-            _ => Verdict::HostCopy,
-        };
-    }
-    stats.verdict_pass.add(kinds[0]);
-    stats.verdict_drop.add(kinds[1]);
-    stats.verdict_redirect.add(kinds[2]);
-    stats.verdict_host.add(kinds[3]);
-    stats.verdict_host_copy.add(kinds[4]);
+    stats.verdict_pass.add(out.len() as u64 - drop - redirect - host - host_copy);
+    stats.verdict_drop.add(drop);
+    stats.verdict_redirect.add(redirect);
+    stats.verdict_host.add(host);
+    stats.verdict_host_copy.add(host_copy);
     Ok(())
 }
 
@@ -90,8 +101,9 @@ impl<P: wasmswitch_plugin_sdk::Plugin + Send> wasmswitch_core::verdict::VerdictS
     fn run(&mut self, batch: &BatchView<'_>, verdicts: &mut [Verdict]) {
         encode_batch(batch, self.header_bytes, &mut self.buf);
         let n = batch.descs.len().min(verdicts.len());
-        if wasmswitch_plugin_sdk::rt::run_batch(&mut self.plugin, &self.buf, &mut self.out).is_ok() {
-            let _ = decode_verdicts(&self.out, &mut verdicts[..n], &self.stats);
+        let ok = wasmswitch_plugin_sdk::rt::run_batch(&mut self.plugin, &self.buf, &mut self.out).is_ok();
+        if !ok || decode_verdicts(&self.out, &mut verdicts[..n], &self.stats).is_err() {
+            verdicts[..n].fill(Verdict::Pass);
         }
     }
 }
