@@ -1,8 +1,19 @@
 //! Native test harness: craft frames, batch them the way the switch does, run a plugin.
 //!
-//! ```ignore
+//! ```
+//! # use wasmswitch_plugin_sdk::{Packet, Plugin, Verdict};
+//! # struct MyPlugin { port: u16 }
+//! # impl Plugin for MyPlugin {
+//! #     fn init(config: &str) -> Result<Self, String> {
+//! #         let port = config.trim().strip_prefix("drop-dport ").and_then(|p| p.parse().ok());
+//! #         Ok(MyPlugin { port: port.ok_or("expected `drop-dport N`")? })
+//! #     }
+//! #     fn verdict(&mut self, p: &Packet<'_>) -> Verdict {
+//! #         if p.ports().map(|(_, d)| d) == Some(self.port) { Verdict::Drop } else { Verdict::Pass }
+//! #     }
+//! # }
 //! use wasmswitch_plugin_sdk::harness::{self, Harness};
-//! let mut h = Harness::<MyPlugin>::init("rules: ...").unwrap();
+//! let mut h = Harness::<MyPlugin>::init("drop-dport 53").unwrap();
 //! let f = harness::udp4([10, 0, 0, 1], [10, 0, 0, 2], 1234, 53);
 //! assert_eq!(h.run_one(&f), Verdict::Drop);
 //! ```

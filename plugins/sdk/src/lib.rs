@@ -3,7 +3,7 @@
 //! Write a packet policy for the wasmswitch switch in Rust, test it natively with
 //! `cargo test`, and build it into a WebAssembly component that the switch loads.
 //!
-//! ```ignore
+//! ```
 //! use wasmswitch_plugin_sdk::{export_plugin, Packet, Plugin, Verdict};
 //!
 //! /// Drops every packet to UDP port 9.
@@ -23,6 +23,11 @@
 //! }
 //!
 //! export_plugin!(DropDiscard);
+//! # // Natively, `export_plugin!` expands to nothing and the harness runs the plugin:
+//! # use wasmswitch_plugin_sdk::harness::{self, Harness};
+//! # let mut h = Harness::<DropDiscard>::init("").unwrap();
+//! # assert_eq!(h.run_one(&harness::udp4([10, 0, 0, 1], [10, 0, 0, 2], 1234, 9)), Verdict::Drop);
+//! # assert_eq!(h.run_one(&harness::udp4([10, 0, 0, 1], [10, 0, 0, 2], 1234, 53)), Verdict::Pass);
 //! ```
 //!
 //! * [`Plugin`] is the trait you implement: `init` parses the config string from the switch's
