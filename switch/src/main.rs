@@ -40,6 +40,10 @@ enum Command {
         /// Frame size in bytes.
         #[arg(long, default_value_t = 64)]
         frame_size: usize,
+        /// Run the scenarios this many times, interleaved, and report each one's best run (the
+        /// ratios then compare runs made close together on a noisy machine).
+        #[arg(long, default_value_t = 1)]
+        rounds: u32,
         /// A plugin component: adds `l2+plugin` (l2 with it on every port's ingress) and, for
         /// the example plugins, `l2+native` (the same logic compiled natively).
         #[arg(long)]
@@ -78,7 +82,7 @@ fn main() -> ExitCode {
             println!("{}: ok ({} ports, {} workers, {n} plugins)", config.display(), c.ports.len(), c.workers.len());
             Ok(())
         }),
-        Command::Bench { json, scenarios, seconds, frame_size, plugin, plugin_config, header_bytes } => (|| {
+        Command::Bench { json, scenarios, seconds, frame_size, rounds, plugin, plugin_config, header_bytes } => (|| {
             let plugin = match plugin {
                 Some(path) => {
                     let config = match plugin_config {
@@ -89,7 +93,7 @@ fn main() -> ExitCode {
                 }
                 None => None,
             };
-            bench::run(&bench::BenchOptions { json, scenarios, seconds, frame_size, plugin }).map(|_| ())
+            bench::run(&bench::BenchOptions { json, scenarios, seconds, frame_size, rounds, plugin }).map(|_| ())
         })(),
         Command::Demo { seconds, sim } => demo::run(seconds, sim),
     };

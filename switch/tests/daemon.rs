@@ -132,6 +132,21 @@ fn check_rejects_broken_configs_with_nonzero_exit() {
 }
 
 #[test]
+fn bench_rounds_interleave_and_report_the_best_of_each() {
+    let args = ["bench", "--json", "--seconds", "0.1", "--rounds", "2", "--scenario", "l2", "--scenario", "passthrough"];
+    let out = Command::new(bin()).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let order: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["scenario"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(order, ["l2", "passthrough", "l2", "passthrough"], "one JSON line per pass, scenarios interleaved");
+    let out = Command::new(bin()).args(["bench", "--seconds", "0.1", "--rounds", "2", "--scenario", "l2"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("the best of 2 interleaved rounds"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("l2 ")).count(), 1, "one row per scenario: {text}");
+    let out = Command::new(bin()).args(["bench", "--rounds", "0", "--scenario", "l2"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--rounds must be at least 1"));
+}
+
+#[test]
 fn bench_json_prints_one_line_per_scenario() {
     let out = Command::new(bin()).args(["bench", "--json", "--seconds", "0.2", "--scenario", "l2", "--scenario", "passthrough"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
