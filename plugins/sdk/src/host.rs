@@ -68,36 +68,31 @@ impl Counter {
     }
 }
 
-/// Moves the accumulated counter deltas into `out` as counter-delta records (the runtime
-/// calls this after every batch, after the verdicts; see `abi::split_result`).
-pub fn append_counter_deltas(out: &mut Vec<u8>) {
+/// Takes every non-zero pending delta, in id order, handing each to `f`.
+fn drain_pending(mut f: impl FnMut(u32, u64)) {
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         let high = p.high;
         for id in 0..high {
             let d = std::mem::take(&mut p.deltas[id]);
             if d != 0 {
-                crate::abi::push_counter_delta(out, id as u32, d);
+                f(id as u32, d);
             }
         }
         p.high = 0;
     });
 }
 
+/// Moves the accumulated counter deltas into `out` as counter-delta records (the runtime
+/// calls this after every batch, after the verdicts; see `abi::split_result`).
+pub fn append_counter_deltas(out: &mut Vec<u8>) {
+    drain_pending(|id, d| crate::abi::push_counter_delta(out, id, d));
+}
+
 /// Hands accumulated counter deltas to the host with one `counter-add` call each. The
 /// runtime calls this after `init`, where there is no batch result to carry them.
 pub fn flush_counters() {
-    PENDING.with(|p| {
-        let mut p = p.borrow_mut();
-        let high = p.high;
-        for id in 0..high {
-            let d = std::mem::take(&mut p.deltas[id]);
-            if d != 0 {
-                backend::counter_add(id as u32, d);
-            }
-        }
-        p.high = 0;
-    });
+    drain_pending(backend::counter_add);
 }
 
 /// Writes a log line (rate limited by the host).
