@@ -67,9 +67,15 @@ pub struct PluginBench {
     pub path: std::path::PathBuf,
     pub config: String,
     pub header_bytes: u16,
+    /// Compiled on first use, then shared by every round of `l2+plugin`.
+    compiled: std::cell::OnceCell<std::sync::Arc<wasmswitch_plugin_host::PluginFactory>>,
 }
 
 impl PluginBench {
+    pub fn new(path: std::path::PathBuf, config: String, header_bytes: u16) -> Self {
+        Self { path, config, header_bytes, compiled: Default::default() }
+    }
+
     fn name(&self) -> String {
         self.path.file_stem().and_then(|s| s.to_str()).unwrap_or("plugin").to_string()
     }
@@ -80,11 +86,14 @@ impl PluginBench {
             Stage::None => Ok(Vec::new()),
             Stage::Native => (0..ports).map(|_| native_stage(&self.name(), &self.config, self.header_bytes)).collect(),
             Stage::Wasm => {
-                let mut spec = wasmswitch_plugin_host::PluginSpec::new(&self.name(), &self.path);
-                spec.config = self.config.clone();
-                spec.header_bytes = self.header_bytes;
-                let engine = wasmswitch_plugin_host::PluginEngine::new(Default::default()).map_err(|m| anyhow::anyhow!(m))?;
-                let factory = engine.compile(&spec)?;
+                if self.compiled.get().is_none() {
+                    let mut spec = wasmswitch_plugin_host::PluginSpec::new(&self.name(), &self.path);
+                    spec.config = self.config.clone();
+                    spec.header_bytes = self.header_bytes;
+                    let engine = wasmswitch_plugin_host::PluginEngine::new(Default::default()).map_err(|m| anyhow::anyhow!(m))?;
+                    let _ = self.compiled.set(engine.compile(&spec)?);
+                }
+                let factory = self.compiled.get().expect("compiled above");
                 (0..ports).map(|_| Ok(Box::new(factory.instantiate(0)?) as Box<dyn VerdictStage>)).collect()
             }
         }

@@ -89,7 +89,7 @@ fn main() -> ExitCode {
                         Some(f) => std::fs::read_to_string(&f).map_err(|e| anyhow::anyhow!("--plugin-config {}: {e}", f.display()))?,
                         None => String::new(),
                     };
-                    Some(bench::PluginBench { path, config, header_bytes })
+                    Some(bench::PluginBench::new(path, config, header_bytes))
                 }
                 None => None,
             };
