@@ -69,6 +69,7 @@ async fn plugins(State(s): State<ApiState>) -> Json<serde_json::Value> {
 async fn reload(State(s): State<ApiState>) -> Response {
     match lock(&s).reload() {
         Ok(summary) => (StatusCode::OK, Json(json!({"status": "ok", "summary": summary}))).into_response(),
-        Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"status": "error", "error": format!("{e:#}")}))).into_response(),
+        Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"status": "error", "error": format!("{e:#}")})))
+            .into_response(),
     }
 }

@@ -39,12 +39,54 @@ enum Stage {
 }
 
 const SCENARIOS: &[Scenario] = &[
-    Scenario { name: "passthrough", mode: "passthrough", alloc: AllocMode::Recycling, bulk_return: true, stage: Stage::None, about: "RX -> TX on the same port, no parsing or lookup (the ceiling)" },
-    Scenario { name: "l2", mode: "l2", alloc: AllocMode::Recycling, bulk_return: true, stage: Stage::None, about: "learning switch, 4 ports, 1024 source MACs, 5% broadcast" },
-    Scenario { name: "l2-single-return", mode: "l2", alloc: AllocMode::Recycling, bulk_return: false, stage: Stage::None, about: "l2, TX completions returned one at a time" },
-    Scenario { name: "l2-no-recycle", mode: "l2", alloc: AllocMode::SharedLocked, bulk_return: true, stage: Stage::None, about: "l2, every frame from/to a shared locked allocator, no per-worker cache" },
-    Scenario { name: "l2+plugin", mode: "l2", alloc: AllocMode::Recycling, bulk_return: true, stage: Stage::Wasm, about: "l2 with --plugin on every port's ingress, through wasmtime" },
-    Scenario { name: "l2+native", mode: "l2", alloc: AllocMode::Recycling, bulk_return: true, stage: Stage::Native, about: "l2 with the same plugin's logic compiled natively (example plugins only)" },
+    Scenario {
+        name: "passthrough",
+        mode: "passthrough",
+        alloc: AllocMode::Recycling,
+        bulk_return: true,
+        stage: Stage::None,
+        about: "RX -> TX on the same port, no parsing or lookup (the ceiling)",
+    },
+    Scenario {
+        name: "l2",
+        mode: "l2",
+        alloc: AllocMode::Recycling,
+        bulk_return: true,
+        stage: Stage::None,
+        about: "learning switch, 4 ports, 1024 source MACs, 5% broadcast",
+    },
+    Scenario {
+        name: "l2-single-return",
+        mode: "l2",
+        alloc: AllocMode::Recycling,
+        bulk_return: false,
+        stage: Stage::None,
+        about: "l2, TX completions returned one at a time",
+    },
+    Scenario {
+        name: "l2-no-recycle",
+        mode: "l2",
+        alloc: AllocMode::SharedLocked,
+        bulk_return: true,
+        stage: Stage::None,
+        about: "l2, every frame from/to a shared locked allocator, no per-worker cache",
+    },
+    Scenario {
+        name: "l2+plugin",
+        mode: "l2",
+        alloc: AllocMode::Recycling,
+        bulk_return: true,
+        stage: Stage::Wasm,
+        about: "l2 with --plugin on every port's ingress, through wasmtime",
+    },
+    Scenario {
+        name: "l2+native",
+        mode: "l2",
+        alloc: AllocMode::Recycling,
+        bulk_return: true,
+        stage: Stage::Native,
+        about: "l2 with the same plugin's logic compiled natively (example plugins only)",
+    },
 ];
 
 /// The example plugins compiled into this binary, for the `l2+native` comparison.
@@ -58,7 +100,10 @@ fn native_stage(name: &str, config: &str, header_bytes: u16) -> Result<Box<dyn V
         "ratelimit" => Box::new(NativeStage::<ratelimit::RateLimit>::new(config, header_bytes).map_err(e)?),
         "port-security" => Box::new(NativeStage::<port_security::PortSecurity>::new(config, header_bytes).map_err(e)?),
         "sampler" => Box::new(NativeStage::<sampler::Sampler>::new(config, header_bytes).map_err(e)?),
-        _ => bail!("no native build of `{name}`: l2+native exists for the example plugins ({})", NATIVE_PLUGINS.join(", ")),
+        _ => bail!(
+            "no native build of `{name}`: l2+native exists for the example plugins ({})",
+            NATIVE_PLUGINS.join(", ")
+        ),
     })
 }
 
@@ -90,7 +135,8 @@ impl PluginBench {
                     let mut spec = wasmswitch_plugin_host::PluginSpec::new(&self.name(), &self.path);
                     spec.config = self.config.clone();
                     spec.header_bytes = self.header_bytes;
-                    let engine = wasmswitch_plugin_host::PluginEngine::new(Default::default()).map_err(|m| anyhow::anyhow!(m))?;
+                    let engine = wasmswitch_plugin_host::PluginEngine::new(Default::default())
+                        .map_err(|m| anyhow::anyhow!(m))?;
                     let _ = self.compiled.set(engine.compile(&spec)?);
                 }
                 let factory = self.compiled.get().expect("compiled above");
@@ -158,7 +204,13 @@ fn snapshot(s: &WorkerStats) -> Snapshot {
 }
 
 /// Runs `pipe` for `seconds` (after a warm-up) and measures it.
-pub fn measure(name: &str, pipe: &mut Pipeline, seconds: f64, frame_size: usize, mut progress: impl FnMut(f64)) -> BenchResult {
+pub fn measure(
+    name: &str,
+    pipe: &mut Pipeline,
+    seconds: f64,
+    frame_size: usize,
+    mut progress: impl FnMut(f64),
+) -> BenchResult {
     let warm = Instant::now();
     while warm.elapsed() < Duration::from_millis(200) {
         pipe.poll();
@@ -200,12 +252,25 @@ pub fn measure(name: &str, pipe: &mut Pipeline, seconds: f64, frame_size: usize,
 }
 
 /// Builds the topology for `s` and hands its single pipeline to `run`; checks for leaks after.
-pub fn with_pipeline(mode: &str, frame_size: usize, alloc: AllocMode, bulk: bool, run: impl FnOnce(&mut Pipeline) -> BenchResult) -> Result<BenchResult> {
+pub fn with_pipeline(
+    mode: &str,
+    frame_size: usize,
+    alloc: AllocMode,
+    bulk: bool,
+    run: impl FnOnce(&mut Pipeline) -> BenchResult,
+) -> Result<BenchResult> {
     with_stages(mode, frame_size, alloc, bulk, Vec::new(), run)
 }
 
 /// [`with_pipeline`] with `stages[p]` as port p's ingress stage.
-fn with_stages(mode: &str, frame_size: usize, alloc: AllocMode, bulk: bool, stages: Vec<Box<dyn VerdictStage>>, run: impl FnOnce(&mut Pipeline) -> BenchResult) -> Result<BenchResult> {
+fn with_stages(
+    mode: &str,
+    frame_size: usize,
+    alloc: AllocMode,
+    bulk: bool,
+    stages: Vec<Box<dyn VerdictStage>>,
+    run: impl FnOnce(&mut Pipeline) -> BenchResult,
+) -> Result<BenchResult> {
     let cfg = Config::parse(&topology_yaml(mode, frame_size), Path::new("<bench>"))?;
     let Built { pool, mut pipelines, .. } = build(&cfg, alloc, bulk)?;
     let mut pipe = pipelines.pop().expect("one worker");
@@ -231,7 +296,11 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<BenchResult>> {
     } else {
         opts.scenarios
             .iter()
-            .map(|n| SCENARIOS.iter().find(|s| s.name == n).ok_or_else(|| anyhow::anyhow!("unknown scenario `{n}`: expected one of {}", scenario_names().join(", "))))
+            .map(|n| {
+                SCENARIOS.iter().find(|s| s.name == n).ok_or_else(|| {
+                    anyhow::anyhow!("unknown scenario `{n}`: expected one of {}", scenario_names().join(", "))
+                })
+            })
             .collect::<Result<_>>()?
     };
     if let Some(s) = chosen.iter().find(|s| s.stage != Stage::None && opts.plugin.is_none()) {
@@ -255,7 +324,12 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<BenchResult>> {
             let r = with_stages(s.mode, opts.frame_size, s.alloc, s.bulk_return, stages, |pipe| {
                 measure(s.name, pipe, opts.seconds, opts.frame_size, |t| {
                     if !opts.json {
-                        eprint!("\r[round {round}/{rounds}, {}/{total}] {:<18} {t:4.1}s / {:.1}s", i + 1, s.name, opts.seconds);
+                        eprint!(
+                            "\r[round {round}/{rounds}, {}/{total}] {:<18} {t:4.1}s / {:.1}s",
+                            i + 1,
+                            s.name,
+                            opts.seconds
+                        );
                         let _ = std::io::stderr().flush();
                     }
                 })
@@ -281,7 +355,10 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<BenchResult>> {
 }
 
 fn print_table(results: &[BenchResult], plugin: Option<&str>) {
-    println!("{:<18} {:>8} {:>10} {:>12} {:>12} {:>8} {:>7}", "scenario", "Mpps", "ns/pkt", "cycles/pkt", "packets", "loss %", "leaked");
+    println!(
+        "{:<18} {:>8} {:>10} {:>12} {:>12} {:>8} {:>7}",
+        "scenario", "Mpps", "ns/pkt", "cycles/pkt", "packets", "loss %", "leaked"
+    );
     for r in results {
         println!(
             "{:<18} {:>8.2} {:>10.1} {:>12.1} {:>12} {:>8.3} {:>7}",
@@ -300,7 +377,12 @@ fn print_table(results: &[BenchResult], plugin: Option<&str>) {
     }
     let ns = |n: &str| results.iter().find(|r| r.scenario == n).map(|r| r.ns_per_pkt);
     if let (Some(l2), Some(w)) = (get("l2"), get("l2+plugin")) {
-        println!("l2+plugin / l2            = {:.2}   ({} adds {:.1} ns/pkt)", w / l2, plugin.unwrap_or("plugin"), ns("l2+plugin").unwrap_or(0.0) - ns("l2").unwrap_or(0.0));
+        println!(
+            "l2+plugin / l2            = {:.2}   ({} adds {:.1} ns/pkt)",
+            w / l2,
+            plugin.unwrap_or("plugin"),
+            ns("l2+plugin").unwrap_or(0.0) - ns("l2").unwrap_or(0.0)
+        );
     }
     if let (Some(w), Some(n)) = (ns("l2+plugin"), ns("l2+native")) {
         println!("wasm - native             = {:.1} ns/pkt (the Wasm boundary and codegen)", w - n);

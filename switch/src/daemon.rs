@@ -47,7 +47,9 @@ impl Switch {
             .iter()
             .enumerate()
             .map(|(p, info)| {
-                let sum = |f: &dyn Fn(&wasmswitch_core::stats::PortStats) -> u64| -> u64 { dp.workers.iter().map(|w| f(&w.stats.ports[p])).sum() };
+                let sum = |f: &dyn Fn(&wasmswitch_core::stats::PortStats) -> u64| -> u64 {
+                    dp.workers.iter().map(|w| f(&w.stats.ports[p])).sum()
+                };
                 json!({
                     "name": info.name,
                     "driver": info.driver,
@@ -79,7 +81,8 @@ impl Switch {
     pub fn reload(&mut self) -> Result<String> {
         let new = Config::load(&self.path).context("reload refused, the running config is unchanged")?;
         let shape = |c: &Config| {
-            let ports: Vec<_> = c.ports.iter().map(|p| format!("{:?}", (&p.name.value, p.driver.value, p.mtu))).collect();
+            let ports: Vec<_> =
+                c.ports.iter().map(|p| format!("{:?}", (&p.name.value, p.driver.value, p.mtu))).collect();
             (ports, c.workers.len(), c.pool.frames.value, c.pool.frame_size.value, c.listen_addr())
         };
         if shape(&new) != shape(&self.config) {
@@ -91,11 +94,14 @@ impl Switch {
         let dp = &self.dataplane;
         let names: Vec<String> = dp.ports.iter().map(|p| p.name.clone()).collect();
         let engine = crate::plugins::engine()?;
-        let chains = crate::plugins::compile(&engine, &new, &self.path, names.len()).context("reload refused, the running config is unchanged")?;
+        let chains = crate::plugins::compile(&engine, &new, &self.path, names.len())
+            .context("reload refused, the running config is unchanged")?;
         let mut table = Vec::new();
         let mut per_worker = Vec::new();
         for w in 0..dp.workers.len() {
-            per_worker.push(chains.instantiate(w, &names, &mut table).context("reload refused, the running config is unchanged")?);
+            per_worker.push(
+                chains.instantiate(w, &names, &mut table).context("reload refused, the running config is unchanged")?,
+            );
         }
         for (w, stages) in per_worker.into_iter().enumerate() {
             for (p, stage) in stages.into_iter().enumerate() {
@@ -123,11 +129,16 @@ pub fn run(path: &Path) -> Result<()> {
         switch.config.pool.frame_size.value
     );
     let switch = Arc::new(Mutex::new(switch));
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the control runtime")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the control runtime")?;
     let state = ApiState { metrics, switch: switch.clone() };
     let control = switch.clone();
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr} (metrics.listen)"))?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} (metrics.listen)"))?;
         log::info!("metrics and control API on http://{addr}/metrics");
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;

@@ -10,15 +10,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use wasmswitch_afxdp::{AfXdpPort, Overrides, PortSpec, QueueStats, RingSizes, UmemRegistration};
 use wasmswitch_core::fdb::Fdb;
 use wasmswitch_core::pipeline::{ForwardMode, Pipeline, PipelineOptions, PortSlot};
 use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, SharedPool};
 use wasmswitch_core::stats::WorkerStats;
 use wasmswitch_core::verdict::VerdictStage;
 use wasmswitch_core::{PortId, PortQueue, Umem};
-use wasmswitch_afxdp::{AfXdpPort, Overrides, PortSpec, QueueStats, RingSizes, UmemRegistration};
-use wasmswitch_tap::{HostConfig, HostPort, TapConfig, TapDevice, TapStats};
 use wasmswitch_sim::{SimQueue, SimRings, SimStats, Source, TrafficGen, TrafficSpec};
+use wasmswitch_tap::{HostConfig, HostPort, TapConfig, TapDevice, TapStats};
 
 use crate::config::{AfxdpSection, AttachMode, BindMode, Config, DriverKind, Idle, Mode, SimSection};
 
@@ -160,7 +160,9 @@ fn open_afxdp(spec: &PortSpec, reg: &UmemRegistration) -> Result<AfXdpPort, wasm
 /// Builds pools, FDB, drivers and one pipeline per worker.
 pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built> {
     let workers = cfg.workers.len();
-    let umem = Arc::new(Umem::new(cfg.pool.frames.value, cfg.pool.frame_size.value).context("cannot map the frame memory (UMEM)")?);
+    let umem = Arc::new(
+        Umem::new(cfg.pool.frames.value, cfg.pool.frame_size.value).context("cannot map the frame memory (UMEM)")?,
+    );
     let pool = SharedPool::new(0, umem.clone(), cfg.pool.ring);
     let fdb = Arc::new(Fdb::new(cfg.fdb.capacity, cfg.fdb.aging_seconds));
     let mode = match cfg.switch.mode {
@@ -169,7 +171,8 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
         Mode::Cross => ForwardMode::Cross,
     };
     // slots[w][p] = the queues worker w owns on port p (first one carries its TX).
-    let mut slots: Vec<Vec<Vec<Box<dyn PortQueue>>>> = (0..workers).map(|_| (0..cfg.ports.len()).map(|_| Vec::new()).collect()).collect();
+    let mut slots: Vec<Vec<Vec<Box<dyn PortQueue>>>> =
+        (0..workers).map(|_| (0..cfg.ports.len()).map(|_| Vec::new()).collect()).collect();
     let mut infos = Vec::new();
     let mut afxdp_ports = Vec::new();
     let mut registration: Option<UmemRegistration> = None;
@@ -257,7 +260,13 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
             ..HostConfig::default()
         };
         let (hp, queues) = HostPort::start(tap, &pool, &hc).with_context(|| format!("host port `{}`", h.name.value))?;
-        log::info!("host port `{}` on TAP {} ({} host worker(s), bulk {})", h.name.value, h.tap.value, h.workers.value, h.bulk.value);
+        log::info!(
+            "host port `{}` on TAP {} ({} host worker(s), bulk {})",
+            h.name.value,
+            h.tap.value,
+            h.workers.value,
+            h.bulk.value
+        );
         for (w, q) in queues.into_iter().enumerate() {
             slots[w].push(vec![Box::new(q)]);
         }
@@ -352,7 +361,13 @@ fn interface_exists(name: &str) -> bool {
 
 /// Ages the FDB and watches AF_XDP interfaces: one that vanishes is reported and its port
 /// stopped on every worker (its FDB entries forgotten); the other ports keep forwarding.
-fn housekeeping_loop(fdb: Arc<Fdb>, controls: Vec<Arc<WorkerControl>>, mut watched: Vec<(PortId, String)>, start: Instant, stop: Arc<AtomicBool>) {
+fn housekeeping_loop(
+    fdb: Arc<Fdb>,
+    controls: Vec<Arc<WorkerControl>>,
+    mut watched: Vec<(PortId, String)>,
+    start: Instant,
+    stop: Arc<AtomicBool>,
+) {
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(200));
         fdb.age(start.elapsed().as_secs() as u32);
@@ -378,7 +393,11 @@ impl Dataplane {
 
     /// Starts the datapath with the ports' plugin chains (compiled here, before any traffic)
     /// installed on every worker; their counters go to `plugin_metrics`.
-    pub fn start_with_plugins(cfg: &Config, file: &std::path::Path, plugin_metrics: Option<&crate::plugins::PluginMetrics>) -> Result<Dataplane> {
+    pub fn start_with_plugins(
+        cfg: &Config,
+        file: &std::path::Path,
+        plugin_metrics: Option<&crate::plugins::PluginMetrics>,
+    ) -> Result<Dataplane> {
         let mut built = build(cfg, AllocMode::Recycling, true)?;
         if cfg.ports.iter().any(|p| !p.plugins.is_empty()) {
             let engine = crate::plugins::engine()?;
@@ -395,7 +414,14 @@ impl Dataplane {
             if let Some(m) = plugin_metrics {
                 *m.table.lock().unwrap_or_else(|e| e.into_inner()) = table;
             }
-            log::info!("plugins loaded: {}", cfg.ports.iter().flat_map(|p| p.plugins.iter().map(|x| x.name.value.clone())).collect::<Vec<_>>().join(", "));
+            log::info!(
+                "plugins loaded: {}",
+                cfg.ports
+                    .iter()
+                    .flat_map(|p| p.plugins.iter().map(|x| x.name.value.clone()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
         }
         let built = built;
         let start = Instant::now();
@@ -424,8 +450,12 @@ impl Dataplane {
             let fdb = built.fdb.clone();
             let stop = stop_housekeeping.clone();
             let controls: Vec<_> = workers.iter().map(|w: &WorkerHandle| w.control.clone()).collect();
-            let watched: Vec<(PortId, String)> =
-                built.ports.iter().enumerate().filter_map(|(p, i)| i.interface.clone().map(|n| (p as PortId, n))).collect();
+            let watched: Vec<(PortId, String)> = built
+                .ports
+                .iter()
+                .enumerate()
+                .filter_map(|(p, i)| i.interface.clone().map(|n| (p as PortId, n)))
+                .collect();
             std::thread::Builder::new()
                 .name("housekeeping".into())
                 .spawn(move || housekeeping_loop(fdb, controls, watched, start, stop))

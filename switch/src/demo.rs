@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-
 use crate::config::Config;
 use crate::dataplane::Dataplane;
 use crate::lab::{can_build, Lab};

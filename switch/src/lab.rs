@@ -63,7 +63,8 @@ pub fn can_build() -> Result<(), String> {
 }
 
 fn sh(args: &[&str]) -> Result<()> {
-    let out = Command::new(args[0]).args(&args[1..]).output().with_context(|| format!("cannot run {}", args.join(" ")))?;
+    let out =
+        Command::new(args[0]).args(&args[1..]).output().with_context(|| format!("cannot run {}", args.join(" ")))?;
     if !out.status.success() {
         bail!("`{}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
     }
@@ -78,7 +79,11 @@ impl Lab {
         let mut lab = Lab { hosts: Vec::new() };
         for i in 1..=n {
             let mut keeper = Command::new("unshare");
-            keeper.args(["--net", "sleep", "infinity"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            keeper
+                .args(["--net", "sleep", "infinity"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
             // SAFETY: prctl is async-signal-safe; the closure runs in the forked child before exec
             // and touches nothing but the syscall.
             unsafe {
@@ -94,7 +99,13 @@ impl Lab {
             let switch_if = format!("{prefix}s{i}");
             let ip = format!("10.77.{subnet}.{i}");
             let mac = format!("02:77:{subnet:02x}:00:00:{i:02x}");
-            let host = LabHost { name: format!("h{i}"), switch_if: switch_if.clone(), ip: ip.clone(), mac: mac.clone(), keeper };
+            let host = LabHost {
+                name: format!("h{i}"),
+                switch_if: switch_if.clone(),
+                ip: ip.clone(),
+                mac: mac.clone(),
+                keeper,
+            };
             lab.hosts.push(host);
             // Wait until unshare has switched namespaces (its /proc ns link differs from ours).
             for _ in 0..100 {
@@ -106,7 +117,27 @@ impl Lab {
                 std::thread::sleep(Duration::from_millis(10));
             }
             let q = queues.to_string();
-            sh(&["ip", "link", "add", &switch_if, "numtxqueues", &q, "numrxqueues", &q, "type", "veth", "peer", "name", "eth0", "numtxqueues", &q, "numrxqueues", &q, "netns", &pid])?;
+            sh(&[
+                "ip",
+                "link",
+                "add",
+                &switch_if,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "netns",
+                &pid,
+            ])?;
             sh(&["ip", "link", "set", &switch_if, "up"])?;
             let h = lab.hosts.last().expect("just pushed");
             for args in [
@@ -118,7 +149,12 @@ impl Lab {
             ] {
                 let out = h.run(&args)?;
                 if !out.status.success() {
-                    bail!("host {}: `{}` failed: {}", h.name, args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+                    bail!(
+                        "host {}: `{}` failed: {}",
+                        h.name,
+                        args.join(" "),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    );
                 }
             }
         }

@@ -3,12 +3,12 @@
 //! The datapath itself lives in `wasmswitch-core` (I/O-free) and the drivers; this crate wires
 //! them to threads, files, sockets and signals.
 
-pub mod config;
-pub mod dataplane;
-pub mod metrics;
 pub mod api;
-pub mod daemon;
 pub mod bench;
+pub mod config;
+pub mod daemon;
+pub mod dataplane;
 pub mod demo;
 pub mod lab;
+pub mod metrics;
 pub mod plugins;

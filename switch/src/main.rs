@@ -82,19 +82,22 @@ fn main() -> ExitCode {
             println!("{}: ok ({} ports, {} workers, {n} plugins)", config.display(), c.ports.len(), c.workers.len());
             Ok(())
         }),
-        Command::Bench { json, scenarios, seconds, frame_size, rounds, plugin, plugin_config, header_bytes } => (|| {
-            let plugin = match plugin {
-                Some(path) => {
-                    let config = match plugin_config {
-                        Some(f) => std::fs::read_to_string(&f).map_err(|e| anyhow::anyhow!("--plugin-config {}: {e}", f.display()))?,
-                        None => String::new(),
-                    };
-                    Some(bench::PluginBench::new(path, config, header_bytes))
-                }
-                None => None,
-            };
-            bench::run(&bench::BenchOptions { json, scenarios, seconds, frame_size, rounds, plugin }).map(|_| ())
-        })(),
+        Command::Bench { json, scenarios, seconds, frame_size, rounds, plugin, plugin_config, header_bytes } => {
+            (|| {
+                let plugin = match plugin {
+                    Some(path) => {
+                        let config = match plugin_config {
+                            Some(f) => std::fs::read_to_string(&f)
+                                .map_err(|e| anyhow::anyhow!("--plugin-config {}: {e}", f.display()))?,
+                            None => String::new(),
+                        };
+                        Some(bench::PluginBench::new(path, config, header_bytes))
+                    }
+                    None => None,
+                };
+                bench::run(&bench::BenchOptions { json, scenarios, seconds, frame_size, rounds, plugin }).map(|_| ())
+            })()
+        }
         Command::Demo { seconds, sim } => demo::run(seconds, sim),
     };
     match result {

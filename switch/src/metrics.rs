@@ -37,7 +37,12 @@ pub struct SwitchCollector {
 type Labels = Vec<(&'static str, String)>;
 
 /// Writes one counter family: `name` gets `_total` appended by the encoder.
-pub fn counter_family(enc: &mut DescriptorEncoder, name: &str, help: &str, samples: &[(Labels, u64)]) -> std::fmt::Result {
+pub fn counter_family(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: &[(Labels, u64)],
+) -> std::fmt::Result {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, v) in samples {
         ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
@@ -46,7 +51,12 @@ pub fn counter_family(enc: &mut DescriptorEncoder, name: &str, help: &str, sampl
 }
 
 /// Writes one gauge family.
-pub fn gauge_family(enc: &mut DescriptorEncoder, name: &str, help: &str, samples: &[(Labels, i64)]) -> std::fmt::Result {
+pub fn gauge_family(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: &[(Labels, i64)],
+) -> std::fmt::Result {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in samples {
         ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
@@ -70,7 +80,13 @@ impl SwitchCollector {
         self.workers.iter().map(|w| (vec![("worker", w.worker.to_string())], f(w))).collect()
     }
 
-    fn pool_counter(&self, enc: &mut DescriptorEncoder, name: &str, help: &str, f: fn(&PoolStats) -> &Counter) -> std::fmt::Result {
+    fn pool_counter(
+        &self,
+        enc: &mut DescriptorEncoder,
+        name: &str,
+        help: &str,
+        f: fn(&PoolStats) -> &Counter,
+    ) -> std::fmt::Result {
         counter_family(enc, name, help, &self.worker_samples(|w| f(&w.pool).get()))
     }
 }
@@ -78,10 +94,30 @@ impl SwitchCollector {
 impl Collector for SwitchCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         let e = &mut enc;
-        counter_family(e, "wasmswitch_port_rx_packets", "Packets received, per port and worker.", &self.port_samples(|s| s.rx_packets.get()))?;
-        counter_family(e, "wasmswitch_port_rx_bytes", "Bytes received, per port and worker.", &self.port_samples(|s| s.rx_bytes.get()))?;
-        counter_family(e, "wasmswitch_port_tx_packets", "Packets transmitted, per port and worker.", &self.port_samples(|s| s.tx_packets.get()))?;
-        counter_family(e, "wasmswitch_port_tx_bytes", "Bytes transmitted, per port and worker.", &self.port_samples(|s| s.tx_bytes.get()))?;
+        counter_family(
+            e,
+            "wasmswitch_port_rx_packets",
+            "Packets received, per port and worker.",
+            &self.port_samples(|s| s.rx_packets.get()),
+        )?;
+        counter_family(
+            e,
+            "wasmswitch_port_rx_bytes",
+            "Bytes received, per port and worker.",
+            &self.port_samples(|s| s.rx_bytes.get()),
+        )?;
+        counter_family(
+            e,
+            "wasmswitch_port_tx_packets",
+            "Packets transmitted, per port and worker.",
+            &self.port_samples(|s| s.tx_packets.get()),
+        )?;
+        counter_family(
+            e,
+            "wasmswitch_port_tx_bytes",
+            "Bytes transmitted, per port and worker.",
+            &self.port_samples(|s| s.tx_bytes.get()),
+        )?;
         let mut drops = Vec::new();
         for (p, info) in self.ports.iter().enumerate() {
             for r in DropReason::ALL {
@@ -89,23 +125,43 @@ impl Collector for SwitchCollector {
                 drops.push((vec![("port", info.name.clone()), ("reason", r.label().to_string())], v));
             }
         }
-        counter_family(e, "wasmswitch_port_drops", "Packets dropped, by port and reason (ingress port; tx_ring_full counts on the egress port).", &drops)?;
+        counter_family(
+            e,
+            "wasmswitch_port_drops",
+            "Packets dropped, by port and reason (ingress port; tx_ring_full counts on the egress port).",
+            &drops,
+        )?;
         let mut missed = Vec::new();
         for info in &self.ports {
             for (q, s) in info.sim.iter().enumerate() {
                 missed.push((vec![("port", info.name.clone()), ("queue", q.to_string())], s.rx_missed.get()));
             }
         }
-        counter_family(e, "wasmswitch_sim_rx_missed", "Packets a sim NIC queue could not receive (fill ring empty).", &missed)?;
+        counter_family(
+            e,
+            "wasmswitch_sim_rx_missed",
+            "Packets a sim NIC queue could not receive (fill ring empty).",
+            &missed,
+        )?;
         type Pick = fn(&wasmswitch_afxdp::QueueStats) -> u64;
         let afxdp: [(&str, &str, Pick); 7] = [
-            ("wasmswitch_afxdp_rx_ring_empty", "RX bursts that found the AF_XDP RX ring empty.", |q| q.rx_ring_empty.get()),
+            ("wasmswitch_afxdp_rx_ring_empty", "RX bursts that found the AF_XDP RX ring empty.", |q| {
+                q.rx_ring_empty.get()
+            }),
             ("wasmswitch_afxdp_fill_starved", "Fill ring refills that found the pool empty.", |q| q.fill_starved.get()),
-            ("wasmswitch_afxdp_rx_wakeups", "recvfrom wakeups asked for by the fill ring (need_wakeup).", |q| q.rx_wakeups.get()),
-            ("wasmswitch_afxdp_tx_wakeups", "sendto kicks asked for by the TX ring (need_wakeup).", |q| q.tx_wakeups.get()),
-            ("wasmswitch_afxdp_tx_kick_busy", "TX kicks answered EAGAIN/EBUSY/ENOBUFS (retried).", |q| q.tx_kick_busy.get()),
+            ("wasmswitch_afxdp_rx_wakeups", "recvfrom wakeups asked for by the fill ring (need_wakeup).", |q| {
+                q.rx_wakeups.get()
+            }),
+            ("wasmswitch_afxdp_tx_wakeups", "sendto kicks asked for by the TX ring (need_wakeup).", |q| {
+                q.tx_wakeups.get()
+            }),
+            ("wasmswitch_afxdp_tx_kick_busy", "TX kicks answered EAGAIN/EBUSY/ENOBUFS (retried).", |q| {
+                q.tx_kick_busy.get()
+            }),
             ("wasmswitch_afxdp_tx_kick_errors", "TX kicks answered with another error.", |q| q.tx_kick_errors.get()),
-            ("wasmswitch_afxdp_port_gone", "TX kicks answered ENETDOWN/ENXIO (interface down or gone).", |q| q.port_gone.get()),
+            ("wasmswitch_afxdp_port_gone", "TX kicks answered ENETDOWN/ENXIO (interface down or gone).", |q| {
+                q.port_gone.get()
+            }),
         ];
         for (name, help, pick) in afxdp {
             let mut samples = Vec::new();
@@ -122,64 +178,179 @@ impl Collector for SwitchCollector {
             let l = || vec![("port", info.name.clone())];
             let host: [(&str, &str, u64); 13] = [
                 ("wasmswitch_host_enqueued", "Frames queued for the host (per-destination bulk queues).", t.enqueued),
-                ("wasmswitch_host_ring_full_drops", "Frames dropped because a host worker's ring was full.", t.ring_full),
+                (
+                    "wasmswitch_host_ring_full_drops",
+                    "Frames dropped because a host worker's ring was full.",
+                    t.ring_full,
+                ),
                 ("wasmswitch_host_delivered", "Frames written to the TAP by host workers.", t.delivered),
                 ("wasmswitch_host_write_errors", "TAP writes that failed.", t.write_errors),
-                ("wasmswitch_host_uring_submissions", "io_uring submissions by host workers (one per delivered list).", t.submissions),
+                (
+                    "wasmswitch_host_uring_submissions",
+                    "io_uring submissions by host workers (one per delivered list).",
+                    t.submissions,
+                ),
                 ("wasmswitch_host_wakeups", "Doorbells rung to wake a sleeping host worker.", t.wakeups),
                 ("wasmswitch_tap_tx_packets", "Packets written to the TAP (towards the host stack).", t.tap_tx_packets),
                 ("wasmswitch_tap_tx_bytes", "Bytes written to the TAP.", t.tap_tx_bytes),
                 ("wasmswitch_tap_rx_packets", "Packets read from the TAP (sent by the host).", t.tap_rx_packets),
                 ("wasmswitch_tap_rx_bytes", "Bytes read from the TAP.", t.tap_rx_bytes),
                 ("wasmswitch_tap_read_errors", "TAP reads that failed.", t.read_errors),
-                ("wasmswitch_tap_rx_ring_full_drops", "Frames from the host dropped because the ring to the datapath was full.", t.rx_ring_full),
+                (
+                    "wasmswitch_tap_rx_ring_full_drops",
+                    "Frames from the host dropped because the ring to the datapath was full.",
+                    t.rx_ring_full,
+                ),
                 ("wasmswitch_tap_rx_alloc_failed", "TAP reads not posted for lack of a free frame.", t.rx_alloc_failed),
             ];
             for (name, help, v) in host {
                 counter_family(e, name, help, &[(l(), v)])?;
             }
             // Delivered list sizes as a Prometheus histogram (buckets 1, 2, 4, ... 64).
-            let mut m = e.encode_descriptor("wasmswitch_host_batch_size", "Frames per host delivery (one io_uring submission each).", None, MetricType::Histogram)?;
+            let mut m = e.encode_descriptor(
+                "wasmswitch_host_batch_size",
+                "Frames per host delivery (one io_uring submission each).",
+                None,
+                MetricType::Histogram,
+            )?;
             // Per-bucket counts: the encoder accumulates them and adds the +Inf bucket.
-            let buckets: Vec<(f64, u64)> = wasmswitch_tap::BATCH_BUCKETS.iter().zip(t.batch_hist.iter()).map(|(&b, &n)| (b as f64, n)).collect();
+            let buckets: Vec<(f64, u64)> =
+                wasmswitch_tap::BATCH_BUCKETS.iter().zip(t.batch_hist.iter()).map(|(&b, &n)| (b as f64, n)).collect();
             let batches = t.batch_hist.iter().sum();
             let labels = l();
-            m.encode_family(&labels)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(t.delivered as f64, batches, &buckets, None)?;
+            m.encode_family(&labels)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                t.delivered as f64,
+                batches,
+                &buckets,
+                None,
+            )?;
         }
         let info: Vec<(Labels, i64)> = self
             .ports
             .iter()
-            .map(|p| (vec![("port", p.name.clone()), ("driver", p.driver.to_string()), ("mode", p.mode.clone()), ("queues", p.queues.to_string())], 1))
+            .map(|p| {
+                (
+                    vec![
+                        ("port", p.name.clone()),
+                        ("driver", p.driver.to_string()),
+                        ("mode", p.mode.clone()),
+                        ("queues", p.queues.to_string()),
+                    ],
+                    1,
+                )
+            })
             .collect();
         gauge_family(e, "wasmswitch_port_info", "Port driver and mode (value is always 1).", &info)?;
 
-        self.pool_counter(e, "wasmswitch_pool_alloc_fast", "Frames allocated from the worker's cache.", |p| &p.alloc_fast)?;
-        self.pool_counter(e, "wasmswitch_pool_alloc_refill", "Cache refills (bulk) from the recycle ring.", |p| &p.alloc_refill)?;
-        self.pool_counter(e, "wasmswitch_pool_alloc_slow", "Cache refills from the release list (ring empty).", |p| &p.alloc_slow)?;
-        self.pool_counter(e, "wasmswitch_pool_alloc_empty", "Refills that found the recycle ring empty.", |p| &p.alloc_empty)?;
-        self.pool_counter(e, "wasmswitch_pool_alloc_failed", "Allocations that found no frame anywhere.", |p| &p.alloc_failed)?;
-        self.pool_counter(e, "wasmswitch_pool_recycle_cached", "Frames returned straight into a worker cache.", |p| &p.recycle_cached)?;
-        self.pool_counter(e, "wasmswitch_pool_recycle_cache_full", "Returns that found the worker cache full.", |p| &p.recycle_cache_full)?;
-        self.pool_counter(e, "wasmswitch_pool_recycle_ring", "Frames returned to the recycle ring.", |p| &p.recycle_ring)?;
-        self.pool_counter(e, "wasmswitch_pool_recycle_ring_full", "Returns that found the recycle ring full.", |p| &p.recycle_ring_full)?;
-        self.pool_counter(e, "wasmswitch_pool_recycle_released", "Frames sent to the release list (ring full).", |p| &p.recycle_released)?;
+        self.pool_counter(e, "wasmswitch_pool_alloc_fast", "Frames allocated from the worker's cache.", |p| {
+            &p.alloc_fast
+        })?;
+        self.pool_counter(e, "wasmswitch_pool_alloc_refill", "Cache refills (bulk) from the recycle ring.", |p| {
+            &p.alloc_refill
+        })?;
+        self.pool_counter(e, "wasmswitch_pool_alloc_slow", "Cache refills from the release list (ring empty).", |p| {
+            &p.alloc_slow
+        })?;
+        self.pool_counter(e, "wasmswitch_pool_alloc_empty", "Refills that found the recycle ring empty.", |p| {
+            &p.alloc_empty
+        })?;
+        self.pool_counter(e, "wasmswitch_pool_alloc_failed", "Allocations that found no frame anywhere.", |p| {
+            &p.alloc_failed
+        })?;
+        self.pool_counter(e, "wasmswitch_pool_recycle_cached", "Frames returned straight into a worker cache.", |p| {
+            &p.recycle_cached
+        })?;
+        self.pool_counter(e, "wasmswitch_pool_recycle_cache_full", "Returns that found the worker cache full.", |p| {
+            &p.recycle_cache_full
+        })?;
+        self.pool_counter(e, "wasmswitch_pool_recycle_ring", "Frames returned to the recycle ring.", |p| {
+            &p.recycle_ring
+        })?;
+        self.pool_counter(e, "wasmswitch_pool_recycle_ring_full", "Returns that found the recycle ring full.", |p| {
+            &p.recycle_ring_full
+        })?;
+        self.pool_counter(
+            e,
+            "wasmswitch_pool_recycle_released",
+            "Frames sent to the release list (ring full).",
+            |p| &p.recycle_released,
+        )?;
         gauge_family(e, "wasmswitch_pool_frames", "Frames in the pool.", &[(vec![], self.pool.total_frames() as i64)])?;
-        gauge_family(e, "wasmswitch_pool_frames_at_rest", "Frames in the shared recycle ring and release list.", &[(vec![], self.pool.frames_at_rest() as i64)])?;
-        let cache: Vec<(Labels, i64)> = self.workers.iter().map(|w| (vec![("worker", w.worker.to_string())], w.cache_frames.get() as i64)).collect();
+        gauge_family(
+            e,
+            "wasmswitch_pool_frames_at_rest",
+            "Frames in the shared recycle ring and release list.",
+            &[(vec![], self.pool.frames_at_rest() as i64)],
+        )?;
+        let cache: Vec<(Labels, i64)> = self
+            .workers
+            .iter()
+            .map(|w| (vec![("worker", w.worker.to_string())], w.cache_frames.get() as i64))
+            .collect();
         gauge_family(e, "wasmswitch_pool_cache_frames", "Frames in a worker's alloc cache.", &cache)?;
 
-        gauge_family(e, "wasmswitch_fdb_entries", "MAC addresses in the forwarding database.", &[(vec![], self.fdb.len() as i64)])?;
-        gauge_family(e, "wasmswitch_fdb_capacity", "Forwarding database capacity.", &[(vec![], self.fdb.capacity() as i64)])?;
-        counter_family(e, "wasmswitch_fdb_learned", "MAC addresses learned.", &self.worker_samples(|w| w.fdb_learned.get()))?;
-        counter_family(e, "wasmswitch_fdb_moved", "MAC addresses that moved to another port.", &self.worker_samples(|w| w.fdb_moved.get()))?;
-        counter_family(e, "wasmswitch_fdb_evicted", "Entries evicted from a full FDB bucket.", &self.worker_samples(|w| w.fdb_evicted.get()))?;
+        gauge_family(
+            e,
+            "wasmswitch_fdb_entries",
+            "MAC addresses in the forwarding database.",
+            &[(vec![], self.fdb.len() as i64)],
+        )?;
+        gauge_family(
+            e,
+            "wasmswitch_fdb_capacity",
+            "Forwarding database capacity.",
+            &[(vec![], self.fdb.capacity() as i64)],
+        )?;
+        counter_family(
+            e,
+            "wasmswitch_fdb_learned",
+            "MAC addresses learned.",
+            &self.worker_samples(|w| w.fdb_learned.get()),
+        )?;
+        counter_family(
+            e,
+            "wasmswitch_fdb_moved",
+            "MAC addresses that moved to another port.",
+            &self.worker_samples(|w| w.fdb_moved.get()),
+        )?;
+        counter_family(
+            e,
+            "wasmswitch_fdb_evicted",
+            "Entries evicted from a full FDB bucket.",
+            &self.worker_samples(|w| w.fdb_evicted.get()),
+        )?;
         counter_family(e, "wasmswitch_fdb_aged", "Entries removed by aging.", &[(vec![], self.fdb.stats.aged.get())])?;
-        counter_family(e, "wasmswitch_flood_copies", "Frame copies made by flooding.", &self.worker_samples(|w| w.flood_copies.get()))?;
+        counter_family(
+            e,
+            "wasmswitch_flood_copies",
+            "Frame copies made by flooding.",
+            &self.worker_samples(|w| w.flood_copies.get()),
+        )?;
 
-        counter_family(e, "wasmswitch_worker_busy_cycles", "TSC cycles spent in rounds that moved packets (divide by packets for cycles/packet).", &self.worker_samples(|w| w.busy_cycles.get()))?;
-        counter_family(e, "wasmswitch_worker_packets", "Packets processed by the worker.", &self.worker_samples(|w| w.packets.get()))?;
-        counter_family(e, "wasmswitch_worker_batches", "Non-empty RX bursts processed by the worker.", &self.worker_samples(|w| w.batches.get()))?;
-        gauge_family(e, "wasmswitch_uptime_seconds", "Seconds since the datapath started.", &[(vec![], self.start.elapsed().as_secs() as i64)])?;
+        counter_family(
+            e,
+            "wasmswitch_worker_busy_cycles",
+            "TSC cycles spent in rounds that moved packets (divide by packets for cycles/packet).",
+            &self.worker_samples(|w| w.busy_cycles.get()),
+        )?;
+        counter_family(
+            e,
+            "wasmswitch_worker_packets",
+            "Packets processed by the worker.",
+            &self.worker_samples(|w| w.packets.get()),
+        )?;
+        counter_family(
+            e,
+            "wasmswitch_worker_batches",
+            "Non-empty RX bursts processed by the worker.",
+            &self.worker_samples(|w| w.batches.get()),
+        )?;
+        gauge_family(
+            e,
+            "wasmswitch_uptime_seconds",
+            "Seconds since the datapath started.",
+            &[(vec![], self.start.elapsed().as_secs() as i64)],
+        )?;
         for x in &self.extra {
             x.encode(e)?;
         }

@@ -9,7 +9,9 @@ use anyhow::Result;
 use prometheus_client::encoding::DescriptorEncoder;
 use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
 use wasmswitch_core::BATCH_SIZE;
-use wasmswitch_plugin_host::{EngineOptions, FaultReason, OnError, PluginEngine, PluginFactory, PluginSpec, PluginStats, WasmStage};
+use wasmswitch_plugin_host::{
+    EngineOptions, FaultReason, OnError, PluginEngine, PluginFactory, PluginSpec, PluginStats, WasmStage,
+};
 
 use crate::config::{self, Config, PluginSection};
 use crate::metrics::{counter_family, gauge_family, MetricsSource};
@@ -43,7 +45,8 @@ pub fn engine() -> Result<Arc<PluginEngine>> {
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| Path::new(&d).join("wasmswitch")))
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/wasmswitch")));
-    PluginEngine::new(EngineOptions { cache_dir: cache, ..EngineOptions::default() }).map_err(|e| anyhow::anyhow!("cannot start the plugin engine: {e}"))
+    PluginEngine::new(EngineOptions { cache_dir: cache, ..EngineOptions::default() })
+        .map_err(|e| anyhow::anyhow!("cannot start the plugin engine: {e}"))
 }
 
 /// Compiles (or loads from cache) and initialises every plugin of `cfg`; the first error names
@@ -52,7 +55,8 @@ pub fn compile(engine: &Arc<PluginEngine>, cfg: &Config, file: &Path, ports: usi
     let mut chains: Vec<Vec<Arc<PluginFactory>>> = (0..ports).map(|_| Vec::new()).collect();
     for (p, port) in cfg.ports.iter().enumerate() {
         for s in &port.plugins {
-            let f = engine.compile(&spec(cfg, file, s)).map_err(|e| anyhow::anyhow!("port `{}`: {e}", port.name.value))?;
+            let f =
+                engine.compile(&spec(cfg, file, s)).map_err(|e| anyhow::anyhow!("port `{}`: {e}", port.name.value))?;
             chains[p].push(f);
         }
     }
@@ -95,7 +99,12 @@ pub type StatsTable = Vec<(String, String, usize, Arc<PluginStats>)>;
 
 impl CompiledChains {
     /// Instantiates worker `w`'s stage for every port (None where a port has no plugins).
-    pub fn instantiate(&self, w: usize, port_names: &[String], table: &mut StatsTable) -> Result<Vec<Option<Box<dyn VerdictStage>>>> {
+    pub fn instantiate(
+        &self,
+        w: usize,
+        port_names: &[String],
+        table: &mut StatsTable,
+    ) -> Result<Vec<Option<Box<dyn VerdictStage>>>> {
         let mut out = Vec::new();
         for (p, chain) in self.chains.iter().enumerate() {
             if chain.is_empty() {
@@ -108,7 +117,9 @@ impl CompiledChains {
                 table.push((port_names[p].clone(), st.name().to_string(), w, st.stats().clone()));
                 stages.push(st);
             }
-            out.push(Some(Box::new(ChainStage { stages, scratch: [Verdict::Pass; BATCH_SIZE] }) as Box<dyn VerdictStage>));
+            out.push(Some(
+                Box::new(ChainStage { stages, scratch: [Verdict::Pass; BATCH_SIZE] }) as Box<dyn VerdictStage>
+            ));
         }
         Ok(out)
     }
@@ -133,13 +144,21 @@ impl std::fmt::Debug for ChainStage {
 impl MetricsSource for PluginMetrics {
     fn encode(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
         let table = self.table.lock().unwrap_or_else(|x| x.into_inner());
-        let labels = |port: &str, plugin: &str, w: usize| vec![("port", port.to_string()), ("plugin", plugin.to_string()), ("worker", w.to_string())];
+        let labels = |port: &str, plugin: &str, w: usize| {
+            vec![("port", port.to_string()), ("plugin", plugin.to_string()), ("worker", w.to_string())]
+        };
         type Pick = fn(&PluginStats) -> u64;
         let counters: [(&str, &str, Pick); 4] = [
             ("wasmswitch_plugin_batches", "Plugin batch calls.", |s| s.batches.get()),
             ("wasmswitch_plugin_packets", "Packets in plugin batch calls.", |s| s.packets.get()),
-            ("wasmswitch_plugin_policy_packets", "Packets whose verdict came from the on_error policy (fault or quarantine).", |s| s.policy_packets.get()),
-            ("wasmswitch_plugin_call_cycles", "TSC cycles spent in plugin calls (encode, call, decode).", |s| s.call_cycles.get()),
+            (
+                "wasmswitch_plugin_policy_packets",
+                "Packets whose verdict came from the on_error policy (fault or quarantine).",
+                |s| s.policy_packets.get(),
+            ),
+            ("wasmswitch_plugin_call_cycles", "TSC cycles spent in plugin calls (encode, call, decode).", |s| {
+                s.call_cycles.get()
+            }),
         ];
         for (name, help, pick) in counters {
             let samples: Vec<_> = table.iter().map(|(p, n, w, s)| (labels(p, n, *w), pick(s))).collect();
@@ -147,7 +166,13 @@ impl MetricsSource for PluginMetrics {
         }
         let mut verdicts = Vec::new();
         for (p, n, w, s) in table.iter() {
-            for (kind, c) in [("pass", &s.verdict_pass), ("drop", &s.verdict_drop), ("redirect", &s.verdict_redirect), ("host", &s.verdict_host), ("host_copy", &s.verdict_host_copy)] {
+            for (kind, c) in [
+                ("pass", &s.verdict_pass),
+                ("drop", &s.verdict_drop),
+                ("redirect", &s.verdict_redirect),
+                ("host", &s.verdict_host),
+                ("host_copy", &s.verdict_host_copy),
+            ] {
                 let mut l = labels(p, n, *w);
                 l.push(("verdict", kind.to_string()));
                 verdicts.push((l, c.get()));
@@ -162,7 +187,12 @@ impl MetricsSource for PluginMetrics {
                 faults.push((l, s.faults(r).get()));
             }
         }
-        counter_family(e, "wasmswitch_plugin_faults", "Plugin faults (trap, deadline, memory, bad_output, instantiate).", &faults)?;
+        counter_family(
+            e,
+            "wasmswitch_plugin_faults",
+            "Plugin faults (trap, deadline, memory, bad_output, instantiate).",
+            &faults,
+        )?;
         let q: Vec<_> = table.iter().map(|(p, n, w, s)| (labels(p, n, *w), s.quarantined.get() as i64)).collect();
         gauge_family(e, "wasmswitch_plugin_quarantined", "1 while the plugin is quarantined on that worker.", &q)?;
         let mut named = Vec::new();

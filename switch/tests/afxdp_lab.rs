@@ -41,7 +41,9 @@ fn static_neighbours(lab: &Lab) {
     for h in &lab.hosts {
         for o in &lab.hosts {
             if o.ip != h.ip {
-                let out = h.run(&["ip", "neigh", "replace", &o.ip, "lladdr", &o.mac, "dev", "eth0", "nud", "permanent"]).unwrap();
+                let out = h
+                    .run(&["ip", "neigh", "replace", &o.ip, "lladdr", &o.mac, "dev", "eth0", "nud", "permanent"])
+                    .unwrap();
                 assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
             }
         }

@@ -16,7 +16,9 @@ fn repo(p: &str) -> PathBuf {
 }
 
 fn sim_config(port: u16) -> tempfile_path::TempPath {
-    let text = std::fs::read_to_string(repo("configs/sim.yaml")).unwrap().replace("127.0.0.1:9187", &format!("127.0.0.1:{port}"));
+    let text = std::fs::read_to_string(repo("configs/sim.yaml"))
+        .unwrap()
+        .replace("127.0.0.1:9187", &format!("127.0.0.1:{port}"));
     tempfile_path::write(&text)
 }
 
@@ -58,12 +60,19 @@ fn run_scrape_reload_and_drain() {
     ] {
         assert!(m2.contains(&format!("# TYPE {name}")), "{name} missing from /metrics");
     }
-    let (r1, r2) = (metric_sum(&m1, "wasmswitch_port_rx_packets_total"), metric_sum(&m2, "wasmswitch_port_rx_packets_total"));
+    let (r1, r2) =
+        (metric_sum(&m1, "wasmswitch_port_rx_packets_total"), metric_sum(&m2, "wasmswitch_port_rx_packets_total"));
     assert!(r2 > r1, "traffic flows: rx {r1} -> {r2}");
     assert!(metric_sum(&m2, "wasmswitch_fdb_entries") > 0.0, "MACs were learned");
 
     // promtool, when installed (CI installs it), must accept the exposition.
-    match Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
         Ok(mut p) => {
             use std::io::Write;
             p.stdin.take().unwrap().write_all(m2.as_bytes()).unwrap();
@@ -71,7 +80,9 @@ fn run_scrape_reload_and_drain() {
             let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
             assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
         }
-        Err(_) if std::env::var("CI").as_deref() == Ok("true") => panic!("promtool is not installed (scripts/setup.sh installs it)"),
+        Err(_) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("promtool is not installed (scripts/setup.sh installs it)")
+        }
         Err(_) => eprintln!("promtool not installed: exposition format not checked"),
     }
 
@@ -133,12 +144,17 @@ fn check_rejects_broken_configs_with_nonzero_exit() {
 
 #[test]
 fn bench_rounds_interleave_and_report_the_best_of_each() {
-    let args = ["bench", "--json", "--seconds", "0.1", "--rounds", "2", "--scenario", "l2", "--scenario", "passthrough"];
+    let args =
+        ["bench", "--json", "--seconds", "0.1", "--rounds", "2", "--scenario", "l2", "--scenario", "passthrough"];
     let out = Command::new(bin()).args(args).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let order: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["scenario"].as_str().unwrap().to_owned()).collect();
+    let order: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["scenario"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(order, ["l2", "passthrough", "l2", "passthrough"], "one JSON line per pass, scenarios interleaved");
-    let out = Command::new(bin()).args(["bench", "--seconds", "0.1", "--rounds", "2", "--scenario", "l2"]).output().unwrap();
+    let out =
+        Command::new(bin()).args(["bench", "--seconds", "0.1", "--rounds", "2", "--scenario", "l2"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains("the best of 2 interleaved rounds"), "{text}");
     assert_eq!(text.lines().filter(|l| l.starts_with("l2 ")).count(), 1, "one row per scenario: {text}");
@@ -148,9 +164,13 @@ fn bench_rounds_interleave_and_report_the_best_of_each() {
 
 #[test]
 fn bench_json_prints_one_line_per_scenario() {
-    let out = Command::new(bin()).args(["bench", "--json", "--seconds", "0.2", "--scenario", "l2", "--scenario", "passthrough"]).output().unwrap();
+    let out = Command::new(bin())
+        .args(["bench", "--json", "--seconds", "0.2", "--scenario", "l2", "--scenario", "passthrough"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 2);
     for l in &lines {
         assert!(l["mpps"].as_f64().unwrap() > 0.0);
@@ -168,7 +188,10 @@ fn bench_with_a_plugin_runs_it_in_wasm_and_natively() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("scenario `l2+plugin` needs --plugin FILE"));
     let wasm = repo("plugins/out/acl.wasm");
     if !wasm.exists() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "plugins/out/acl.wasm missing: scripts/test.sh builds it first");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "plugins/out/acl.wasm missing: scripts/test.sh builds it first"
+        );
         eprintln!("skipped: build the plugins with plugins/build.sh");
         return;
     }
@@ -176,11 +199,13 @@ fn bench_with_a_plugin_runs_it_in_wasm_and_natively() {
     // that forwarded anything would not have run the plugin.
     let cfg = std::env::temp_dir().join(format!("wasmswitch-bench-acl-{}.txt", std::process::id()));
     std::fs::write(&cfg, "default deny\n").unwrap();
-    let args = ["bench", "--json", "--seconds", "0.3", "--scenario", "l2+plugin", "--scenario", "l2+native", "--plugin"];
+    let args =
+        ["bench", "--json", "--seconds", "0.3", "--scenario", "l2+plugin", "--scenario", "l2+native", "--plugin"];
     let out = Command::new(bin()).args(args).arg(&wasm).arg("--plugin-config").arg(&cfg).output().unwrap();
     let _ = std::fs::remove_file(&cfg);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 2);
     for l in &lines {
         let packets = l["packets"].as_u64().unwrap();
@@ -195,7 +220,10 @@ fn bench_with_a_plugin_runs_it_in_wasm_and_natively() {
 fn acl_plugin_runs_in_the_daemon_datapath() {
     let path = repo("configs/acl.yaml");
     if !repo("plugins/out/acl.wasm").exists() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "plugins/out/acl.wasm missing: scripts/test.sh builds it first");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "plugins/out/acl.wasm missing: scripts/test.sh builds it first"
+        );
         eprintln!("skipped: build the plugins with plugins/build.sh");
         return;
     }
@@ -217,7 +245,10 @@ fn acl_plugin_runs_in_the_daemon_datapath() {
 fn plugin_hot_reload_applies_new_verdicts_without_restart() {
     let wasm = repo("plugins/out/acl.wasm");
     if !wasm.exists() {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "plugins/out/acl.wasm missing: scripts/test.sh builds it first");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "plugins/out/acl.wasm missing: scripts/test.sh builds it first"
+        );
         eprintln!("skipped: build the plugins with plugins/build.sh");
         return;
     }
@@ -230,7 +261,14 @@ fn plugin_hot_reload_applies_new_verdicts_without_restart() {
     let mut child = Command::new(bin()).args(["run", "-c"]).arg(&cfg.0).stderr(Stdio::piped()).spawn().unwrap();
     wait_healthy(port, &mut child);
     let policy = |m: &str| -> f64 {
-        m.lines().filter(|l| l.starts_with("wasmswitch_port_drops_total{") && l.contains("port=\"p0\"") && l.contains("reason=\"policy\"")).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+        m.lines()
+            .filter(|l| {
+                l.starts_with("wasmswitch_port_drops_total{")
+                    && l.contains("port=\"p0\"")
+                    && l.contains("reason=\"policy\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     };
     std::thread::sleep(std::time::Duration::from_millis(500));
     let d1 = policy(&http(port, "GET", "/metrics").unwrap().1);

@@ -19,7 +19,13 @@ fn tap_name(tag: &str) -> String {
 }
 
 fn link_exists(name: &str) -> bool {
-    Command::new("ip").args(["link", "show", "dev", name]).stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap().success()
+    Command::new("ip")
+        .args(["link", "show", "dev", name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
 }
 
 /// Waits (up to 5 s) for `name` to disappear: the kernel drops io_uring's registered-file
@@ -75,11 +81,21 @@ impl PacketSocket {
         sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
         sll.sll_ifindex = idx as i32;
         // SAFETY: `sll` is a valid sockaddr_ll and the length matches it.
-        let rc = unsafe { libc::bind(fd, (&sll as *const libc::sockaddr_ll).cast(), std::mem::size_of::<libc::sockaddr_ll>() as u32) };
+        let rc = unsafe {
+            libc::bind(fd, (&sll as *const libc::sockaddr_ll).cast(), std::mem::size_of::<libc::sockaddr_ll>() as u32)
+        };
         assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
         let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
         // SAFETY: `tv` is a valid timeval for SO_RCVTIMEO.
-        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), std::mem::size_of::<libc::timeval>() as u32) };
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as u32,
+            )
+        };
         PacketSocket(fd)
     }
 
@@ -179,7 +195,8 @@ fn tap_is_gone_after_sigkill_and_the_switch_restarts_cleanly() {
     }
     let tap = tap_name("h");
     let port = free_port();
-    let yaml = format!("metrics:\n  listen: 127.0.0.1:{port}\n") + &sim_yaml("rate_pps: 1000", &host_section(&tap, 1024));
+    let yaml =
+        format!("metrics:\n  listen: 127.0.0.1:{port}\n") + &sim_yaml("rate_pps: 1000", &host_section(&tap, 1024));
     let path = std::env::temp_dir().join(format!("wasmswitch-tap-{}.yaml", std::process::id()));
     std::fs::write(&path, yaml).unwrap();
     let bin = env!("CARGO_BIN_EXE_wasmswitch");

@@ -171,12 +171,20 @@ fn millions_of_random_frames_leak_nothing() {
     let mut rng = fastrand::Rng::with_seed(7);
     for i in 0..512u32 {
         let dst = if i % 7 == 0 { MacAddr::BROADCAST } else { MacAddr([2, 0, 0, 0, 1, rng.u8(0..40)]) };
-        let mut f = udp4_frame(dst, MacAddr([2, 0, 0, 0, 1, rng.u8(0..40)]), [1, 1, 1, 1], [2, 2, 2, 2], 1, 2, rng.usize(60..300));
+        let mut f = udp4_frame(
+            dst,
+            MacAddr([2, 0, 0, 0, 1, rng.u8(0..40)]),
+            [1, 1, 1, 1],
+            [2, 2, 2, 2],
+            1,
+            2,
+            rng.usize(60..300),
+        );
         match i % 11 {
-            0 => f.truncate(rng.usize(0..14)),          // runt
-            1 => f.truncate(20),                         // truncated IPv4
+            0 => f.truncate(rng.usize(0..14)),                              // runt
+            1 => f.truncate(20),                                            // truncated IPv4
             2 => f = (0..rng.usize(14..200)).map(|_| rng.u8(..)).collect(), // random bytes
-            3 => f.resize(1600, 0),                      // oversize
+            3 => f.resize(1600, 0),                                         // oversize
             _ => {}
         }
         gen_frames.push(f);
@@ -185,11 +193,17 @@ fn millions_of_random_frames_leak_nothing() {
         .map(|p| {
             let mut frames = gen_frames.clone();
             frames.rotate_left(p as usize * 37);
-            let q = SimQueue::new(umem.clone(), SimRings { fill: 128, tx: 96 }, Source::Gen(TrafficGen::from_frames(frames)));
+            let q = SimQueue::new(
+                umem.clone(),
+                SimRings { fill: 128, tx: 96 },
+                Source::Gen(TrafficGen::from_frames(frames)),
+            );
             PortSlot {
                 queues: vec![Box::new(q)],
                 max_frame: 1522,
-                ingress: Some(Box::new(RandomVerdicts(fastrand::Rng::with_seed(p as u64), nports)) as Box<dyn VerdictStage>),
+                ingress: Some(
+                    Box::new(RandomVerdicts(fastrand::Rng::with_seed(p as u64), nports)) as Box<dyn VerdictStage>
+                ),
                 up: true,
                 queue_index: 0,
             }

@@ -180,7 +180,8 @@ fn main() -> Result<()> {
     // Interleave flows in ring order (frame i carries flow i % flows; pop from the end).
     free.reverse();
 
-    let ifindex = wasmswitch_afxdp::sys::ifindex(&iface).with_context(|| format!("no interface `{iface}` in this namespace"))?;
+    let ifindex =
+        wasmswitch_afxdp::sys::ifindex(&iface).with_context(|| format!("no interface `{iface}` in this namespace"))?;
     // RX and fill rings are required by the socket layout but stay unused (no program redirects
     // anything to this socket).
     let rings = RingSizes { rx: 64, fill: 64, tx: a.ring, completion: a.ring };

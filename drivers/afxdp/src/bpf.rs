@@ -36,7 +36,10 @@ const XDP_MD_RX_QUEUE_INDEX: i16 = 16;
 
 /// Encodes one `struct bpf_insn` (code, dst/src registers, offset, immediate) as a little-endian u64.
 const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
-    (code as u64) | (((dst & 0xf) | ((src & 0xf) << 4)) as u64) << 8 | ((off as u16) as u64) << 16 | ((imm as u32) as u64) << 32
+    (code as u64)
+        | (((dst & 0xf) | ((src & 0xf) << 4)) as u64) << 8
+        | ((off as u16) as u64) << 16
+        | ((imm as u32) as u64) << 32
 }
 
 /// The redirect program for an XSKMAP whose fd is `map_fd`.

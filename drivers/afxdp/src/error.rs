@@ -25,7 +25,9 @@ pub enum AfXdpError {
     #[error("interface {iface} (driver {driver}): AF_XDP zero-copy is not supported on queue {queue} ({source}); set `bind: copy` for this port to fall back to copy mode")]
     ZeroCopyUnsupported { iface: String, driver: String, queue: u32, source: io::Error },
 
-    #[error("interface {iface} (driver {driver}): native XDP was refused ({source}); set `attach: generic` for this port")]
+    #[error(
+        "interface {iface} (driver {driver}): native XDP was refused ({source}); set `attach: generic` for this port"
+    )]
     NativeUnsupported { iface: String, driver: String, source: io::Error },
 
     #[error(
@@ -43,7 +45,9 @@ pub enum AfXdpError {
     )]
     UmemModeMismatch { iface: String, wanted: BindMode, have: BindMode, first: String },
 
-    #[error("UMEM frame size {0} cannot be used by AF_XDP (aligned mode needs 2048 up to the page size, a power of two)")]
+    #[error(
+        "UMEM frame size {0} cannot be used by AF_XDP (aligned mode needs 2048 up to the page size, a power of two)"
+    )]
     BadFrameSize(u32),
 
     #[error("interface {iface}: ring size {size} for the {ring} ring is not a power of two between 64 and 65536")]
@@ -80,7 +84,12 @@ mod tests {
         assert!(matches!(e, AfXdpError::NoAfXdp { .. }));
         let e = AfXdpError::QueueOutOfRange { iface: "v0".into(), queue: 4, channels: 2 };
         assert!(e.to_string().contains("queue 4 does not exist, the interface has 2 queue(s) (0..=1)"), "{e}");
-        let e = AfXdpError::ZeroCopyUnsupported { iface: "v0".into(), driver: "veth".into(), queue: 0, source: io::Error::from_raw_os_error(libc::EOPNOTSUPP) };
+        let e = AfXdpError::ZeroCopyUnsupported {
+            iface: "v0".into(),
+            driver: "veth".into(),
+            queue: 0,
+            source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+        };
         assert!(e.to_string().contains("bind: copy"), "{e}");
     }
 }

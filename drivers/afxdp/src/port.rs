@@ -182,15 +182,23 @@ impl AfXdpPort {
         reg.check_mode(iface, decision.bind)?;
 
         // Someone else's program on the hook: say so before creating anything.
-        let att = sys::xdp_attached(ifindex).map_err(|e| AfXdpError::sys(iface, "querying the interface's XDP state (RTM_GETLINK)", e))?;
+        let att = sys::xdp_attached(ifindex)
+            .map_err(|e| AfXdpError::sys(iface, "querying the interface's XDP state (RTM_GETLINK)", e))?;
         if att.mode != 0 {
-            return Err(AfXdpError::AlreadyAttached { iface: iface.into(), prog_id: att.prog_id, mode: attached_mode(att.mode) });
+            return Err(AfXdpError::AlreadyAttached {
+                iface: iface.into(),
+                prog_id: att.prog_id,
+                mode: attached_mode(att.mode),
+            });
         }
 
         let max_q = *decision.queues.last().expect("checked non-empty");
-        let map = XskMap::new(max_q + 1).map_err(|e| AfXdpError::sys(iface, "creating the XSKMAP (bpf BPF_MAP_CREATE)", e))?;
+        let map = XskMap::new(max_q + 1)
+            .map_err(|e| AfXdpError::sys(iface, "creating the XSKMAP (bpf BPF_MAP_CREATE)", e))?;
         let prog = XdpProgram::load(&map).map_err(|(e, log)| match e.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) if log.is_empty() => AfXdpError::sys(iface, "loading the XDP program (BPF_PROG_LOAD)", e),
+            Some(libc::EPERM) | Some(libc::EACCES) if log.is_empty() => {
+                AfXdpError::sys(iface, "loading the XDP program (BPF_PROG_LOAD)", e)
+            }
             _ => AfXdpError::ProgLoad { iface: iface.into(), source: e, log },
         })?;
 
@@ -212,7 +220,12 @@ impl AfXdpPort {
                     SetupError::Mmap(e) => AfXdpError::sys(iface, "mapping the AF_XDP rings", e),
                     SetupError::Bind(e) => match e.raw_os_error() {
                         Some(libc::EOPNOTSUPP) if decision.bind == BindMode::ZeroCopy => {
-                            AfXdpError::ZeroCopyUnsupported { iface: iface.into(), driver: decision.driver.clone(), queue: q, source: e }
+                            AfXdpError::ZeroCopyUnsupported {
+                                iface: iface.into(),
+                                driver: decision.driver.clone(),
+                                queue: q,
+                                source: e,
+                            }
                         }
                         Some(libc::EBUSY) => AfXdpError::QueueBusy { iface: iface.into(), queue: q },
                         _ => AfXdpError::sys(iface, "binding the AF_XDP socket", e),
@@ -223,23 +236,29 @@ impl AfXdpPort {
                     st.mode = Some((decision.bind, format!("{iface} queue {q}")));
                 }
                 st.sockets.push(Arc::downgrade(&s.handle));
-                map.insert(q, s.handle.raw()).map_err(|e| AfXdpError::sys(iface, "inserting the socket into the XSKMAP", e))?;
+                map.insert(q, s.handle.raw())
+                    .map_err(|e| AfXdpError::sys(iface, "inserting the socket into the XSKMAP", e))?;
                 let queue = AfXdpQueue::new(s.handle.clone(), s.rx, s.tx, umem);
                 handles.push((q, Arc::downgrade(&s.handle), queue.stats().clone()));
                 queues.push((q, queue));
             }
         }
 
-        let link = XdpLink::attach(&prog, ifindex, decision.attach.xdp_flags()).map_err(|e| match e.raw_os_error() {
-            Some(libc::EBUSY) | Some(libc::EEXIST) => {
-                let att = sys::xdp_attached(ifindex).unwrap_or_default();
-                AfXdpError::AlreadyAttached { iface: iface.into(), prog_id: att.prog_id, mode: attached_mode(att.mode) }
-            }
-            Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) if decision.attach == profile::AttachMode::Native => {
-                AfXdpError::NativeUnsupported { iface: iface.into(), driver: decision.driver.clone(), source: e }
-            }
-            _ => AfXdpError::sys(iface, "attaching the XDP program (BPF_LINK_CREATE)", e),
-        })?;
+        let link =
+            XdpLink::attach(&prog, ifindex, decision.attach.xdp_flags()).map_err(|e| match e.raw_os_error() {
+                Some(libc::EBUSY) | Some(libc::EEXIST) => {
+                    let att = sys::xdp_attached(ifindex).unwrap_or_default();
+                    AfXdpError::AlreadyAttached {
+                        iface: iface.into(),
+                        prog_id: att.prog_id,
+                        mode: attached_mode(att.mode),
+                    }
+                }
+                Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) if decision.attach == profile::AttachMode::Native => {
+                    AfXdpError::NativeUnsupported { iface: iface.into(), driver: decision.driver.clone(), source: e }
+                }
+                _ => AfXdpError::sys(iface, "attaching the XDP program (BPF_LINK_CREATE)", e),
+            })?;
         log::info!("{iface}: AF_XDP {decision}");
         Ok(Self { _link: link, map, _prog: prog, iface: iface.into(), ifindex, decision, queues, handles })
     }

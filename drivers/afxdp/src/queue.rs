@@ -115,7 +115,8 @@ impl TxHalf {
             self.stats.tx_wakeups.inc();
             // SAFETY: zero-length sendto with null buffer and address on our own AF_XDP socket:
             // the kernel reads nothing from userspace memory, it only processes the TX ring.
-            let r = unsafe { libc::sendto(self.sock.raw(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
+            let r =
+                unsafe { libc::sendto(self.sock.raw(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
             if r >= 0 {
                 self.unkicked = 0;
                 return;
@@ -170,7 +171,14 @@ impl AfXdpQueue {
         let queue = sock.queue;
         Self {
             rx: Some(RxHalf { sock: sock.clone(), rings: rx, posted: FrameSet::new(umem) }),
-            tx: TxSide::Own(TxHalf { sock, rings: tx, posted: FrameSet::new(umem), unkicked: 0, stats: stats.clone(), comp_buf: [0; COMP_BATCH] }),
+            tx: TxSide::Own(TxHalf {
+                sock,
+                rings: tx,
+                posted: FrameSet::new(umem),
+                unkicked: 0,
+                stats: stats.clone(),
+                comp_buf: [0; COMP_BATCH],
+            }),
             counts_tx: true,
             stats,
             ifname,
@@ -213,7 +221,14 @@ impl AfXdpQueue {
             TxSide::Released => panic!("share_tx on a released queue"),
         };
         self.tx = TxSide::Shared(shared.clone());
-        AfXdpQueue { rx: None, tx: TxSide::Shared(shared), counts_tx: false, stats: self.stats.clone(), ifname: self.ifname.clone(), queue: self.queue }
+        AfXdpQueue {
+            rx: None,
+            tx: TxSide::Shared(shared),
+            counts_tx: false,
+            stats: self.stats.clone(),
+            ifname: self.ifname.clone(),
+            queue: self.queue,
+        }
     }
 
     /// True when the TX half is shared with other workers.
@@ -257,7 +272,14 @@ impl PortQueue for AfXdpQueue {
             // SAFETY: zero-length recvfrom with null buffer/address on our own AF_XDP socket: it
             // only wakes the driver's RX processing; nothing is written to userspace memory.
             unsafe {
-                libc::recvfrom(rx.sock.raw(), std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut());
+                libc::recvfrom(
+                    rx.sock.raw(),
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                );
             }
         }
         let n = rx.rings.rx.consume(out);

@@ -40,7 +40,13 @@ impl<T: Copy> RingPtrs<T> {
     /// The pointers must be valid, aligned, and outlive the returned value (and every ring built
     /// from it); `entries` must point to `size` entries; `size` must be a power of two; nothing
     /// but the one peer (the kernel or a test's other half) may access the ring concurrently.
-    pub unsafe fn new(producer: *const AtomicU32, consumer: *const AtomicU32, flags: *const AtomicU32, entries: *mut T, size: u32) -> Self {
+    pub unsafe fn new(
+        producer: *const AtomicU32,
+        consumer: *const AtomicU32,
+        flags: *const AtomicU32,
+        entries: *mut T,
+        size: u32,
+    ) -> Self {
         assert!(size.is_power_of_two(), "ring size {size} is not a power of two");
         Self { producer, consumer, flags, entries, size, _t: PhantomData }
     }
@@ -318,7 +324,11 @@ mod tests {
                 while next < N {
                     let k = (N - next).min(buf.len() as u64) as usize;
                     for (i, d) in buf[..k].iter_mut().enumerate() {
-                        *d = wasmswitch_core::Desc { addr: next + i as u64, len: (next + i as u64) as u32 ^ 0x5a5a, options: 0 };
+                        *d = wasmswitch_core::Desc {
+                            addr: next + i as u64,
+                            len: (next + i as u64) as u32 ^ 0x5a5a,
+                            options: 0,
+                        };
                     }
                     next += p.produce(&buf[..k]) as u64;
                 }

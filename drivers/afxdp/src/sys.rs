@@ -151,7 +151,9 @@ struct LinkCreateAttr {
 fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
     // SAFETY: `attr` is a `repr(C)` prefix of `union bpf_attr` for `cmd`, valid for the call;
     // the kernel zero-extends a shorter attr and reads/writes only within `size`.
-    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, (attr as *mut T).cast::<libc::c_void>(), size_of::<T>() as libc::c_uint) };
+    let r = unsafe {
+        libc::syscall(libc::SYS_bpf, cmd, (attr as *mut T).cast::<libc::c_void>(), size_of::<T>() as libc::c_uint)
+    };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {

@@ -117,7 +117,11 @@ pub struct FrameSet {
 
 impl FrameSet {
     pub fn new(umem: &Umem) -> Self {
-        Self { bits: vec![0; (umem.frames() as usize).div_ceil(64)], count: 0, shift: umem.frame_size().trailing_zeros() }
+        Self {
+            bits: vec![0; (umem.frames() as usize).div_ceil(64)],
+            count: 0,
+            shift: umem.frame_size().trailing_zeros(),
+        }
     }
 
     #[inline]
@@ -227,9 +231,17 @@ fn map_ring<T>(fd: RawFd, off: &libc::xdp_ring_offset, size: u32, pgoff: libc::o
 }
 
 /// Creates and binds one socket on `(ifindex, queue)`.
-pub fn open_socket(umem: &Umem, ifname: &str, ifindex: u32, queue: u32, rings: RingSizes, binding: UmemBinding) -> Result<BoundSocket, SetupError> {
+pub fn open_socket(
+    umem: &Umem,
+    ifname: &str,
+    ifindex: u32,
+    queue: u32,
+    rings: RingSizes,
+    binding: UmemBinding,
+) -> Result<BoundSocket, SetupError> {
     // SAFETY: plain socket creation; the result is checked and owned right after.
-    let fd = cvt(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) }).map_err(SetupError::Socket)?;
+    let fd = cvt(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
+        .map_err(SetupError::Socket)?;
     // SAFETY: fresh descriptor owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let raw = fd.as_raw_fd();
@@ -247,23 +259,30 @@ pub fn open_socket(umem: &Umem, ifname: &str, ifindex: u32, queue: u32, rings: R
     }
     // Own fill + completion rings on every socket (required for sharing across devices/queues).
     sys::setsockopt(raw, libc::SOL_XDP, libc::XDP_UMEM_FILL_RING, &rings.fill).map_err(SetupError::Rings)?;
-    sys::setsockopt(raw, libc::SOL_XDP, libc::XDP_UMEM_COMPLETION_RING, &rings.completion).map_err(SetupError::Rings)?;
+    sys::setsockopt(raw, libc::SOL_XDP, libc::XDP_UMEM_COMPLETION_RING, &rings.completion)
+        .map_err(SetupError::Rings)?;
     sys::setsockopt(raw, libc::SOL_XDP, libc::XDP_RX_RING, &rings.rx).map_err(SetupError::Rings)?;
     sys::setsockopt(raw, libc::SOL_XDP, libc::XDP_TX_RING, &rings.tx).map_err(SetupError::Rings)?;
 
     // SAFETY: all-zero is a valid `xdp_mmap_offsets` (integers only).
     let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
     // SAFETY: integers only, any bytes are valid.
-    let got = unsafe { sys::getsockopt(raw, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS, &mut off) }.map_err(SetupError::Rings)?;
+    let got =
+        unsafe { sys::getsockopt(raw, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS, &mut off) }.map_err(SetupError::Rings)?;
     if got != size_of::<libc::xdp_mmap_offsets>() {
         // Pre-5.4 layout without the flags word: no need_wakeup, which this driver relies on.
-        return Err(SetupError::Rings(io::Error::new(io::ErrorKind::Unsupported, "kernel too old: XDP_MMAP_OFFSETS has no ring flags (need 5.4+)")));
+        return Err(SetupError::Rings(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "kernel too old: XDP_MMAP_OFFSETS has no ring flags (need 5.4+)",
+        )));
     }
 
     let rx_map = map_ring::<Desc>(raw, &off.rx, rings.rx, libc::XDP_PGOFF_RX_RING).map_err(SetupError::Mmap)?;
     let tx_map = map_ring::<Desc>(raw, &off.tx, rings.tx, libc::XDP_PGOFF_TX_RING).map_err(SetupError::Mmap)?;
-    let fill_map = map_ring::<u64>(raw, &off.fr, rings.fill, libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t).map_err(SetupError::Mmap)?;
-    let comp_map = map_ring::<u64>(raw, &off.cr, rings.completion, libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t).map_err(SetupError::Mmap)?;
+    let fill_map = map_ring::<u64>(raw, &off.fr, rings.fill, libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t)
+        .map_err(SetupError::Mmap)?;
+    let comp_map = map_ring::<u64>(raw, &off.cr, rings.completion, libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t)
+        .map_err(SetupError::Mmap)?;
 
     let (flags, shared_fd) = match binding {
         UmemBinding::Register(BindMode::Copy) => (libc::XDP_COPY | libc::XDP_USE_NEED_WAKEUP, 0),
@@ -279,8 +298,10 @@ pub fn open_socket(umem: &Umem, ifname: &str, ifindex: u32, queue: u32, rings: R
         sxdp_shared_umem_fd: shared_fd,
     };
     // SAFETY: `sxdp` is a valid `sockaddr_xdp` and the length matches it.
-    cvt(unsafe { libc::bind(raw, (&sxdp as *const libc::sockaddr_xdp).cast(), size_of::<libc::sockaddr_xdp>() as libc::socklen_t) })
-        .map_err(SetupError::Bind)?;
+    cvt(unsafe {
+        libc::bind(raw, (&sxdp as *const libc::sockaddr_xdp).cast(), size_of::<libc::sockaddr_xdp>() as libc::socklen_t)
+    })
+    .map_err(SetupError::Bind)?;
 
     let rx = RxRings {
         fill: ProdRing::new(ring_ptrs(&fill_map, &off.fr, rings.fill)),

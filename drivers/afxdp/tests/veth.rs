@@ -105,8 +105,26 @@ impl Lab {
         for (i, p) in peers.iter().enumerate() {
             let (s, e) = (format!("sw{i}"), format!("pe{i}"));
             must(&[
-                "-n", &sw.0, "link", "add", &s, "numtxqueues", &q, "numrxqueues", &q, "type", "veth", "peer", "name", &e, "netns", &p.0,
-                "numtxqueues", &q, "numrxqueues", &q,
+                "-n",
+                &sw.0,
+                "link",
+                "add",
+                &s,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &e,
+                "netns",
+                &p.0,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
             ]);
             must(&["-n", &sw.0, "link", "set", &s, "up"]);
             must(&["-n", &p.0, "link", "set", &e, "up"]);
@@ -187,11 +205,25 @@ impl Packet {
             sll.sll_protocol = proto;
             sll.sll_ifindex = ifindex;
             // SAFETY: valid sockaddr_ll with its size.
-            let r = unsafe { libc::bind(fd.as_raw_fd(), (&sll as *const libc::sockaddr_ll).cast(), std::mem::size_of::<libc::sockaddr_ll>() as u32) };
+            let r = unsafe {
+                libc::bind(
+                    fd.as_raw_fd(),
+                    (&sll as *const libc::sockaddr_ll).cast(),
+                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                )
+            };
             assert_eq!(r, 0, "bind AF_PACKET: {}", std::io::Error::last_os_error());
             let one: libc::c_int = 1;
             // SAFETY: int option.
-            unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_PACKET, PACKET_QDISC_BYPASS, (&one as *const libc::c_int).cast(), 4) };
+            unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_PACKET,
+                    PACKET_QDISC_BYPASS,
+                    (&one as *const libc::c_int).cast(),
+                    4,
+                )
+            };
             Packet { fd }
         })
     }
@@ -230,7 +262,14 @@ impl Packet {
             let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
             // SAFETY: buffer and address with their sizes.
             let n = unsafe {
-                libc::recvfrom(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT, (&mut from as *mut libc::sockaddr_ll).cast(), &mut len)
+                libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                    (&mut from as *mut libc::sockaddr_ll).cast(),
+                    &mut len,
+                )
             };
             if n > 0 && from.sll_pkttype != libc::PACKET_OUTGOING && keep(&buf[..n as usize]) {
                 got.push(buf[..n as usize].to_vec());
@@ -266,7 +305,10 @@ fn pool_for(frames: u32) -> (Arc<Umem>, Arc<SharedPool>) {
 }
 
 fn small_rings() -> Overrides {
-    Overrides { rings: Some(wasmswitch_afxdp::RingSizes { rx: 256, tx: 256, fill: 256, completion: 256 }), ..Default::default() }
+    Overrides {
+        rings: Some(wasmswitch_afxdp::RingSizes { rx: 256, tx: 256, fill: 256, completion: 256 }),
+        ..Default::default()
+    }
 }
 
 /// Polls `q` until `want` packets arrived or the timeout passed.
@@ -374,7 +416,13 @@ fn forwards_between_two_veths_through_the_pipeline_on_one_umem() {
     let slot = |queue| PortSlot { queues: vec![queue], max_frame: 1518, ingress: None, up: true, queue_index: 0 };
     let cache = PoolCache::new(shared.clone(), 128, AllocMode::Recycling);
     let stats = Arc::new(WorkerStats::new(0, 2, cache.stats().clone()));
-    let mut pipe = Pipeline::new(vec![slot(q0), slot(q1)], cache, Arc::new(Fdb::new(1024, 300)), stats.clone(), PipelineOptions::default());
+    let mut pipe = Pipeline::new(
+        vec![slot(q0), slot(q1)],
+        cache,
+        Arc::new(Fdb::new(1024, 300)),
+        stats.clone(),
+        PipelineOptions::default(),
+    );
     pipe.poll(); // prime both fill rings
 
     let a = Packet::open(&lab.peers[0].0, "pe0");
@@ -532,13 +580,17 @@ fn clear_errors_for_missing_interface_bad_queue_and_busy_hook() {
     assert!(matches!(e, AfXdpError::InterfaceMissing { .. }), "{e}");
     assert!(e.to_string().contains("\"nosuch0\" does not exist"), "{e}");
 
-    let spec = PortSpec { iface: "sw0".into(), overrides: Overrides { queues: Some(vec![0, 2]), ..Default::default() } };
+    let spec =
+        PortSpec { iface: "sw0".into(), overrides: Overrides { queues: Some(vec![0, 2]), ..Default::default() } };
     let e = open(&lab.sw.0, spec, &reg).unwrap_err();
     assert!(matches!(e, AfXdpError::QueueOutOfRange { queue: 2, channels: 2, .. }), "{e}");
     assert!(e.to_string().starts_with("interface sw0: queue 2 does not exist, the interface has 2 queue(s)"), "{e}");
     assert!(!lab.xdp_shown("sw0"), "nothing attached after a failed open");
 
-    let spec = PortSpec { iface: "sw0".into(), overrides: Overrides { bind: Some(wasmswitch_afxdp::BindMode::ZeroCopy), ..small_rings() } };
+    let spec = PortSpec {
+        iface: "sw0".into(),
+        overrides: Overrides { bind: Some(wasmswitch_afxdp::BindMode::ZeroCopy), ..small_rings() },
+    };
     let e = open(&lab.sw.0, spec, &reg).unwrap_err();
     assert!(matches!(e, AfXdpError::ZeroCopyUnsupported { .. }), "{e}");
     assert!(e.to_string().contains("bind: copy"), "{e}");
@@ -546,7 +598,10 @@ fn clear_errors_for_missing_interface_bad_queue_and_busy_hook() {
     let first = open(&lab.sw.0, PortSpec { iface: "sw0".into(), overrides: small_rings() }, &reg).unwrap();
     assert_eq!(reg.bind_mode(), Some(wasmswitch_afxdp::BindMode::Copy));
     // The UMEM is now bound in copy mode; a zero-copy port cannot share it.
-    let spec = PortSpec { iface: "sw0".into(), overrides: Overrides { bind: Some(wasmswitch_afxdp::BindMode::ZeroCopy), ..small_rings() } };
+    let spec = PortSpec {
+        iface: "sw0".into(),
+        overrides: Overrides { bind: Some(wasmswitch_afxdp::BindMode::ZeroCopy), ..small_rings() },
+    };
     let e = open(&lab.sw.0, spec, &reg).unwrap_err();
     assert!(matches!(e, AfXdpError::UmemModeMismatch { .. }), "{e}");
     assert!(e.to_string().contains("which sw0 queue 0 bound in copy mode"), "{e}");
@@ -565,7 +620,10 @@ fn generic_attach_override_works_too() {
     let lab = Lab::new(1, 1);
     let (umem, shared) = pool_for(1024);
     let reg = UmemRegistration::new(umem);
-    let spec = PortSpec { iface: "sw0".into(), overrides: Overrides { attach: Some(wasmswitch_afxdp::AttachMode::Generic), ..small_rings() } };
+    let spec = PortSpec {
+        iface: "sw0".into(),
+        overrides: Overrides { attach: Some(wasmswitch_afxdp::AttachMode::Generic), ..small_rings() },
+    };
     let mut port = open(&lab.sw.0, spec, &reg).unwrap();
     assert!(port.decision().overridden);
     assert!(must(&["-n", &lab.sw.0, "-d", "link", "show", "dev", "sw0"]).contains("xdpgeneric"));

@@ -14,7 +14,14 @@ fn setup(frames: u32) -> (Arc<SharedPool>, PoolCache) {
 
 #[test]
 fn generated_frames_parse_and_follow_the_spec() {
-    let spec = TrafficSpec { port: 2, src_macs: 8, dst_ports: vec![0, 1], broadcast: 0.25, templates: 400, ..Default::default() };
+    let spec = TrafficSpec {
+        port: 2,
+        src_macs: 8,
+        dst_ports: vec![0, 1],
+        broadcast: 0.25,
+        templates: 400,
+        ..Default::default()
+    };
     let mut g = TrafficGen::new(&spec);
     let mut bcast = 0;
     for _ in 0..400 {
@@ -56,7 +63,8 @@ fn tx_completes_on_doorbell_and_captures() {
     let log = CaptureLog::default();
     let inject = InjectQueue::default();
     inject.lock().unwrap().push_back(vec![7u8; 60]);
-    let mut q = SimQueue::new(pool.umem().clone(), SimRings { fill: 32, tx: 4 }, Source::Inject(inject)).with_capture(log.clone());
+    let mut q = SimQueue::new(pool.umem().clone(), SimRings { fill: 32, tx: 4 }, Source::Inject(inject))
+        .with_capture(log.clone());
     let mut out = [Desc::default(); 8];
     assert_eq!(q.rx_burst(&mut cache, &mut out), 1);
     assert_eq!(out[0].len, 60);

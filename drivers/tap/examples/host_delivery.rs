@@ -125,7 +125,9 @@ fn extra_deliver(x: Extra, ring: &mut io_uring::IoUring, umem: &Umem, descs: &[D
     {
         let mut sq = ring.submission();
         for (i, d) in descs.iter().enumerate() {
-            let mut e = opcode::WriteFixed::new(types::Fixed(0), base.wrapping_add(d.addr as usize), d.len, 0).build().user_data(i as u64);
+            let mut e = opcode::WriteFixed::new(types::Fixed(0), base.wrapping_add(d.addr as usize), d.len, 0)
+                .build()
+                .user_data(i as u64);
             e = match x {
                 Extra::SkipCqe => e.flags(Flags::SKIP_SUCCESS),
                 Extra::LinkedChain if i + 1 < n => e.flags(Flags::IO_HARDLINK | Flags::SKIP_SUCCESS),
@@ -161,7 +163,6 @@ fn extra_deliver(x: Extra, ring: &mut io_uring::IoUring, umem: &Umem, descs: &[D
     }
     errors
 }
-
 
 struct Sample {
     mpps: f64,
@@ -233,7 +234,8 @@ fn run_mode(m: &Mode, fd: i32, umem: &Arc<Umem>, descs: &[Desc], packets: u64, c
 /// The full path: this thread as the datapath worker, one host worker thread.
 fn run_e2e(tap_name: &str, len: usize, bulk: usize, dur: Duration, cpu: Option<usize>) -> (f64, f64, f64, f64) {
     let pool = SharedPool::new(0, Arc::new(Umem::new(8192, 2048).unwrap()), 4096);
-    let tap = TapDevice::create(&TapConfig { name: tap_name.into(), mac: [2, 0, 0, 0, 0, 1], mtu: 1500, queues: 1 }).unwrap();
+    let tap =
+        TapDevice::create(&TapConfig { name: tap_name.into(), mac: [2, 0, 0, 0, 0, 1], mtu: 1500, queues: 1 }).unwrap();
     let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{tap_name}/disable_ipv6"), "1");
     let cfg = HostConfig { bulk, ring_size: 1024, ..HostConfig::default() };
     // The host worker inherits this thread's affinity: give it the other CPU, then come back.
@@ -327,7 +329,8 @@ fn main() {
         pin(c);
     }
     let name = format!("wsbench{}", std::process::id() % 100_000);
-    let tap = TapDevice::create(&TapConfig { name: name.clone(), mac: [2, 0, 0, 0, 0, 1], mtu: 1500, queues: 1 }).expect("create TAP");
+    let tap = TapDevice::create(&TapConfig { name: name.clone(), mac: [2, 0, 0, 0, 0, 1], mtu: 1500, queues: 1 })
+        .expect("create TAP");
     let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
     tap.set_up(true).unwrap();
     let fd = tap.queue_fd(0).unwrap();
@@ -350,11 +353,29 @@ fn main() {
     let mut modes = vec![Mode { name: "write() per packet", bulk: 0, opts: plain, floor: false, extra: None }];
     for bulk in [8, 32, 64] {
         for (n, o) in [("plain", plain), ("+regfile", regfile), ("+fixedbuf", fixed), ("+single+defer", all)] {
-            modes.push(Mode { name: Box::leak(format!("uring bulk {bulk:>2} {n}").into_boxed_str()), bulk, opts: o, floor: false, extra: None });
+            modes.push(Mode {
+                name: Box::leak(format!("uring bulk {bulk:>2} {n}").into_boxed_str()),
+                bulk,
+                opts: o,
+                floor: false,
+                extra: None,
+            });
         }
     }
-    for (n, x) in [("control", Extra::Control), ("+skip-cqe+nop", Extra::SkipCqe), ("+hardlink chain", Extra::LinkedChain), ("sqpoll", Extra::SqPoll), ("+async (io-wq)", Extra::Async)] {
-        modes.push(Mode { name: Box::leak(format!("uring bulk 32 {n}").into_boxed_str()), bulk: 32, opts: all, floor: false, extra: Some(x) });
+    for (n, x) in [
+        ("control", Extra::Control),
+        ("+skip-cqe+nop", Extra::SkipCqe),
+        ("+hardlink chain", Extra::LinkedChain),
+        ("sqpoll", Extra::SqPoll),
+        ("+async (io-wq)", Extra::Async),
+    ] {
+        modes.push(Mode {
+            name: Box::leak(format!("uring bulk 32 {n}").into_boxed_str()),
+            bulk: 32,
+            opts: all,
+            floor: false,
+            extra: Some(x),
+        });
     }
     modes.push(Mode { name: "floor: write() of 0 bytes", bulk: 0, opts: plain, floor: true, extra: None });
     modes.push(Mode { name: "floor: uring bulk 32, 0 bytes", bulk: 32, opts: all, floor: true, extra: None });
@@ -377,7 +398,10 @@ fn main() {
     };
     let mut base_mpps = 0.0;
     let mut base_ns = 0.0;
-    println!("{:<32} {:>8} {:>8} {:>10} {:>12} {:>14}", "mode", "Mpps", "min-max", "ns/pkt", "x write Mpps", "x write ns/pkt");
+    println!(
+        "{:<32} {:>8} {:>8} {:>10} {:>12} {:>14}",
+        "mode", "Mpps", "min-max", "ns/pkt", "x write Mpps", "x write ns/pkt"
+    );
     for (k, m) in modes.iter().enumerate() {
         let mut mp: Vec<f64> = samples[k].iter().map(|s| s.mpps).collect();
         let mut ns: Vec<f64> = samples[k].iter().map(|s| s.ns_pkt).collect();
@@ -402,7 +426,13 @@ fn main() {
         println!("full path (datapath thread -> HostPortQueue -> ring 1024 -> host worker thread, all options), 2 s each, offered load paced by ring occupancy, datapath on --cpu, host worker on the other:");
         println!("{:<32} {:>8} {:>10} {:>8} {:>10}", "mode", "Mpps", "ns/pkt", "drop %", "avg list");
         for bulk in [8, 32] {
-            let (mpps, ns, drop_pct, avg) = run_e2e(&format!("wsbe{}b{bulk}", std::process::id() % 100_000), len, bulk, Duration::from_secs(2), cpu);
+            let (mpps, ns, drop_pct, avg) = run_e2e(
+                &format!("wsbe{}b{bulk}", std::process::id() % 100_000),
+                len,
+                bulk,
+                Duration::from_secs(2),
+                cpu,
+            );
             println!("{:<32} {:>8.3} {:>10.0} {:>8.1} {:>10.1}", format!("e2e bulk {bulk}"), mpps, ns, drop_pct, avg);
         }
     }

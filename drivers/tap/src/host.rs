@@ -133,7 +133,8 @@ impl Link {
     /// Called once by each side when it stops producing and consuming: drains the ring it
     /// consumes, and, when the other side has stopped too, the ring it produced into.
     fn exit(&self, datapath_side: bool, mut give_back: impl FnMut(&[Desc])) {
-        let (mine, other) = if datapath_side { (&self.dp_done, &self.host_done) } else { (&self.host_done, &self.dp_done) };
+        let (mine, other) =
+            if datapath_side { (&self.dp_done, &self.host_done) } else { (&self.host_done, &self.dp_done) };
         mine.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         let _g = self.reclaim.lock().unwrap_or_else(|e| e.into_inner());
@@ -161,7 +162,8 @@ fn flow_hash(b: &[u8]) -> u32 {
     if b.len() < 14 {
         return 0;
     }
-    let mut x = u64::from_le_bytes(b[0..8].try_into().unwrap_or([0; 8])) ^ (u32::from_le_bytes(b[8..12].try_into().unwrap_or([0; 4])) as u64) << 17;
+    let mut x = u64::from_le_bytes(b[0..8].try_into().unwrap_or([0; 8]))
+        ^ (u32::from_le_bytes(b[8..12].try_into().unwrap_or([0; 4])) as u64) << 17;
     if b.len() >= 34 && b[12] == 0x08 && b[13] == 0x00 {
         x ^= u64::from_le_bytes(b[26..34].try_into().unwrap_or([0; 8])).rotate_left(29);
     }
@@ -206,7 +208,11 @@ pub struct HostPortQueue {
 
 impl std::fmt::Debug for HostPortQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostPortQueue").field("worker", &self.worker).field("host_workers", &self.links.len()).field("bulk", &self.bulk).finish()
+        f.debug_struct("HostPortQueue")
+            .field("worker", &self.worker)
+            .field("host_workers", &self.links.len())
+            .field("bulk", &self.bulk)
+            .finish()
     }
 }
 
@@ -336,7 +342,8 @@ impl Drop for HostPortQueue {
         let shared = self.shared.clone();
         let stats = PoolStats::default();
         let umem = self.umem.clone();
-        let to_free: Vec<Desc> = self.to_free.drain(..).map(|a| Desc { addr: umem.frame_base(a), len: 0, options: 0 }).collect();
+        let to_free: Vec<Desc> =
+            self.to_free.drain(..).map(|a| Desc { addr: umem.frame_base(a), len: 0, options: 0 }).collect();
         put_shared(&shared, &to_free, &stats);
         self.release_inner(|ds| put_shared(&shared, ds, &stats));
     }
@@ -425,7 +432,9 @@ impl HostWorker {
             return;
         }
         let buf: *mut u64 = &mut *self.efd_buf;
-        let e = io_uring::opcode::Read::new(io_uring::types::Fd(self.bell.efd.as_raw_fd()), buf.cast(), 8).build().user_data(EFD_UD);
+        let e = io_uring::opcode::Read::new(io_uring::types::Fd(self.bell.efd.as_raw_fd()), buf.cast(), 8)
+            .build()
+            .user_data(EFD_UD);
         // SAFETY: `efd_buf` is boxed (stable address) and outlives the ring's use of it: the
         // worker waits for this read's CQE before dropping (shutdown).
         if unsafe { self.ring.push(&e) } {
@@ -460,7 +469,11 @@ impl HostWorker {
                         self.stats.read_errors.inc();
                         self.read_error_streak += 1;
                         if self.read_error_streak == 1001 {
-                            log::error!("host worker {}: TAP reads keep failing ({}), no more reads posted", self.idx, std::io::Error::from_raw_os_error(-res));
+                            log::error!(
+                                "host worker {}: TAP reads keep failing ({}), no more reads posted",
+                                self.idx,
+                                std::io::Error::from_raw_os_error(-res)
+                            );
                         }
                     }
                     self.cache.put(frame);
@@ -628,12 +641,20 @@ impl HostPort {
     /// Every io_uring is set up inside its worker thread before this returns; a refused setup
     /// is an error, refused options (fixed buffers, registered file, single issuer, defer
     /// taskrun) fall back and show in [`features`](Self::features).
-    pub fn start(mut tap: TapDevice, pool: &Arc<SharedPool>, cfg: &HostConfig) -> Result<(HostPort, Vec<HostPortQueue>), TapError> {
+    pub fn start(
+        mut tap: TapDevice,
+        pool: &Arc<SharedPool>,
+        cfg: &HostConfig,
+    ) -> Result<(HostPort, Vec<HostPortQueue>), TapError> {
         if cfg.host_workers == 0 || cfg.datapath_workers == 0 {
             return Err(TapError::Config("need at least one host worker and one datapath worker".into()));
         }
         if cfg.host_workers != tap.queues() {
-            return Err(TapError::Config(format!("{} host workers but the TAP has {} queues (create it with queues = host_workers)", cfg.host_workers, tap.queues())));
+            return Err(TapError::Config(format!(
+                "{} host workers but the TAP has {} queues (create it with queues = host_workers)",
+                cfg.host_workers,
+                tap.queues()
+            )));
         }
         if !(1..=MAX_BULK).contains(&cfg.bulk) {
             return Err(TapError::Config(format!("bulk {} must be 1..={MAX_BULK}", cfg.bulk)));
@@ -645,7 +666,8 @@ impl HostPort {
         }
         let (m, nw) = (cfg.host_workers, cfg.datapath_workers);
         // links[w][h]
-        let links: Vec<Vec<Arc<Link>>> = (0..nw).map(|_| (0..m).map(|_| Arc::new(Link::new(cfg.ring_size))).collect()).collect();
+        let links: Vec<Vec<Arc<Link>>> =
+            (0..nw).map(|_| (0..m).map(|_| Arc::new(Link::new(cfg.ring_size))).collect()).collect();
         let bells: Vec<Arc<Doorbell>> = (0..m).map(|_| Doorbell::new().map(Arc::new)).collect::<Result<_, _>>()?;
         let stop = Arc::new(AtomicBool::new(false));
         let mut stats = TapStats::default();
@@ -668,7 +690,8 @@ impl HostPort {
             stats.workers.push(wstats.clone());
             let (tx, rx) = mpsc::channel();
             let my_links: Vec<Arc<Link>> = links.iter().map(|l| l[h].clone()).collect();
-            let (cfg2, bell, shared, umem2, stop2) = (cfg.clone(), bells[h].clone(), pool.clone(), umem.clone(), stop.clone());
+            let (cfg2, bell, shared, umem2, stop2) =
+                (cfg.clone(), bells[h].clone(), pool.clone(), umem.clone(), stop.clone());
             let t = std::thread::Builder::new()
                 .name(format!("host-worker-{h}"))
                 .spawn(move || {
@@ -698,7 +721,9 @@ impl HostPort {
                         read_error_streak: 0,
                         efd_buf: Box::new(0),
                         efd_armed: false,
-                        up_stage: (0..cfg2.datapath_workers).map(|_| Vec::with_capacity(cfg2.reads_in_flight)).collect(),
+                        up_stage: (0..cfg2.datapath_workers)
+                            .map(|_| Vec::with_capacity(cfg2.reads_in_flight))
+                            .collect(),
                         rr: 0,
                         cfg: cfg2,
                     };

@@ -61,7 +61,10 @@ fn fmt_mac(m: &[u8; 6]) -> String {
 
 fn check_mac(mac: &[u8; 6]) -> Result<(), TapError> {
     if mac[0] & 1 != 0 {
-        return Err(TapError::BadMac { mac: fmt_mac(mac), why: "multicast/broadcast bit set: an interface address must be unicast" });
+        return Err(TapError::BadMac {
+            mac: fmt_mac(mac),
+            why: "multicast/broadcast bit set: an interface address must be unicast",
+        });
     }
     if mac == &[0; 6] {
         return Err(TapError::BadMac { mac: fmt_mac(mac), why: "all zeros" });
@@ -77,7 +80,8 @@ fn check_name(name: &str) -> Result<(), TapError> {
     if name.len() >= libc::IFNAMSIZ {
         return Err(bad("longer than 15 bytes"));
     }
-    if name.bytes().any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0) || name == "." || name == ".." {
+    if name.bytes().any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0) || name == "." || name == ".."
+    {
         return Err(bad("contains '/', ':', whitespace or NUL"));
     }
     Ok(())
@@ -157,7 +161,9 @@ impl TapDevice {
                 return Err(match e.raw_os_error() {
                     Some(libc::EPERM) | Some(libc::EACCES) => TapError::PermissionDenied { name: name.clone() },
                     Some(libc::EBUSY) | Some(libc::EEXIST) if q == 0 => TapError::NameTaken { name: name.clone() },
-                    Some(libc::EINVAL) if q == 0 && if_index(name).is_some() => TapError::NameTaken { name: name.clone() },
+                    Some(libc::EINVAL) if q == 0 && if_index(name).is_some() => {
+                        TapError::NameTaken { name: name.clone() }
+                    }
                     _ => TapError::io("TUNSETIFF", name, e),
                 });
             }
@@ -170,7 +176,8 @@ impl TapDevice {
         }
         // SAFETY: `s` was just created and is owned by nobody else.
         let ctl = unsafe { OwnedFd::from_raw_fd(s) };
-        let ifindex = if_index(name).ok_or_else(|| TapError::io("if_nametoindex after create", name, io::Error::last_os_error()))?;
+        let ifindex = if_index(name)
+            .ok_or_else(|| TapError::io("if_nametoindex after create", name, io::Error::last_os_error()))?;
         let mut dev = TapDevice { name: name.clone(), ifindex, mac: cfg.mac, mtu: cfg.mtu, queues, ctl };
         dev.set_mac(cfg.mac)?;
         dev.set_mtu(cfg.mtu)?;
@@ -239,7 +246,9 @@ impl TapDevice {
         let mut ifr = ifreq(&self.name);
         ifr.ifr_ifru.ifru_mtu = mtu as libc::c_int;
         self.ioctl("SIOCSIFMTU", libc::SIOCSIFMTU as _, &mut ifr).map_err(|e| match e {
-            TapError::Io { source, .. } if source.raw_os_error() == Some(libc::EINVAL) => TapError::BadMtu { mtu, max: 65535 },
+            TapError::Io { source, .. } if source.raw_os_error() == Some(libc::EINVAL) => {
+                TapError::BadMtu { mtu, max: 65535 }
+            }
             e => e,
         })?;
         self.mtu = mtu;

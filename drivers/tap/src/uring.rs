@@ -31,14 +31,28 @@ pub struct UringOptions {
 
 impl Default for UringOptions {
     fn default() -> Self {
-        Self { entries: 256, registered_file: true, fixed_buffers: true, single_issuer: true, defer_taskrun: true, coop_taskrun: true }
+        Self {
+            entries: 256,
+            registered_file: true,
+            fixed_buffers: true,
+            single_issuer: true,
+            defer_taskrun: true,
+            coop_taskrun: true,
+        }
     }
 }
 
 impl UringOptions {
     /// Nothing but a plain ring (the baseline of the step-by-step measurements).
     pub fn plain() -> Self {
-        Self { entries: 256, registered_file: false, fixed_buffers: false, single_issuer: false, defer_taskrun: false, coop_taskrun: false }
+        Self {
+            entries: 256,
+            registered_file: false,
+            fixed_buffers: false,
+            single_issuer: false,
+            defer_taskrun: false,
+            coop_taskrun: false,
+        }
     }
 }
 
@@ -101,7 +115,15 @@ impl HostRing {
             }
             match b.build(entries) {
                 Ok(r) => {
-                    built = Some((r, UringFeatures { single_issuer: single, defer_taskrun: defer, coop_taskrun: coop, ..Default::default() }));
+                    built = Some((
+                        r,
+                        UringFeatures {
+                            single_issuer: single,
+                            defer_taskrun: defer,
+                            coop_taskrun: coop,
+                            ..Default::default()
+                        },
+                    ));
                     break;
                 }
                 Err(e) => {
@@ -111,7 +133,10 @@ impl HostRing {
             }
         }
         let Some((ring, mut features)) = built else {
-            return Err(TapError::Uring { what: "setup", source: last.unwrap_or_else(|| io::Error::other("no attempt")) });
+            return Err(TapError::Uring {
+                what: "setup",
+                source: last.unwrap_or_else(|| io::Error::other("no attempt")),
+            });
         };
         if opts.registered_file {
             match ring.submitter().register_files(&[fd]) {
@@ -128,7 +153,11 @@ impl HostRing {
                 Err(e) => log::warn!(
                     "io_uring register_buffers of the {} MiB UMEM refused ({e}{}); falling back to plain writes/reads",
                     umem.len() >> 20,
-                    if e.raw_os_error() == Some(libc::ENOMEM) { ": RLIMIT_MEMLOCK too low? raise it or grant CAP_IPC_LOCK" } else { "" }
+                    if e.raw_os_error() == Some(libc::ENOMEM) {
+                        ": RLIMIT_MEMLOCK too low? raise it or grant CAP_IPC_LOCK"
+                    } else {
+                        ""
+                    }
                 ),
             }
         }
@@ -172,7 +201,9 @@ impl HostRing {
         loop {
             match self.ring.submit_and_wait(want) {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EAGAIN) => return Ok(0),
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EAGAIN) => {
+                    return Ok(0)
+                }
                 r => return r,
             }
         }
@@ -223,7 +254,12 @@ impl HostRing {
             // One SQ view per pass: the tail is published once, not per SQE.
             let mut full = false;
             {
-                let (ff, fb, fd, base) = (self.features.registered_file, self.features.fixed_buffers, self.fd, self.umem.as_ptr() as *const u8);
+                let (ff, fb, fd, base) = (
+                    self.features.registered_file,
+                    self.features.fixed_buffers,
+                    self.fd,
+                    self.umem.as_ptr() as *const u8,
+                );
                 let umem = &self.umem;
                 let mut sq = self.ring.submission();
                 while i < descs.len() {

@@ -69,14 +69,30 @@ fn packet_socket(ifindex: u32) -> OwnedFd {
     sll.sll_protocol = proto;
     sll.sll_ifindex = ifindex as i32;
     // SAFETY: binds to a valid sockaddr_ll of the right size.
-    let r = unsafe { libc::bind(fd.as_raw_fd(), (&sll as *const libc::sockaddr_ll).cast(), std::mem::size_of::<libc::sockaddr_ll>() as u32) };
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
     assert_eq!(r, 0, "bind AF_PACKET: {}", std::io::Error::last_os_error());
     let big: libc::c_int = 8 << 20;
     // SAFETY: sets an int option from a live value (root may exceed rmem_max with FORCE).
-    unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&big as *const libc::c_int).cast(), 4) };
+    unsafe {
+        libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&big as *const libc::c_int).cast(), 4)
+    };
     let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
     // SAFETY: sets a timeval option from a live value.
-    unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), std::mem::size_of::<libc::timeval>() as u32) };
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as u32,
+        )
+    };
     fd
 }
 
@@ -88,7 +104,16 @@ fn recv_incoming(fd: &OwnedFd) -> Option<Vec<u8>> {
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         let mut sl = std::mem::size_of::<libc::sockaddr_ll>() as u32;
         // SAFETY: receives into our live buffer and address.
-        let n = unsafe { libc::recvfrom(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0, (&mut sll as *mut libc::sockaddr_ll).cast(), &mut sl) };
+        let n = unsafe {
+            libc::recvfrom(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                0,
+                (&mut sll as *mut libc::sockaddr_ll).cast(),
+                &mut sl,
+            )
+        };
         if n < 0 {
             return None;
         }

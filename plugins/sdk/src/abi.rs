@@ -181,7 +181,9 @@ pub fn push_counter_delta(out: &mut Vec<u8>, id: u32, delta: u64) {
 /// counter-delta trailer, checking the lengths (the host treats an `Err` as a fault).
 pub fn split_result(bytes: &[u8], count: usize) -> Result<(&[u8], &[u8]), String> {
     let want = count * VERDICT_LEN;
-    let trailer = bytes.len().checked_sub(want).ok_or_else(|| format!("returned {} bytes for {count} packets: fewer than the {want} verdict bytes", bytes.len()))?;
+    let trailer = bytes.len().checked_sub(want).ok_or_else(|| {
+        format!("returned {} bytes for {count} packets: fewer than the {want} verdict bytes", bytes.len())
+    })?;
     if trailer % COUNTER_DELTA_LEN != 0 || trailer / COUNTER_DELTA_LEN > MAX_COUNTER_DELTAS {
         return Err(format!(
             "returned {} bytes for {count} packets: {want} verdict bytes, then {trailer} that are not whole counter-delta records of {COUNTER_DELTA_LEN} bytes (at most {MAX_COUNTER_DELTAS})",
@@ -196,7 +198,10 @@ pub fn split_result(bytes: &[u8], count: usize) -> Result<(&[u8], &[u8]), String
 pub fn counter_deltas(trailer: &[u8]) -> impl Iterator<Item = (u32, u64)> + '_ {
     trailer.chunks_exact(COUNTER_DELTA_LEN).map(|r| {
         let (id, delta) = r.split_at(4);
-        (u32::from_le_bytes([id[0], id[1], id[2], id[3]]), u64::from_le_bytes([delta[0], delta[1], delta[2], delta[3], delta[4], delta[5], delta[6], delta[7]]))
+        (
+            u32::from_le_bytes([id[0], id[1], id[2], id[3]]),
+            u64::from_le_bytes([delta[0], delta[1], delta[2], delta[3], delta[4], delta[5], delta[6], delta[7]]),
+        )
     })
 }
 

@@ -105,7 +105,10 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let mut m = [0u8; 6];
     let mut parts = s.split(':');
     for b in m.iter_mut() {
-        *b = parts.next().and_then(|p| u8::from_str_radix(p, 16).ok()).ok_or_else(|| format!("bad MAC address {s:?}"))?;
+        *b = parts
+            .next()
+            .and_then(|p| u8::from_str_radix(p, 16).ok())
+            .ok_or_else(|| format!("bad MAC address {s:?}"))?;
     }
     if parts.next().is_some() {
         return Err(format!("bad MAC address {s:?}"));
@@ -122,7 +125,9 @@ mod tests {
         let c = Cidr::parse("10.0.0.0/8").unwrap();
         assert!(c.contains(u128::from_be_bytes(crate::view::mapped([10, 9, 8, 7]))));
         assert!(!c.contains(u128::from_be_bytes(crate::view::mapped([11, 0, 0, 0]))));
-        assert!(Cidr::parse("2001:db8::/32").unwrap().contains(u128::from("2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap())));
+        assert!(Cidr::parse("2001:db8::/32")
+            .unwrap()
+            .contains(u128::from("2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap())));
         assert!(Cidr::parse("0.0.0.0/0").unwrap().contains(u128::from_be_bytes(crate::view::mapped([1, 2, 3, 4]))));
         assert!(Cidr::parse("1.2.3.4/33").is_err());
         assert!(Cidr::parse("nope").is_err());

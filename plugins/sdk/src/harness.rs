@@ -97,7 +97,8 @@ impl<P: Plugin> Harness<P> {
         let bytes = batch.encode();
         crate::rt::run_batch(&mut self.plugin, &bytes, &mut self.out).expect("harness batch is well formed");
         // Apply the result as the switch does: check its lengths, count the deltas.
-        let (verdicts, trailer) = crate::abi::split_result(&self.out, batch.frames.len()).expect("plugin returned a malformed result");
+        let (verdicts, trailer) =
+            crate::abi::split_result(&self.out, batch.frames.len()).expect("plugin returned a malformed result");
         for (id, delta) in crate::abi::counter_deltas(trailer) {
             crate::host::backend::counter_add(id, delta);
         }
@@ -227,7 +228,15 @@ fn l4(proto: u8, sport: u16, dport: u16) -> Vec<u8> {
 }
 
 /// An IPv4 frame carrying a TCP (6) or UDP (17) header, with a valid IP checksum.
-pub fn ip4(src_mac: [u8; 6], dst_mac: [u8; 6], proto: u8, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+pub fn ip4(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    proto: u8,
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+) -> Vec<u8> {
     let l4 = l4(proto, sport, dport);
     let mut ip = vec![0u8; 20];
     ip[0] = 0x45;

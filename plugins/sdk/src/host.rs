@@ -217,7 +217,10 @@ pub(crate) mod backend {
 
 /// The host's rule for counter names, shared so native tests see the same errors.
 pub fn check_counter_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+    if name.is_empty()
+        || name.len() > 64
+        || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
         return Err(format!("bad counter name {name:?}: use 1 to 64 characters from [a-z0-9_]"));
     }
     Ok(())

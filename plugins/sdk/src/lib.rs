@@ -92,10 +92,16 @@ macro_rules! export_plugin {
     ($ty:ty) => {
         #[cfg(target_arch = "wasm32")]
         const _: () = {
-            static STATE: $crate::rt::Slot<::core::option::Option<$ty>> = $crate::rt::Slot::new(::core::option::Option::None);
+            static STATE: $crate::rt::Slot<::core::option::Option<$ty>> =
+                $crate::rt::Slot::new(::core::option::Option::None);
 
             #[unsafe(export_name = "cabi_realloc")]
-            unsafe extern "C" fn __wasmswitch_realloc(old: *mut u8, old_len: usize, align: usize, new_len: usize) -> *mut u8 {
+            unsafe extern "C" fn __wasmswitch_realloc(
+                old: *mut u8,
+                old_len: usize,
+                align: usize,
+                new_len: usize,
+            ) -> *mut u8 {
                 // SAFETY: only the canonical ABI calls this export, with its contract.
                 unsafe { $crate::rt::realloc(old, old_len, align, new_len) }
             }

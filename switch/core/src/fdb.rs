@@ -161,9 +161,7 @@ impl Fdb {
             }
         }
         // Bucket full (or lost a race for the empty slot): evict the stalest entry.
-        let oldest = (0..SLOTS)
-            .max_by_key(|&i| now.wrapping_sub(b.seen[i].load(Ordering::Relaxed)))
-            .unwrap_or(0);
+        let oldest = (0..SLOTS).max_by_key(|&i| now.wrapping_sub(b.seen[i].load(Ordering::Relaxed))).unwrap_or(0);
         b.seen[oldest].store(now, Ordering::Relaxed);
         b.slots[oldest].store(want, Ordering::Release);
         Learned::Evicted
@@ -180,7 +178,9 @@ impl Fdb {
                     continue;
                 }
                 let seen = b.seen[i].load(Ordering::Relaxed);
-                if now.wrapping_sub(seen) > self.aging_ticks && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                if now.wrapping_sub(seen) > self.aging_ticks
+                    && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                {
                     aged += 1;
                 }
             }

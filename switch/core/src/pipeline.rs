@@ -84,14 +84,22 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(ports: Vec<PortSlot>, pool: PoolCache, fdb: Arc<Fdb>, stats: Arc<WorkerStats>, opts: PipelineOptions) -> Self {
+    pub fn new(
+        ports: Vec<PortSlot>,
+        pool: PoolCache,
+        fdb: Arc<Fdb>,
+        stats: Arc<WorkerStats>,
+        opts: PipelineOptions,
+    ) -> Self {
         let n = ports.len();
         // Worst case per round: every packet of every RX burst floods to every port.
         let per_port = BATCH_SIZE * n.max(1);
         let rx_list = ports
             .iter()
             .enumerate()
-            .flat_map(|(p, s)| s.queues.iter().enumerate().filter(|(_, q)| q.has_rx()).map(move |(i, _)| (p as PortId, i)))
+            .flat_map(|(p, s)| {
+                s.queues.iter().enumerate().filter(|(_, q)| q.has_rx()).map(move |(i, _)| (p as PortId, i))
+            })
             .collect();
         Self {
             rx_list,
@@ -215,7 +223,11 @@ impl Pipeline {
             // SAFETY: the descriptor came from this worker's RX burst, so the worker holds the frame.
             let bytes = unsafe { umem.bytes(d.addr, d.len as usize) };
             // A length beyond the frame reads as an empty slice, i.e. a runt.
-            let parsed = if d.len as usize > max { Err(wire::ParseError::Oversize) } else { wire::parse_into(bytes, max, &mut b.meta[kept]) };
+            let parsed = if d.len as usize > max {
+                Err(wire::ParseError::Oversize)
+            } else {
+                wire::parse_into(bytes, max, &mut b.meta[kept])
+            };
             match parsed {
                 Ok(()) => {
                     b.descs[kept] = d;
@@ -304,25 +316,29 @@ impl Pipeline {
     #[inline]
     fn l2_lookup(&mut self, p: PortId, d: Desc, last_src: &mut u64) -> Option<PortId> {
         let umem = self.pool.umem();
-                    // SAFETY: the worker holds the frame; parse guaranteed at least 14 bytes.
-                    let hdr = unsafe { umem.bytes(d.addr, 12) };
-                    let dst = MacAddr::from_bytes(&hdr[0..6]);
-                    let src = MacAddr::from_bytes(&hdr[6..12]);
-                    let src_u = src.to_u64();
-                    // Consecutive packets of one flow share a source: learn once per run of them.
-                    if src_u != *last_src && !src.is_group() {
-                        *last_src = src_u;
-                        match self.fdb.learn(src, p, self.now) {
-                            Learned::Known => {}
-                            Learned::New => self.stats.fdb_learned.inc(),
-                            Learned::Moved => self.stats.fdb_moved.inc(),
-                            Learned::Evicted => {
-                                self.stats.fdb_learned.inc();
-                                self.stats.fdb_evicted.inc();
-                            }
-                        }
-                    }
-                    if dst.is_group() { None } else { self.fdb.lookup(dst) }
+        // SAFETY: the worker holds the frame; parse guaranteed at least 14 bytes.
+        let hdr = unsafe { umem.bytes(d.addr, 12) };
+        let dst = MacAddr::from_bytes(&hdr[0..6]);
+        let src = MacAddr::from_bytes(&hdr[6..12]);
+        let src_u = src.to_u64();
+        // Consecutive packets of one flow share a source: learn once per run of them.
+        if src_u != *last_src && !src.is_group() {
+            *last_src = src_u;
+            match self.fdb.learn(src, p, self.now) {
+                Learned::Known => {}
+                Learned::New => self.stats.fdb_learned.inc(),
+                Learned::Moved => self.stats.fdb_moved.inc(),
+                Learned::Evicted => {
+                    self.stats.fdb_learned.inc();
+                    self.stats.fdb_evicted.inc();
+                }
+            }
+        }
+        if dst.is_group() {
+            None
+        } else {
+            self.fdb.lookup(dst)
+        }
     }
 
     /// Sends `d` to every up port except `p`: the original to the first, a copy to each other.
@@ -484,7 +500,13 @@ mod tests {
         let stats = Arc::new(WorkerStats::new(0, 3, cache.stats().clone()));
         let ports = [vec![60; 100], vec![61; 7], vec![62; 5]]
             .into_iter()
-            .map(|rx| PortSlot { queues: vec![Box::new(FakeQueue { rx, ..Default::default() })], max_frame: 1518, ingress: None, up: true, queue_index: 0 })
+            .map(|rx| PortSlot {
+                queues: vec![Box::new(FakeQueue { rx, ..Default::default() })],
+                max_frame: 1518,
+                ingress: None,
+                up: true,
+                queue_index: 0,
+            })
             .collect();
         let opts = PipelineOptions { mode: ForwardMode::Cross, ..Default::default() };
         let mut pipe = Pipeline::new(ports, cache, Arc::new(Fdb::new(64, 300)), stats.clone(), opts);

@@ -392,7 +392,12 @@ pub fn check_no_leak(pool: &SharedPool, elsewhere: &[u64]) -> Result<(), String>
     all.extend_from_slice(elsewhere);
     let total = pool.total_frames();
     if all.len() != total {
-        return Err(format!("{} of {} frames accounted for ({} missing)", all.len(), total, total as i64 - all.len() as i64));
+        return Err(format!(
+            "{} of {} frames accounted for ({} missing)",
+            all.len(),
+            total,
+            total as i64 - all.len() as i64
+        ));
     }
     let fs = pool.umem().frame_size() as u64;
     let mut seen = vec![false; total];

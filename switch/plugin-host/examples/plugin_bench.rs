@@ -55,7 +55,10 @@ fn floor_counting(calls: bool) -> String {
         // Two 12-byte records (id 0 and 1, delta 1) after the verdicts.
         ("", "(i64.store (i32.add (i32.const 49152) (local.get $n)) (i64.const 0x100000000)) (i64.store offset=8 (i32.add (i32.const 49152) (local.get $n)) (i64.const 0x100000000)) (i64.store offset=16 (i32.add (i32.const 49152) (local.get $n)) (i64.const 1)) (local.set $n (i32.add (local.get $n) (i32.const 24)))")
     };
-    FLOOR.replacen("(module", &format!("(module {import}"), 1).replace("(i32.store (i32.const 32) (i32.const 49152))", &format!("{count} (i32.store (i32.const 32) (i32.const 49152))"))
+    FLOOR.replacen("(module", &format!("(module {import}"), 1).replace(
+        "(i32.store (i32.const 32) (i32.const 49152))",
+        &format!("{count} (i32.store (i32.const 32) (i32.const 49152))"),
+    )
 }
 
 /// Passes everything: run natively it measures the encode/decode around any plugin.
@@ -136,14 +139,23 @@ fn main() {
         engine.compile(&spec).unwrap()
     };
     let floor = floor_plugin("floor", FLOOR);
-    let (by_calls, by_trailer) = (floor_plugin("floor-calls", &floor_counting(true)), floor_plugin("floor-trailer", &floor_counting(false)));
+    let (by_calls, by_trailer) =
+        (floor_plugin("floor-calls", &floor_counting(true)), floor_plugin("floor-trailer", &floor_counting(false)));
     let f = frames(256);
 
-    println!("acl ({} rules, every packet walks them all to the default), header_bytes 64; ns/packet, best of 5", ACL.lines().filter(|l| l.contains('=')).count());
-    println!("columns: acl through wasm; acl native; their difference; a no-logic wasm plugin; a no-logic native plugin;");
+    println!(
+        "acl ({} rules, every packet walks them all to the default), header_bytes 64; ns/packet, best of 5",
+        ACL.lines().filter(|l| l.contains('=')).count()
+    );
+    println!(
+        "columns: acl through wasm; acl native; their difference; a no-logic wasm plugin; a no-logic native plugin;"
+    );
     println!("         call = floor - nop (the boundary: realloc call, copy in, export call, lift);");
     println!("         logic = extra time the acl logic itself takes as wasm code = (wasm - floor) - (native - nop)");
-    println!("{:>6} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8}", "batch", "wasm", "native", "overhead", "floor", "nop", "call", "logic");
+    println!(
+        "{:>6} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8}",
+        "batch", "wasm", "native", "overhead", "floor", "nop", "call", "logic"
+    );
     let mut counting = Vec::new();
     for batch in [1usize, 16, 64, 256] {
         let mut w = acl.instantiate(0).unwrap();
@@ -160,9 +172,23 @@ fn main() {
         let tf = ns_per_packet(&mut fl, &f, batch);
         let mut nop = NativeStage::<Nop>::new("", 64).unwrap();
         let t0 = ns_per_packet(&mut nop, &f, batch);
-        println!("{batch:>6} {tw:>8.1} {tn:>8.1} {:>9.1} {tf:>8.1} {t0:>8.1} {:>8.1} {:>8.1}", tw - tn, tf - t0, (tw - tf) - (tn - t0));
-        counting.push((batch, tf, ns_per_packet(&mut by_calls.instantiate(0).unwrap(), &f, batch), ns_per_packet(&mut by_trailer.instantiate(0).unwrap(), &f, batch)));
-        let faults: Vec<_> = wasmswitch_plugin_host::FaultReason::ALL.iter().map(|r| (r.as_str(), w.stats().faults(*r).get())).filter(|f| f.1 > 0).collect();
+        println!(
+            "{batch:>6} {tw:>8.1} {tn:>8.1} {:>9.1} {tf:>8.1} {t0:>8.1} {:>8.1} {:>8.1}",
+            tw - tn,
+            tf - t0,
+            (tw - tf) - (tn - t0)
+        );
+        counting.push((
+            batch,
+            tf,
+            ns_per_packet(&mut by_calls.instantiate(0).unwrap(), &f, batch),
+            ns_per_packet(&mut by_trailer.instantiate(0).unwrap(), &f, batch),
+        ));
+        let faults: Vec<_> = wasmswitch_plugin_host::FaultReason::ALL
+            .iter()
+            .map(|r| (r.as_str(), w.stats().faults(*r).get()))
+            .filter(|f| f.1 > 0)
+            .collect();
         assert!(faults.is_empty(), "the wasm plugin faulted: {faults:?}");
     }
     println!();

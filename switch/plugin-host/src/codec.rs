@@ -89,7 +89,13 @@ impl<P: wasmswitch_plugin_sdk::Plugin> NativeStage<P> {
     /// Runs `P::init(config)` natively (host functions go to the SDK's per-thread recorder).
     pub fn new(config: &str, header_bytes: u16) -> Result<Self, String> {
         let plugin = P::init(config)?;
-        Ok(Self { plugin, header_bytes: header_bytes as usize, buf: Vec::new(), out: Vec::new(), stats: Default::default() })
+        Ok(Self {
+            plugin,
+            header_bytes: header_bytes as usize,
+            buf: Vec::new(),
+            out: Vec::new(),
+            stats: Default::default(),
+        })
     }
 
     pub fn stats(&self) -> &std::sync::Arc<PluginStats> {

@@ -334,15 +334,19 @@ impl PluginEngine {
             let mut root = linker.root();
             let mut host = root.instance(abi::HOST_INTERFACE).map_err(|e| wt(&e))?;
             host.func_wrap("log", host_log).map_err(|e| wt(&e))?;
-            host.func_wrap("register-counter", |cx: StoreContextMut<'_, HostState>, (name,): (String,)| Ok((cx.data().stats.named.register(&name),)))
-                .map_err(|e| wt(&e))?;
+            host.func_wrap("register-counter", |cx: StoreContextMut<'_, HostState>, (name,): (String,)| {
+                Ok((cx.data().stats.named.register(&name),))
+            })
+            .map_err(|e| wt(&e))?;
             host.func_wrap("counter-add", |cx: StoreContextMut<'_, HostState>, (id, delta): (u32, u64)| {
                 cx.data().stats.named.add(id, delta);
                 Ok(())
             })
             .map_err(|e| wt(&e))?;
-            host.func_wrap("now-ns", |cx: StoreContextMut<'_, HostState>, (): ()| Ok((cx.data().clock_base.elapsed().as_nanos() as u64,)))
-                .map_err(|e| wt(&e))?;
+            host.func_wrap("now-ns", |cx: StoreContextMut<'_, HostState>, (): ()| {
+                Ok((cx.data().clock_base.elapsed().as_nanos() as u64,))
+            })
+            .map_err(|e| wt(&e))?;
         }
         if let Some(dir) = &opts.cache_dir {
             std::fs::create_dir_all(dir).map_err(|e| format!("plugin cache {}: {e}", dir.display()))?;
@@ -407,7 +411,9 @@ impl PluginEngine {
                 Err(e) => log::warn!("plugin `{}`: ignoring cache entry {}: {e}", spec.name, p.display()),
             }
         }
-        let c = Component::new(&self.engine, bytes).map_err(|e| err(spec, ErrorKind::Compile, format!("{}: not a valid component: {}", spec.path.display(), wt(&e))))?;
+        let c = Component::new(&self.engine, bytes).map_err(|e| {
+            err(spec, ErrorKind::Compile, format!("{}: not a valid component: {}", spec.path.display(), wt(&e)))
+        })?;
         if let Some(p) = cached {
             match c.serialize() {
                 Ok(data) => {
@@ -427,17 +433,27 @@ impl PluginEngine {
     /// so that a bad config is reported now. Call it off the data path.
     pub fn compile(self: &Arc<Self>, spec: &PluginSpec) -> Result<Arc<PluginFactory>, PluginError> {
         if spec.header_bytes as usize > abi::MAX_HEADER_BYTES {
-            return Err(err(spec, ErrorKind::Spec, format!("header_bytes {} is above {}", spec.header_bytes, abi::MAX_HEADER_BYTES)));
+            return Err(err(
+                spec,
+                ErrorKind::Spec,
+                format!("header_bytes {} is above {}", spec.header_bytes, abi::MAX_HEADER_BYTES),
+            ));
         }
         if spec.max_faults == 0 || spec.deadline.is_zero() || spec.memory_limit < 64 << 10 {
-            return Err(err(spec, ErrorKind::Spec, "max_faults and deadline must be positive and memory_limit at least 64 KiB"));
+            return Err(err(
+                spec,
+                ErrorKind::Spec,
+                "max_faults and deadline must be positive and memory_limit at least 64 KiB",
+            ));
         }
-        let bytes = std::fs::read(&spec.path).map_err(|e| err(spec, ErrorKind::Io, format!("{}: {e}", spec.path.display())))?;
+        let bytes =
+            std::fs::read(&spec.path).map_err(|e| err(spec, ErrorKind::Io, format!("{}: {e}", spec.path.display())))?;
         let (component, from_cache) = self.load_component(spec, &bytes)?;
         let ty = component.component_type();
 
         // No capabilities: the host interface is the only import allowed.
-        let forbidden: Vec<&str> = ty.imports(&self.engine).map(|(n, _)| n).filter(|n| *n != abi::HOST_INTERFACE).collect();
+        let forbidden: Vec<&str> =
+            ty.imports(&self.engine).map(|(n, _)| n).filter(|n| *n != abi::HOST_INTERFACE).collect();
         if !forbidden.is_empty() {
             let hint = if forbidden.iter().any(|n| n.starts_with("wasmswitch:plugin/")) {
                 format!(" (this host implements {})", abi::WIT_PACKAGE)
@@ -460,11 +476,17 @@ impl PluginEngine {
                 return Err(err(
                     spec,
                     ErrorKind::WrongWorld,
-                    format!("does not export `{want}`: not a component of the {} `plugin` world (it exports: {})", abi::WIT_PACKAGE, if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") }),
+                    format!(
+                        "does not export `{want}`: not a component of the {} `plugin` world (it exports: {})",
+                        abi::WIT_PACKAGE,
+                        if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") }
+                    ),
                 ));
             }
         }
-        let pre = self.linker.instantiate_pre(&component).map_err(|e| err(spec, ErrorKind::WrongWorld, format!("does not link against {}: {}", abi::HOST_INTERFACE, wt(&e))))?;
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            err(spec, ErrorKind::WrongWorld, format!("does not link against {}: {}", abi::HOST_INTERFACE, wt(&e)))
+        })?;
         let factory = Arc::new(PluginFactory { engine: self.clone(), spec: spec.clone(), pre, from_cache });
         // The check run: types of the exports, instantiation under the limits, init.
         factory.new_instance(usize::MAX, Arc::default())?;
@@ -515,7 +537,12 @@ impl PluginFactory {
             log_tokens: LOG_BURST,
             log_last: now,
             clock_base: now,
-            deadline: DeadlineWatch { ticks: deadline_ticks(spec.deadline, self.engine.opts.epoch_tick), cpu_budget: spec.deadline, cpu_mark: None, extensions: 0 },
+            deadline: DeadlineWatch {
+                ticks: deadline_ticks(spec.deadline, self.engine.opts.epoch_tick),
+                cpu_budget: spec.deadline,
+                cpu_mark: None,
+                extensions: 0,
+            },
         };
         let mut store = Store::new(self.engine.engine(), state);
         store.limiter(|s| &mut s.limiter);
@@ -523,12 +550,22 @@ impl PluginFactory {
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_callback(|mut cx| Ok(cx.data_mut().deadline.expired()));
         let instance = self.pre.instantiate(&mut store).map_err(|e| {
-            let m = if store.data().limiter.denied { format!("instantiation needs more than the {} byte memory limit", spec.memory_limit) } else { wt(&e) };
+            let m = if store.data().limiter.denied {
+                format!("instantiation needs more than the {} byte memory limit", spec.memory_limit)
+            } else {
+                wt(&e)
+            };
             err(spec, ErrorKind::Instantiate, m)
         })?;
-        let init: InitFn = instance.get_typed_func(&mut store, "init").map_err(|e| err(spec, ErrorKind::WrongWorld, format!("export `init` has the wrong type: {}", wt(&e))))?;
-        let process = instance.get_func(&mut store, "process").ok_or_else(|| err(spec, ErrorKind::WrongWorld, "no `process` export"))?;
-        process.typed::<(&[u8],), (WasmList<u8>,)>(&store).map_err(|e| err(spec, ErrorKind::WrongWorld, format!("export `process` has the wrong type: {}", wt(&e))))?;
+        let init: InitFn = instance
+            .get_typed_func(&mut store, "init")
+            .map_err(|e| err(spec, ErrorKind::WrongWorld, format!("export `init` has the wrong type: {}", wt(&e))))?;
+        let process = instance
+            .get_func(&mut store, "process")
+            .ok_or_else(|| err(spec, ErrorKind::WrongWorld, "no `process` export"))?;
+        process.typed::<(&[u8],), (WasmList<u8>,)>(&store).map_err(|e| {
+            err(spec, ErrorKind::WrongWorld, format!("export `process` has the wrong type: {}", wt(&e)))
+        })?;
         store.set_epoch_deadline(ticks);
         store.data_mut().deadline.arm();
         match init.call(&mut store, (spec.config.as_str(),)) {
@@ -547,7 +584,11 @@ impl PluginFactory {
 
     /// A stage that keeps counting into `stats` (e.g. the previous version's, across a
     /// reload). Clears the quarantine flag.
-    pub fn instantiate_with_stats(self: &Arc<Self>, worker: usize, stats: Arc<PluginStats>) -> Result<WasmStage, PluginError> {
+    pub fn instantiate_with_stats(
+        self: &Arc<Self>,
+        worker: usize,
+        stats: Arc<PluginStats>,
+    ) -> Result<WasmStage, PluginError> {
         let live = self.new_instance(worker, stats.clone())?;
         stats.quarantined.set(0);
         Ok(WasmStage {
@@ -667,7 +708,8 @@ impl WasmStage {
         let f: ProcessFn<'_> = unsafe { TypedFunc::new_unchecked(live.process) };
         let result = f.call(&mut live.store, (&self.buf[..],));
         let outcome = match result {
-            Ok((list,)) => decode_verdicts(list.as_le_slice(&live.store), verdicts, &self.stats).map_err(|m| (FaultReason::BadOutput, m)),
+            Ok((list,)) => decode_verdicts(list.as_le_slice(&live.store), verdicts, &self.stats)
+                .map_err(|m| (FaultReason::BadOutput, m)),
             Err(e) => Err(describe_fault(&e, &live.store)),
         };
         if let Err((reason, why)) = outcome {
@@ -725,7 +767,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30)); // descheduled: wall time passes, no CPU
         assert!(matches!(w.expired(), UpdateDeadline::Continue(3)), "a stalled call is extended");
         spin_cpu(Duration::from_millis(6));
-        assert!(matches!(w.expired(), UpdateDeadline::Interrupt), "a call that used half a deadline of CPU since the note is stopped");
+        assert!(
+            matches!(w.expired(), UpdateDeadline::Interrupt),
+            "a call that used half a deadline of CPU since the note is stopped"
+        );
         // A new call starts clean, and a call that keeps expiring without using CPU is still
         // stopped after MAX_STALL_EXTENSIONS periods.
         w.arm();

@@ -23,7 +23,13 @@ pub enum FaultReason {
 }
 
 impl FaultReason {
-    pub const ALL: [FaultReason; 5] = [FaultReason::Trap, FaultReason::Deadline, FaultReason::Memory, FaultReason::BadOutput, FaultReason::Instantiate];
+    pub const ALL: [FaultReason; 5] = [
+        FaultReason::Trap,
+        FaultReason::Deadline,
+        FaultReason::Memory,
+        FaultReason::BadOutput,
+        FaultReason::Instantiate,
+    ];
 
     /// Label value for metrics (`reason="..."`).
     pub fn as_str(self) -> &'static str {
@@ -104,7 +110,10 @@ impl Default for NamedCounters {
 impl NamedCounters {
     /// Id for `name`, registering it if new.
     pub fn register(&self, name: &str) -> Result<u32, String> {
-        if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+        if name.is_empty()
+            || name.len() > 64
+            || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
             return Err(format!("bad counter name {name:?}: use 1 to 64 characters from [a-z0-9_]"));
         }
         let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());

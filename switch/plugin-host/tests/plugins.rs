@@ -48,7 +48,8 @@ fn ratelimit_port_security_sampler_through_the_real_host() {
     let e = engine();
     let udp = |last: u8| harness::udp4([10, 0, 0, last], [10, 0, 0, 99], 1, 2);
 
-    let mut rl = e.compile(&spec("rl", examples().join("ratelimit.wasm"), "rate=1 burst=2")).unwrap().instantiate(0).unwrap();
+    let mut rl =
+        e.compile(&spec("rl", examples().join("ratelimit.wasm"), "rate=1 burst=2")).unwrap().instantiate(0).unwrap();
     let got = TestBatch::new(&[udp(1), udp(1), udp(1), udp(2)], 0).run(&mut rl);
     assert_eq!(got, vec![Verdict::Pass, Verdict::Pass, Verdict::Drop, Verdict::Pass]);
     assert_eq!(rl.stats().named.get("ratelimit_limited"), Some(1));
@@ -69,7 +70,8 @@ fn ratelimit_port_security_sampler_through_the_real_host() {
 
 #[test]
 fn bad_config_is_reported_with_the_plugin_name() {
-    let e = engine().compile(&spec("edge-acl", examples().join("acl.wasm"), "alow src=1.2.3.4")).err().expect("refused");
+    let e =
+        engine().compile(&spec("edge-acl", examples().join("acl.wasm"), "alow src=1.2.3.4")).err().expect("refused");
     assert_eq!(e.kind, ErrorKind::Init);
     let msg = e.to_string();
     assert!(msg.contains("plugin `edge-acl`") && msg.contains("line 1"), "{msg}");
@@ -143,7 +145,8 @@ fn memory_bomb_is_capped() {
     assert_eq!(b.run(&mut st), vec![Verdict::Pass; 4]);
     assert_eq!(st.stats().faults(FaultReason::Memory).get(), 1);
     // An initial memory above the limit is refused at load.
-    let big = guest("(call $ok (local.get $p))").replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 200)");
+    let big = guest("(call $ok (local.get $p))")
+        .replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 200)");
     let mut s = spec("fat", write("fat.wasm", &component(&big, None)), "");
     s.memory_limit = 1 << 20;
     let e = engine().compile(&s).err().expect("refused");
@@ -196,19 +199,30 @@ fn malformed_verdicts_are_a_fault() {
     assert_eq!(st.stats().faults(FaultReason::BadOutput).get(), 1);
     // Whole verdicts, then 5 bytes that are not a counter-delta record (12 bytes each).
     let body = "(drop (call $ok (local.get $p))) (i32.store (i32.const 36) (i32.add (i32.load (i32.const 36)) (i32.const 5))) (i32.const 32)";
-    let mut st = engine().compile(&spec("trailer", write("trailer.wasm", &component(&guest(body), None)), "")).unwrap().instantiate(0).unwrap();
+    let mut st = engine()
+        .compile(&spec("trailer", write("trailer.wasm", &component(&guest(body), None)), ""))
+        .unwrap()
+        .instantiate(0)
+        .unwrap();
     assert_eq!(TestBatch::new(&frames(2), 0).run(&mut st), vec![Verdict::Pass; 2]);
     assert_eq!(st.stats().faults(FaultReason::BadOutput).get(), 1);
     // Unknown verdict kind 9.
     let body = "(drop (call $ok (local.get $p))) (i32.store8 (i32.const 32768) (i32.const 9)) (i32.const 32)";
-    let mut st = engine().compile(&spec("kind9", write("kind9.wasm", &component(&guest(body), None)), "")).unwrap().instantiate(0).unwrap();
+    let mut st = engine()
+        .compile(&spec("kind9", write("kind9.wasm", &component(&guest(body), None)), ""))
+        .unwrap()
+        .instantiate(0)
+        .unwrap();
     assert_eq!(TestBatch::new(&frames(2), 0).run(&mut st), vec![Verdict::Pass; 2]);
     assert_eq!(st.stats().faults(FaultReason::BadOutput).get(), 1);
 }
 
 #[test]
 fn wasi_filesystem_and_socket_imports_are_refused_by_name() {
-    for (iface, func) in [("wasi:filesystem/preopens@0.2.0", "get-directories"), ("wasi:sockets/tcp-create-socket@0.2.0", "create-tcp-socket")] {
+    for (iface, func) in [
+        ("wasi:filesystem/preopens@0.2.0", "get-directories"),
+        ("wasi:sockets/tcp-create-socket@0.2.0", "create-tcp-socket"),
+    ] {
         let wat = format!(
             r#"(component
                  (import "{iface}" (instance $i (export "{func}" (func (result u32)))))
@@ -226,19 +240,29 @@ fn wasi_filesystem_and_socket_imports_are_refused_by_name() {
 fn a_component_of_another_world_gets_a_clear_error() {
     let other = "package other:thing; world w { export run: func(x: u32) -> u32; }";
     let core = r#"(module (memory (export "memory") 1) (func (export "run") (param i32) (result i32) (local.get 0)))"#;
-    let e = engine().compile(&spec("stranger", write("other.wasm", &component(core, Some(other))), "")).err().expect("refused");
+    let e = engine()
+        .compile(&spec("stranger", write("other.wasm", &component(core, Some(other))), ""))
+        .err()
+        .expect("refused");
     assert_eq!(e.kind, ErrorKind::WrongWorld);
     assert!(e.to_string().contains("does not export `init`") && e.to_string().contains("run"), "{e}");
 
     // Right names, wrong type of `process`.
     let wrong = "package other:thing; world w { export init: func(config: string) -> result<_, string>; export process: func(x: u32) -> u32; }";
-    let core = guest("(call $ok (local.get $p))").replace("(func (export \"process\") (param $p i32) (param $len i32) (result i32)", "(func (export \"process\") (param $p i32) (result i32) (local $len i32)");
-    let e = engine().compile(&spec("typo", write("typo.wasm", &component(&core, Some(wrong))), "")).err().expect("refused");
+    let core = guest("(call $ok (local.get $p))").replace(
+        "(func (export \"process\") (param $p i32) (param $len i32) (result i32)",
+        "(func (export \"process\") (param $p i32) (result i32) (local $len i32)",
+    );
+    let e =
+        engine().compile(&spec("typo", write("typo.wasm", &component(&core, Some(wrong))), "")).err().expect("refused");
     assert_eq!(e.kind, ErrorKind::WrongWorld);
     assert!(e.to_string().contains("`process` has the wrong type"), "{e}");
 
     // Not a component at all.
-    let e = engine().compile(&spec("core", write("core.wasm", &wat::parse_str("(module)").unwrap()), "")).err().expect("refused");
+    let e = engine()
+        .compile(&spec("core", write("core.wasm", &wat::parse_str("(module)").unwrap()), ""))
+        .err()
+        .expect("refused");
     assert_eq!(e.kind, ErrorKind::Compile, "{e}");
 }
 
@@ -286,12 +310,31 @@ fn hot_swap_under_traffic_loses_no_frame() {
     let pool = SharedPool::new(0, umem.clone(), 256);
     let (inject, capture) = (InjectQueue::default(), CaptureLog::default());
     let slots = vec![
-        PortSlot { queues: vec![Box::new(SimQueue::new(umem.clone(), SimRings { fill: 64, tx: 256 }, Source::Inject(inject.clone())))], max_frame: 1522, ingress: None, up: true, queue_index: 0 },
-        PortSlot { queues: vec![Box::new(SimQueue::new(umem.clone(), SimRings { fill: 64, tx: 256 }, Source::Idle).with_capture(capture.clone()))], max_frame: 1522, ingress: None, up: true, queue_index: 0 },
+        PortSlot {
+            queues: vec![Box::new(SimQueue::new(
+                umem.clone(),
+                SimRings { fill: 64, tx: 256 },
+                Source::Inject(inject.clone()),
+            ))],
+            max_frame: 1522,
+            ingress: None,
+            up: true,
+            queue_index: 0,
+        },
+        PortSlot {
+            queues: vec![Box::new(
+                SimQueue::new(umem.clone(), SimRings { fill: 64, tx: 256 }, Source::Idle).with_capture(capture.clone()),
+            )],
+            max_frame: 1522,
+            ingress: None,
+            up: true,
+            queue_index: 0,
+        },
     ];
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
     let stats = Arc::new(WorkerStats::new(0, 2, cache.stats().clone()));
-    let mut pipe = Pipeline::new(slots, cache, Arc::new(Fdb::new(1024, 300)), stats.clone(), PipelineOptions::default());
+    let mut pipe =
+        Pipeline::new(slots, cache, Arc::new(Fdb::new(1024, 300)), stats.clone(), PipelineOptions::default());
 
     // The control plane compiles new versions off the data path and hands them over.
     let (tx, rx) = mpsc::channel::<Arc<wasmswitch_plugin_host::PluginFactory>>();

@@ -104,7 +104,12 @@ fn default_ring() -> usize {
 
 impl Default for PoolSection {
     fn default() -> Self {
-        Self { frames: default_frames(), frame_size: default_frame_size(), cache: default_cache(), ring: default_ring() }
+        Self {
+            frames: default_frames(),
+            frame_size: default_frame_size(),
+            cache: default_cache(),
+            ring: default_ring(),
+        }
     }
 }
 
@@ -424,9 +429,10 @@ impl Config {
 
     /// Port index by name (the host port, if any, comes after the configured ports).
     pub fn port_index(&self, name: &str) -> Option<usize> {
-        self.ports.iter().position(|p| p.name.value == name).or_else(|| {
-            self.host.as_ref().filter(|h| h.name.value == name).map(|_| self.ports.len())
-        })
+        self.ports
+            .iter()
+            .position(|p| p.name.value == name)
+            .or_else(|| self.host.as_ref().filter(|h| h.name.value == name).map(|_| self.ports.len()))
     }
 
     pub fn listen_addr(&self) -> SocketAddr {
@@ -434,19 +440,30 @@ impl Config {
     }
 
     fn check(&self, path: &Path) -> Result<(), ConfigError> {
-        let err = |loc: Location, message: String| ConfigError { file: path.to_owned(), line: loc.line(), column: loc.column(), message };
+        let err = |loc: Location, message: String| ConfigError {
+            file: path.to_owned(),
+            line: loc.line(),
+            column: loc.column(),
+            message,
+        };
         if self.ports.is_empty() {
             return Err(err(Location::UNKNOWN, "`ports` is empty: a switch needs at least one port".into()));
         }
         if self.metrics.listen.value.parse::<SocketAddr>().is_err() {
             return Err(err(
                 self.metrics.listen.referenced,
-                format!("metrics.listen `{}` is not an address: expected IP:PORT such as 127.0.0.1:9187", self.metrics.listen.value),
+                format!(
+                    "metrics.listen `{}` is not an address: expected IP:PORT such as 127.0.0.1:9187",
+                    self.metrics.listen.value
+                ),
             ));
         }
         let fs = self.pool.frame_size.value;
         if fs != 2048 && fs != 4096 {
-            return Err(err(self.pool.frame_size.referenced, format!("pool.frame_size {fs} is not supported: expected 2048 or 4096")));
+            return Err(err(
+                self.pool.frame_size.referenced,
+                format!("pool.frame_size {fs} is not supported: expected 2048 or 4096"),
+            ));
         }
         if self.workers.is_empty() {
             return Err(err(Location::UNKNOWN, "`workers` is empty: at least one worker is needed".into()));
@@ -462,48 +479,92 @@ impl Config {
                     ));
                 }
                 if let Some(first) = used_cpus.insert(cpu.value, cpu.referenced) {
-                    return Err(err(cpu.referenced, format!("cpu {} is already used by the worker at line {}", cpu.value, first.line())));
+                    return Err(err(
+                        cpu.referenced,
+                        format!("cpu {} is already used by the worker at line {}", cpu.value, first.line()),
+                    ));
                 }
             }
         }
         let mut names: HashMap<&str, Location> = HashMap::new();
         for p in &self.ports {
             let name = &p.name.value;
-            if name.is_empty() || name.len() > 32 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-                return Err(err(p.name.referenced, format!("port name `{name}` is not valid: expected 1-32 letters, digits, `-`, `_` or `.`")));
+            if name.is_empty()
+                || name.len() > 32
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(err(
+                    p.name.referenced,
+                    format!("port name `{name}` is not valid: expected 1-32 letters, digits, `-`, `_` or `.`"),
+                ));
             }
             if let Some(first) = names.insert(name, p.name.referenced) {
-                return Err(err(p.name.referenced, format!("duplicate port name `{name}` (first defined at line {})", first.line())));
+                return Err(err(
+                    p.name.referenced,
+                    format!("duplicate port name `{name}` (first defined at line {})", first.line()),
+                ));
             }
             if !(68..=9000).contains(&p.mtu) {
-                return Err(err(p.name.referenced, format!("port `{name}`: mtu {} is out of range: expected 68-9000", p.mtu)));
+                return Err(err(
+                    p.name.referenced,
+                    format!("port `{name}`: mtu {} is out of range: expected 68-9000", p.mtu),
+                ));
             }
             if p.mtu as usize + 22 > fs as usize - 256 {
-                return Err(err(p.name.referenced, format!("port `{name}`: mtu {} does not fit a {fs}-byte frame with 256 bytes of headroom", p.mtu)));
+                return Err(err(
+                    p.name.referenced,
+                    format!("port `{name}`: mtu {} does not fit a {fs}-byte frame with 256 bytes of headroom", p.mtu),
+                ));
             }
             let mut plugin_names: HashMap<&str, Location> = HashMap::new();
             for pl in &p.plugins {
                 if let Some(first) = plugin_names.insert(&pl.name.value, pl.name.referenced) {
-                    return Err(err(pl.name.referenced, format!("port `{name}`: plugin `{}` is already in this chain (line {})", pl.name.value, first.line())));
+                    return Err(err(
+                        pl.name.referenced,
+                        format!(
+                            "port `{name}`: plugin `{}` is already in this chain (line {})",
+                            pl.name.value,
+                            first.line()
+                        ),
+                    ));
                 }
                 if pl.header_bytes.value > 1024 {
-                    return Err(err(pl.header_bytes.referenced, format!("header_bytes {} is out of range: expected 0-1024", pl.header_bytes.value)));
+                    return Err(err(
+                        pl.header_bytes.referenced,
+                        format!("header_bytes {} is out of range: expected 0-1024", pl.header_bytes.value),
+                    ));
                 }
                 if !(10..=1_000_000).contains(&pl.deadline_us.value) {
-                    return Err(err(pl.deadline_us.referenced, format!("deadline_us {} is out of range: expected 10-1000000", pl.deadline_us.value)));
+                    return Err(err(
+                        pl.deadline_us.referenced,
+                        format!("deadline_us {} is out of range: expected 10-1000000", pl.deadline_us.value),
+                    ));
                 }
                 if !(64..=4_194_304).contains(&pl.memory_limit_kib.value) {
-                    return Err(err(pl.memory_limit_kib.referenced, format!("memory_limit_kib {} is out of range: expected 64-4194304", pl.memory_limit_kib.value)));
+                    return Err(err(
+                        pl.memory_limit_kib.referenced,
+                        format!("memory_limit_kib {} is out of range: expected 64-4194304", pl.memory_limit_kib.value),
+                    ));
                 }
                 let file = self.plugin_path(path, &pl.path.value);
                 if !file.is_file() {
-                    return Err(err(pl.path.referenced, format!("plugin `{}`: no such file {} (build plugins with plugins/build.sh)", pl.name.value, file.display())));
+                    return Err(err(
+                        pl.path.referenced,
+                        format!(
+                            "plugin `{}`: no such file {} (build plugins with plugins/build.sh)",
+                            pl.name.value,
+                            file.display()
+                        ),
+                    ));
                 }
             }
             match p.driver.value {
                 DriverKind::Sim => {
                     if let Some(a) = &p.afxdp {
-                        return Err(err(a.referenced, format!("port `{name}` uses driver `sim`, so an `afxdp` section makes no sense here")));
+                        return Err(err(
+                            a.referenced,
+                            format!("port `{name}` uses driver `sim`, so an `afxdp` section makes no sense here"),
+                        ));
                     }
                     if let Some(sim) = &p.sim {
                         self.check_sim(name, &sim.value, &err)?;
@@ -511,23 +572,40 @@ impl Config {
                 }
                 DriverKind::Afxdp => {
                     if let Some(s) = &p.sim {
-                        return Err(err(s.referenced, format!("port `{name}` uses driver `afxdp`, so a `sim` section makes no sense here")));
+                        return Err(err(
+                            s.referenced,
+                            format!("port `{name}` uses driver `afxdp`, so a `sim` section makes no sense here"),
+                        ));
                     }
                     let Some(a) = &p.afxdp else {
-                        return Err(err(p.driver.referenced, format!("port `{name}` uses driver `afxdp` but has no `afxdp:` section naming its interface")));
+                        return Err(err(
+                            p.driver.referenced,
+                            format!(
+                                "port `{name}` uses driver `afxdp` but has no `afxdp:` section naming its interface"
+                            ),
+                        ));
                     };
                     let ifname = &a.value.interface.value;
                     if ifname.is_empty() || ifname.len() >= 16 {
-                        return Err(err(a.value.interface.referenced, format!("interface name `{ifname}` is not valid: expected 1-15 characters")));
+                        return Err(err(
+                            a.value.interface.referenced,
+                            format!("interface name `{ifname}` is not valid: expected 1-15 characters"),
+                        ));
                     }
                     if let Some(q) = &a.value.queues {
                         if q.value.is_empty() {
-                            return Err(err(q.referenced, "afxdp.queues is empty: list at least one queue id, or leave it out for all".into()));
+                            return Err(err(
+                                q.referenced,
+                                "afxdp.queues is empty: list at least one queue id, or leave it out for all".into(),
+                            ));
                         }
                     }
                     if let Some(r) = &a.value.ring_size {
                         if !r.value.is_power_of_two() || !(64..=16384).contains(&r.value) {
-                            return Err(err(r.referenced, format!("ring_size {} is not valid: expected a power of two from 64 to 16384", r.value)));
+                            return Err(err(
+                                r.referenced,
+                                format!("ring_size {} is not valid: expected a power of two from 64 to 16384", r.value),
+                            ));
                         }
                     }
                 }
@@ -536,7 +614,10 @@ impl Config {
         if let Some(h) = &self.host {
             let name = &h.name.value;
             if let Some(first) = names.get(name.as_str()) {
-                return Err(err(h.name.referenced, format!("host port name `{name}` is already used by the port at line {}", first.line())));
+                return Err(err(
+                    h.name.referenced,
+                    format!("host port name `{name}` is already used by the port at line {}", first.line()),
+                ));
             }
             let tap = &h.tap.value;
             if tap.is_empty() || tap.len() > 15 {
@@ -546,33 +627,59 @@ impl Config {
                 return Err(err(h.mac.referenced, format!("{e}")));
             }
             if !(1..=16).contains(&h.workers.value) {
-                return Err(err(h.workers.referenced, format!("host.workers {} is out of range: expected 1-16", h.workers.value)));
+                return Err(err(
+                    h.workers.referenced,
+                    format!("host.workers {} is out of range: expected 1-16", h.workers.value),
+                ));
             }
             if !(1..=64).contains(&h.bulk.value) {
-                return Err(err(h.bulk.referenced, format!("host.bulk {} is out of range: expected 1-64", h.bulk.value)));
+                return Err(err(
+                    h.bulk.referenced,
+                    format!("host.bulk {} is out of range: expected 1-64", h.bulk.value),
+                ));
             }
             if !h.ring_size.value.is_power_of_two() || !(16..=65536).contains(&h.ring_size.value) {
-                return Err(err(h.ring_size.referenced, format!("host.ring_size {} is not valid: expected a power of two from 16 to 65536", h.ring_size.value)));
+                return Err(err(
+                    h.ring_size.referenced,
+                    format!(
+                        "host.ring_size {} is not valid: expected a power of two from 16 to 65536",
+                        h.ring_size.value
+                    ),
+                ));
             }
         }
         let needed = self.frames_needed();
         if (self.pool.frames.value as usize) < needed {
             return Err(err(
                 self.pool.frames.referenced,
-                format!("pool.frames {} is too small for these ports and workers: at least {needed} are needed", self.pool.frames.value),
+                format!(
+                    "pool.frames {} is too small for these ports and workers: at least {needed} are needed",
+                    self.pool.frames.value
+                ),
             ));
         }
         Ok(())
     }
 
-    fn check_sim(&self, name: &str, sim: &SimSection, err: &impl Fn(Location, String) -> ConfigError) -> Result<(), ConfigError> {
+    fn check_sim(
+        &self,
+        name: &str,
+        sim: &SimSection,
+        err: &impl Fn(Location, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         if !(1..=64).contains(&sim.queues.value) {
-            return Err(err(sim.queues.referenced, format!("port `{name}`: queues {} is out of range: expected 1-64", sim.queues.value)));
+            return Err(err(
+                sim.queues.referenced,
+                format!("port `{name}`: queues {} is out of range: expected 1-64", sim.queues.value),
+            ));
         }
         let Some(t) = &sim.traffic else { return Ok(()) };
         let b = t.broadcast_percent.value;
         if !(0.0..=100.0).contains(&b) {
-            return Err(err(t.broadcast_percent.referenced, format!("broadcast_percent {b} is out of range: expected 0-100")));
+            return Err(err(
+                t.broadcast_percent.referenced,
+                format!("broadcast_percent {b} is out of range: expected 0-100"),
+            ));
         }
         let max = self.pool.frame_size.value as usize - 256;
         if t.frame_sizes.value.is_empty() {
@@ -588,7 +695,10 @@ impl Config {
         }
         for to in t.to.iter().flatten() {
             if self.port_index(&to.value).is_none() {
-                return Err(err(to.referenced, format!("unknown port `{}` in traffic.to: expected one of {}", to.value, self.port_names())));
+                return Err(err(
+                    to.referenced,
+                    format!("unknown port `{}` in traffic.to: expected one of {}", to.value, self.port_names()),
+                ));
             }
         }
         Ok(())
@@ -657,7 +767,11 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64) -> String {
 pub fn online_cpus() -> usize {
     // SAFETY: sysconf has no memory effects.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    if n > 0 { n as usize } else { 1 }
+    if n > 0 {
+        n as usize
+    } else {
+        1
+    }
 }
 
 #[cfg(test)]

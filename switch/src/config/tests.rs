@@ -28,16 +28,51 @@ fn minimal_config_gets_defaults() {
 const BROKEN: &[(&str, &str, &str, &str)] = &[
     ("unknown key", "ports:\n  - name: p0\n    driver: sim\n    colour: blue\n", "4:5", "unknown field `colour`"),
     ("unknown top-level key", "portz: []\nports:\n  - name: p0\n    driver: sim\n", "1:1", "unknown field `portz`"),
-    ("wrong type", "pool:\n  frames: lots\nports:\n  - name: p0\n    driver: sim\n", "2:11", "wrong type for `frames`: expected a non-negative integer"),
-    ("unknown driver", "ports:\n  - name: p0\n    driver: dpdk\n", "3:13", "unknown variant `dpdk`, expected one of sim, afxdp"),
-    ("duplicate port", "ports:\n  - name: p0\n    driver: sim\n  - name: p0\n    driver: sim\n", "4:11", "duplicate port name `p0` (first defined at line 2)"),
-    ("unknown port", "ports:\n  - name: p0\n    driver: sim\n    sim:\n      traffic:\n        to: [p9]\n", "6:14", "unknown port `p9` in traffic.to"),
+    (
+        "wrong type",
+        "pool:\n  frames: lots\nports:\n  - name: p0\n    driver: sim\n",
+        "2:11",
+        "wrong type for `frames`: expected a non-negative integer",
+    ),
+    (
+        "unknown driver",
+        "ports:\n  - name: p0\n    driver: dpdk\n",
+        "3:13",
+        "unknown variant `dpdk`, expected one of sim, afxdp",
+    ),
+    (
+        "duplicate port",
+        "ports:\n  - name: p0\n    driver: sim\n  - name: p0\n    driver: sim\n",
+        "4:11",
+        "duplicate port name `p0` (first defined at line 2)",
+    ),
+    (
+        "unknown port",
+        "ports:\n  - name: p0\n    driver: sim\n    sim:\n      traffic:\n        to: [p9]\n",
+        "6:14",
+        "unknown port `p9` in traffic.to",
+    ),
     ("bad cpu", "workers:\n  - cpu: 4096\nports:\n  - name: p0\n    driver: sim\n", "2:10", "cpu 4096 does not exist"),
-    ("bad queue count", "ports:\n  - name: p0\n    driver: sim\n    sim:\n      queues: 0\n", "5:15", "queues 0 is out of range"),
+    (
+        "bad queue count",
+        "ports:\n  - name: p0\n    driver: sim\n    sim:\n      queues: 0\n",
+        "5:15",
+        "queues 0 is out of range",
+    ),
     ("afxdp without interface", "ports:\n  - name: p0\n    driver: afxdp\n", "3:13", "has no `afxdp:` section"),
-    ("bad frame size", "pool:\n  frame_size: 3000\nports:\n  - name: p0\n    driver: sim\n", "2:15", "expected 2048 or 4096"),
+    (
+        "bad frame size",
+        "pool:\n  frame_size: 3000\nports:\n  - name: p0\n    driver: sim\n",
+        "2:15",
+        "expected 2048 or 4096",
+    ),
     ("pool too small", "pool:\n  frames: 64\nports:\n  - name: p0\n    driver: sim\n", "2:11", "too small"),
-    ("bad listen address", "metrics:\n  listen: localhost\nports:\n  - name: p0\n    driver: sim\n", "2:11", "not an address"),
+    (
+        "bad listen address",
+        "metrics:\n  listen: localhost\nports:\n  - name: p0\n    driver: sim\n",
+        "2:11",
+        "not an address",
+    ),
     ("not YAML", "ports: [unclosed\n  - : :\n", "2:5", "illegal placement"),
     ("no ports", "ports: []\n", "", "at least one port"),
     ("missing ports key", "workers:\n  - cpu: 0\n", "1:1", "missing field `ports`"),
@@ -52,7 +87,6 @@ fn broken_configs_give_precise_errors() {
         if !at.is_empty() {
             assert_eq!(format!("{}:{}", e.line, e.column), *at, "{what}: wrong position in `{shown}`");
             assert!(shown.starts_with(&format!("test.yaml:{at}: ")), "{what}: {shown}");
-            
         }
         assert!(shown.contains(fragment), "{what}: expected `{fragment}` in `{shown}`");
     }

@@ -118,7 +118,8 @@ impl<A: Addr> FamilyRule<A> {
 
     #[inline(always)]
     fn matches(&self, src: A, dst: A, k: &Key) -> bool {
-        ((((src & self.src_mask) ^ self.src) | ((dst & self.dst_mask) ^ self.dst)) == A::default()) & self.c.rest_matches(k)
+        ((((src & self.src_mask) ^ self.src) | ((dst & self.dst_mask) ^ self.dst)) == A::default())
+            & self.c.rest_matches(k)
     }
 }
 
@@ -218,7 +219,13 @@ impl Compiled {
             if let (Some((src, src_mask)), Some((dst, dst_mask))) = (v4_part(&r.src), v4_part(&r.dst)) {
                 push_rule(&mut c.v4, &mut n4, FamilyRule { src, src_mask, dst, dst_mask, c: common });
             }
-            let v6 = FamilyRule { src: ne(r.src.net), src_mask: ne(r.src.mask), dst: ne(r.dst.net), dst_mask: ne(r.dst.mask), c: common };
+            let v6 = FamilyRule {
+                src: ne(r.src.net),
+                src_mask: ne(r.src.mask),
+                dst: ne(r.dst.net),
+                dst_mask: ne(r.dst.mask),
+                c: common,
+            };
             push_rule(&mut c.v6, &mut n6, v6);
         }
         c
@@ -236,17 +243,33 @@ fn parse_action(s: &str) -> Option<Action> {
 impl Acl {
     /// Parses the config (no host calls: usable anywhere).
     pub fn parse(cfg: &str) -> Result<Acl, String> {
-        let mut acl = Acl { rules: Vec::new(), default: Action::Allow, compiled: Compiled::default(), allowed: None, denied: None };
+        let mut acl = Acl {
+            rules: Vec::new(),
+            default: Action::Allow,
+            compiled: Compiled::default(),
+            allowed: None,
+            denied: None,
+        };
         for (n, line) in config::lines(cfg) {
             let mut words = line.split_whitespace();
             let first = words.next().unwrap_or("");
             if first == "default" || first == "default:" {
                 let a = words.next().unwrap_or("");
-                acl.default = parse_action(a).ok_or_else(|| format!("line {n}: default must be allow or deny, not {a:?}"))?;
+                acl.default =
+                    parse_action(a).ok_or_else(|| format!("line {n}: default must be allow or deny, not {a:?}"))?;
                 continue;
             }
-            let action = parse_action(first).ok_or_else(|| format!("line {n}: a rule starts with allow or deny, not {first:?}"))?;
-            let mut r = Rule { action, proto: None, src: Cidr::ANY, dst: Cidr::ANY, sport: PortRange::ANY, dport: PortRange::ANY, needs_ports: false };
+            let action = parse_action(first)
+                .ok_or_else(|| format!("line {n}: a rule starts with allow or deny, not {first:?}"))?;
+            let mut r = Rule {
+                action,
+                proto: None,
+                src: Cidr::ANY,
+                dst: Cidr::ANY,
+                sport: PortRange::ANY,
+                dport: PortRange::ANY,
+                needs_ports: false,
+            };
             for w in words {
                 let (k, v) = config::kv(w).ok_or_else(|| format!("line {n}: expected key=value, got {w:?}"))?;
                 let e = |m: String| format!("line {n}: {m}");
@@ -301,7 +324,12 @@ impl Acl {
     /// at a time over 128-bit addresses.
     pub fn classify_reference(&self, p: &Packet<'_>) -> Option<Action> {
         let (src, dst) = p.ip_addrs()?;
-        let t = Tuple { proto: p.ip_proto().unwrap_or(0), src: u128::from_be_bytes(src), dst: u128::from_be_bytes(dst), ports: p.ports() };
+        let t = Tuple {
+            proto: p.ip_proto().unwrap_or(0),
+            src: u128::from_be_bytes(src),
+            dst: u128::from_be_bytes(dst),
+            ports: p.ports(),
+        };
         Some(self.rules.iter().find(|r| r.matches(&t)).map_or(self.default, |r| r.action))
     }
 }
@@ -352,7 +380,11 @@ mod tests {
         assert_eq!(h.run_one(&harness::tcp4([1, 2, 3, 4], [11, 1, 1, 1], 5555, 22)), Verdict::Pass);
         // allowed by rule 2 before rule 3 denies the rest of DNS
         assert_eq!(h.run_one(&harness::udp4([192, 168, 1, 1], [8, 8, 8, 8], 40000, 53)), Verdict::Pass);
-        assert_eq!(h.run_one(&harness::udp4([192, 168, 1, 1], [8, 8, 8, 8], 53, 53)), Verdict::Drop, "sport outside range");
+        assert_eq!(
+            h.run_one(&harness::udp4([192, 168, 1, 1], [8, 8, 8, 8], 53, 53)),
+            Verdict::Drop,
+            "sport outside range"
+        );
         assert_eq!(h.run_one(&harness::udp4([172, 16, 0, 1], [8, 8, 8, 8], 40000, 53)), Verdict::Drop);
     }
 
@@ -399,7 +431,20 @@ mod tests {
             (seed % n as u64) as usize
         };
         let protos = ["", "proto=tcp", "proto=udp", "proto=icmp"];
-        let addrs = ["", "any", "10.0.0.0/8", "10.1.2.0/24", "10.1.2.3", "0.0.0.0/0", "192.168.0.0/16", "2001:db8::/32", "::/64", "::ffff:10.0.0.0/104", "::ffff:0:0/96", "2001:db8::5"];
+        let addrs = [
+            "",
+            "any",
+            "10.0.0.0/8",
+            "10.1.2.0/24",
+            "10.1.2.3",
+            "0.0.0.0/0",
+            "192.168.0.0/16",
+            "2001:db8::/32",
+            "::/64",
+            "::ffff:10.0.0.0/104",
+            "::ffff:0:0/96",
+            "2001:db8::5",
+        ];
         let ports = ["", "22", "1000-2000", "0-1023", "53", "any"];
         let v4 = [[10, 1, 2, 3], [10, 9, 9, 9], [192, 168, 7, 1], [8, 8, 8, 8]];
         let mut v6: Vec<[u8; 16]> = vec![wasmswitch_plugin_sdk::view::mapped([10, 1, 2, 3]), [0x30; 16], [0; 16]];
@@ -414,7 +459,13 @@ mod tests {
             let mut cfg = String::from(if rnd(2) == 0 { "default allow\n" } else { "default deny\n" });
             for _ in 0..1 + rnd(20) {
                 let mut line = String::from(if rnd(2) == 0 { "allow" } else { "deny" });
-                for (key, table) in [("", &protos[..]), ("src=", &addrs[..]), ("dst=", &addrs[..]), ("sport=", &ports[..]), ("dport=", &ports[..])] {
+                for (key, table) in [
+                    ("", &protos[..]),
+                    ("src=", &addrs[..]),
+                    ("dst=", &addrs[..]),
+                    ("sport=", &ports[..]),
+                    ("dport=", &ports[..]),
+                ] {
                     let v = table[rnd(table.len())];
                     if !v.is_empty() {
                         line += &format!(" {key}{v}");
@@ -438,7 +489,12 @@ mod tests {
             let bytes = b.encode();
             let batch = wasmswitch_plugin_sdk::Batch::new(&bytes).unwrap();
             for p in batch.packets() {
-                assert_eq!(acl.classify(&p), acl.classify_reference(&p), "config:\n{cfg}header_bytes {}", b.header_bytes);
+                assert_eq!(
+                    acl.classify(&p),
+                    acl.classify_reference(&p),
+                    "config:\n{cfg}header_bytes {}",
+                    b.header_bytes
+                );
                 checked += acl.classify(&p).is_some() as usize;
             }
         }

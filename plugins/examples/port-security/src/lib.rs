@@ -41,7 +41,9 @@ impl PortSecurity {
                 Some(("port", v)) => v.parse::<u16>().map_err(|_| format!("line {n}: bad port {v:?}"))?,
                 _ => return Err(format!("line {n}: expected `port=N MAC...` or `violation drop|host`, got {first:?}")),
             };
-            let mut macs = words.map(|w| config::parse_mac(w).map_err(|e| format!("line {n}: {e}"))).collect::<Result<Vec<_>, _>>()?;
+            let mut macs = words
+                .map(|w| config::parse_mac(w).map_err(|e| format!("line {n}: {e}")))
+                .collect::<Result<Vec<_>, _>>()?;
             macs.sort_unstable();
             if s.allow.len() <= port as usize {
                 s.allow.resize(port as usize + 1, None);
@@ -67,7 +69,10 @@ impl Plugin for PortSecurity {
         let Some(Some(allowed)) = self.allow.get(batch.in_port() as usize) else { return };
         let mut bad = 0;
         for (i, p) in batch.packets().enumerate() {
-            let ok = p.headers().get(6..12).is_some_and(|m| allowed.binary_search(&[m[0], m[1], m[2], m[3], m[4], m[5]]).is_ok());
+            let ok = p
+                .headers()
+                .get(6..12)
+                .is_some_and(|m| allowed.binary_search(&[m[0], m[1], m[2], m[3], m[4], m[5]]).is_ok());
             if !ok {
                 verdicts.set(i, self.violation);
                 bad += 1;
@@ -88,7 +93,9 @@ mod tests {
 
     #[test]
     fn allowlist_per_port() {
-        let mut h = Harness::<PortSecurity>::init("port=1 02:00:00:00:00:01\nport=2 02:00:00:00:00:10 02:00:00:00:00:11").unwrap();
+        let mut h =
+            Harness::<PortSecurity>::init("port=1 02:00:00:00:00:01\nport=2 02:00:00:00:00:10 02:00:00:00:00:11")
+                .unwrap();
         let good = harness::udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2); // SRC_MAC = 02:..:01
         let other = harness::with_src_mac(good.clone(), [2, 0, 0, 0, 0, 0x11]);
         assert_eq!(h.run_frames(1, &[good.clone(), other.clone()]), vec![Verdict::Pass, Verdict::Drop]);

@@ -23,7 +23,9 @@ impl Sampler {
         for (n, line) in config::lines(cfg) {
             for w in line.split_whitespace() {
                 match config::kv(w) {
-                    Some(("every", v)) => every = v.parse().map_err(|_| format!("line {n}: every must be a number, not {v:?}"))?,
+                    Some(("every", v)) => {
+                        every = v.parse().map_err(|_| format!("line {n}: every must be a number, not {v:?}"))?
+                    }
                     _ => return Err(format!("line {n}: expected every=N, got {w:?}")),
                 }
             }

@@ -23,7 +23,15 @@ fn ipv4_header(out: &mut Vec<u8>, src: [u8; 4], dst: [u8; 4], proto: u8, payload
 }
 
 /// An Ethernet/IPv4/UDP frame of exactly `frame_len` bytes (at least 42), valid IP checksum.
-pub fn udp4_frame(dst: MacAddr, src: MacAddr, sip: [u8; 4], dip: [u8; 4], sport: u16, dport: u16, frame_len: usize) -> Vec<u8> {
+pub fn udp4_frame(
+    dst: MacAddr,
+    src: MacAddr,
+    sip: [u8; 4],
+    dip: [u8; 4],
+    sport: u16,
+    dport: u16,
+    frame_len: usize,
+) -> Vec<u8> {
     let frame_len = frame_len.max(42);
     let udp_len = frame_len - 34;
     let mut f = Vec::with_capacity(frame_len);

@@ -179,7 +179,15 @@ mod tests {
 
     #[test]
     fn parses_udp_over_ipv4() {
-        let f = udp4_frame(MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]), [10, 0, 0, 1], [10, 0, 0, 2], 1234, 53, 64);
+        let f = udp4_frame(
+            MacAddr([2, 0, 0, 0, 0, 1]),
+            MacAddr([2, 0, 0, 0, 0, 2]),
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            1234,
+            53,
+            64,
+        );
         let m = parse(&f, 1518).unwrap();
         assert_eq!(m.len, 64);
         assert!(m.has(flags::IPV4) && m.has(flags::L4_PORTS));
@@ -216,7 +224,8 @@ mod tests {
         let mut f = vec![0u8; 14];
         f[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
         assert_eq!(parse(&f, 1518), Err(ParseError::TruncatedVlan));
-        let good = udp4_frame(MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]), [1, 1, 1, 1], [2, 2, 2, 2], 1, 2, 64);
+        let good =
+            udp4_frame(MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]), [1, 1, 1, 1], [2, 2, 2, 2], 1, 2, 64);
         assert_eq!(parse(&good[..30], 1518), Err(ParseError::BadL3), "truncated IPv4 header");
         let mut bad_ihl = good.clone();
         bad_ihl[14] = 0x43;

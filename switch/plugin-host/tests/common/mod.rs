@@ -116,7 +116,8 @@ impl TestBatch {
     }
 
     pub fn run(&self, stage: &mut dyn VerdictStage) -> Vec<Verdict> {
-        let view = BatchView { in_port: self.in_port, queue: 0, umem: &self.umem, descs: &self.descs, meta: &self.meta };
+        let view =
+            BatchView { in_port: self.in_port, queue: 0, umem: &self.umem, descs: &self.descs, meta: &self.meta };
         let mut v = vec![Verdict::Pass; self.descs.len()];
         stage.run(&view, &mut v);
         v
