@@ -9,6 +9,8 @@ have ping     || need+=(iputils-ping)
 have ip       || need+=(iproute2)
 have nsenter  || need+=(util-linux)
 have promtool || need+=(prometheus)
+have iperf3   || need+=(iperf3)
+have ethtool  || need+=(ethtool)
 if [ "${WASMSWITCH_SKIP_WASM:-0}" != 1 ]; then
   # Wasm guests: Debian's rustc-web ships a wasm32 std source we build with -Zbuild-std
   # (rustup cannot fetch a wasm32 target here); see plugins/build.sh.

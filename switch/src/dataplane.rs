@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use wasmswitch_afxdp::{AfXdpPort, Overrides, PortSpec, QueueStats, RingSizes, UmemRegistration};
+use wasmswitch_afxdp::{AfXdpPort, Overrides, PortSpec, QueueMonitor, RingSizes, UmemRegistration};
 use wasmswitch_core::fdb::Fdb;
 use wasmswitch_core::pipeline::{ForwardMode, Pipeline, PipelineOptions, PortSlot};
 use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, SharedPool};
@@ -20,7 +20,7 @@ use wasmswitch_core::{PortId, PortQueue, Umem};
 use wasmswitch_sim::{SimQueue, SimRings, SimStats, Source, TrafficGen, TrafficSpec};
 use wasmswitch_tap::{HostConfig, HostPort, TapConfig, TapDevice, TapStats};
 
-use crate::config::{AfxdpSection, AttachMode, BindMode, Config, DriverKind, Idle, Mode, SimSection};
+use crate::config::{AfxdpSection, AttachMode, BindMode, Config, DriverKind, Idle, Mode, PartialChecksums, SimSection};
 
 /// A change a worker applies between two rounds.
 pub enum Command {
@@ -54,8 +54,10 @@ pub struct PortInfo {
     pub mode: String,
     /// Per-queue NIC-side counters of sim ports.
     pub sim: Vec<Arc<SimStats>>,
-    /// Per-queue driver counters of AF_XDP ports (queue id, counters).
-    pub afxdp: Vec<(u32, Arc<QueueStats>)>,
+    /// Per-queue driver and kernel counters of AF_XDP ports.
+    pub afxdp: Vec<QueueMonitor>,
+    /// Whether ingress completes TCP/UDP checksums left to offload (AF_XDP profile or override).
+    pub complete_partial_checksums: bool,
     /// The kernel interface behind the port (AF_XDP), watched for disappearance.
     pub interface: Option<String>,
     /// Host port (TAP) counters.
@@ -113,7 +115,12 @@ fn afxdp_spec(a: &AfxdpSection) -> PortSpec {
             BindMode::Zerocopy => Some(wasmswitch_afxdp::BindMode::ZeroCopy),
         },
         queues: a.queues.as_ref().map(|q| q.value.clone()),
-        rings: a.ring_size.as_ref().map(|r| RingSizes { rx: r.value, tx: r.value, fill: r.value, completion: r.value }),
+        rings: a.ring_size.as_ref().map(|r| RingSizes::all(r.value)),
+        complete_partial_checksums: match a.partial_checksums {
+            PartialChecksums::Auto => None,
+            PartialChecksums::Complete => Some(true),
+            PartialChecksums::Keep => Some(false),
+        },
     };
     spec
 }
@@ -205,6 +212,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                     mode: "sim".into(),
                     sim: stats,
                     afxdp: Vec::new(),
+                    complete_partial_checksums: false,
                     interface: None,
                     tap: None,
                 });
@@ -233,6 +241,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                     driver: "afxdp",
                     queues: nq,
                     mode: format!("{}/{}", d.attach, d.bind),
+                    complete_partial_checksums: d.complete_partial_checksums,
                     sim: Vec::new(),
                     afxdp: xp.queue_stats(),
                     interface: Some(a.interface.value.clone()),
@@ -277,6 +286,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
             mode: "io_uring".into(),
             sim: Vec::new(),
             afxdp: Vec::new(),
+            complete_partial_checksums: false,
             interface: None,
             tap: Some(hp.stats().clone()),
         });
@@ -297,6 +307,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                 max_frame: max_frames[p],
                 ingress: None,
                 up: true,
+                complete_partial_checksums: infos[p].complete_partial_checksums,
             })
             .collect();
         let opts = PipelineOptions { mode, bulk_return, host_port };

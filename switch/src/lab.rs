@@ -11,12 +11,16 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-/// One host: a namespace with `eth0` (its end of the veth) and an IPv4 address.
+/// One host: a namespace with `eth0` (its end of the veth) and an IPv4 address (IPv6 after
+/// [`Lab::enable_ipv6`]). `eth0` keeps the kernel's default offloads, TX checksum offload
+/// included, as a container's veth does.
 pub struct LabHost {
     pub name: String,
     /// The switch-side veth end, in the caller's namespace.
     pub switch_if: String,
     pub ip: String,
+    /// `fd77:<subnet>::<i>`, configured by [`Lab::enable_ipv6`].
+    pub ip6: String,
     pub mac: String,
     keeper: Child,
 }
@@ -103,6 +107,7 @@ impl Lab {
                 name: format!("h{i}"),
                 switch_if: switch_if.clone(),
                 ip: ip.clone(),
+                ip6: format!("fd77:{subnet}::{i}"),
                 mac: mac.clone(),
                 keeper,
             };
@@ -159,6 +164,31 @@ impl Lab {
             }
         }
         Ok(lab)
+    }
+}
+
+impl Lab {
+    /// Turns IPv6 on in every host (it is off by default, so tests that count frames see no
+    /// router or neighbour solicitations) with address `ip6/64`, no duplicate detection.
+    pub fn enable_ipv6(&self) -> Result<()> {
+        for h in &self.hosts {
+            let addr = format!("{}/64", h.ip6);
+            for args in [
+                vec!["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf.eth0.disable_ipv6=0"],
+                vec!["ip", "-6", "addr", "add", &addr, "dev", "eth0", "nodad"],
+            ] {
+                let out = h.run(&args)?;
+                if !out.status.success() {
+                    bail!(
+                        "host {}: `{}` failed: {}",
+                        h.name,
+                        args.join(" "),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -118,6 +118,12 @@ impl Collector for SwitchCollector {
             "Bytes transmitted, per port and worker.",
             &self.port_samples(|s| s.tx_bytes.get()),
         )?;
+        counter_family(
+            e,
+            "wasmswitch_port_checksums_completed",
+            "TCP/UDP checksums completed on ingress because the sender left them to offload.",
+            &self.port_samples(|s| s.checksums_completed.get()),
+        )?;
         let mut drops = Vec::new();
         for (p, info) in self.ports.iter().enumerate() {
             for r in DropReason::ALL {
@@ -144,7 +150,7 @@ impl Collector for SwitchCollector {
             &missed,
         )?;
         type Pick = fn(&wasmswitch_afxdp::QueueStats) -> u64;
-        let afxdp: [(&str, &str, Pick); 7] = [
+        let afxdp: [(&str, &str, Pick); 8] = [
             ("wasmswitch_afxdp_rx_ring_empty", "RX bursts that found the AF_XDP RX ring empty.", |q| {
                 q.rx_ring_empty.get()
             }),
@@ -155,9 +161,14 @@ impl Collector for SwitchCollector {
             ("wasmswitch_afxdp_tx_wakeups", "sendto kicks asked for by the TX ring (need_wakeup).", |q| {
                 q.tx_wakeups.get()
             }),
-            ("wasmswitch_afxdp_tx_kick_busy", "TX kicks answered EAGAIN/EBUSY/ENOBUFS (retried).", |q| {
+            ("wasmswitch_afxdp_tx_kick_busy", "TX kicks answered EAGAIN/ENOBUFS (retried, nothing lost).", |q| {
                 q.tx_kick_busy.get()
             }),
+            (
+                "wasmswitch_afxdp_tx_kernel_drops",
+                "TX kicks answered EBUSY: the device refused a frame in copy mode and the kernel dropped it.",
+                |q| q.tx_kernel_drops.get(),
+            ),
             ("wasmswitch_afxdp_tx_kick_errors", "TX kicks answered with another error.", |q| q.tx_kick_errors.get()),
             ("wasmswitch_afxdp_port_gone", "TX kicks answered ENETDOWN/ENXIO (interface down or gone).", |q| {
                 q.port_gone.get()
@@ -166,12 +177,69 @@ impl Collector for SwitchCollector {
         for (name, help, pick) in afxdp {
             let mut samples = Vec::new();
             for info in &self.ports {
-                for (q, st) in &info.afxdp {
-                    samples.push((vec![("port", info.name.clone()), ("queue", q.to_string())], pick(st)));
+                for m in &info.afxdp {
+                    samples.push((vec![("port", info.name.clone()), ("queue", m.queue.to_string())], pick(&m.stats)));
                 }
             }
             counter_family(e, name, help, &samples)?;
         }
+        // The kernel's per-socket drop counters: one getsockopt per queue per scrape.
+        let kernel: Vec<_> = self
+            .ports
+            .iter()
+            .flat_map(|info| info.afxdp.iter().map(move |m| (info, m.queue, m.xdp_stats())))
+            .filter_map(|(info, q, s)| Some((vec![("port", info.name.clone()), ("queue", q.to_string())], s?)))
+            .collect();
+        type KPick = fn(&wasmswitch_afxdp::XdpStatistics) -> u64;
+        let kfams: [(&str, &str, KPick); 6] = [
+            (
+                "wasmswitch_afxdp_kernel_rx_dropped",
+                "Frames the kernel dropped before the AF_XDP RX ring (XDP_STATISTICS rx_dropped).",
+                |s| s.rx_dropped,
+            ),
+            (
+                "wasmswitch_afxdp_kernel_rx_ring_full",
+                "Frames dropped because the socket's RX ring was full (XDP_STATISTICS).",
+                |s| s.rx_ring_full,
+            ),
+            (
+                "wasmswitch_afxdp_kernel_rx_fill_ring_empty",
+                "Times the kernel found the fill ring empty (XDP_STATISTICS rx_fill_ring_empty_descs).",
+                |s| s.rx_fill_ring_empty_descs,
+            ),
+            ("wasmswitch_afxdp_kernel_rx_invalid_descs", "Invalid RX descriptors (XDP_STATISTICS).", |s| {
+                s.rx_invalid_descs
+            }),
+            ("wasmswitch_afxdp_kernel_tx_invalid_descs", "Invalid TX descriptors (XDP_STATISTICS).", |s| {
+                s.tx_invalid_descs
+            }),
+            (
+                "wasmswitch_afxdp_kernel_tx_ring_empty",
+                "Kicks that found the TX ring empty (XDP_STATISTICS tx_ring_empty_descs).",
+                |s| s.tx_ring_empty_descs,
+            ),
+        ];
+        for (name, help, pick) in kfams {
+            let samples: Vec<_> = kernel.iter().map(|(l, s)| (l.clone(), pick(s))).collect();
+            counter_family(e, name, help, &samples)?;
+        }
+        // The interface's own drop counters (veth: a full peer ring or backlog), from sysfs.
+        let mut ifdrops = Vec::new();
+        for info in &self.ports {
+            let Some(ifname) = &info.interface else { continue };
+            for dir in ["rx", "tx"] {
+                let path = format!("/sys/class/net/{ifname}/statistics/{dir}_dropped");
+                if let Some(v) = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<u64>().ok()) {
+                    ifdrops.push((vec![("port", info.name.clone()), ("direction", dir.to_string())], v));
+                }
+            }
+        }
+        counter_family(
+            e,
+            "wasmswitch_port_interface_dropped",
+            "The kernel interface's own dropped counters (/sys/class/net/IF/statistics/{rx,tx}_dropped).",
+            &ifdrops,
+        )?;
         for info in &self.ports {
             let Some(tap) = &info.tap else { continue };
             let t = tap.totals();

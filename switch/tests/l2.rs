@@ -42,7 +42,14 @@ fn rig(ports: usize, frames: u32, aging: u32) -> Rig {
             inject.push(i.clone());
             capture.push(c.clone());
             let q = SimQueue::new(umem.clone(), SimRings { fill: 64, tx: 256 }, Source::Inject(i)).with_capture(c);
-            PortSlot { queues: vec![Box::new(q)], max_frame: 1522, ingress: None, up: true, queue_index: 0 }
+            PortSlot {
+                queues: vec![Box::new(q)],
+                max_frame: 1522,
+                ingress: None,
+                up: true,
+                queue_index: 0,
+                complete_partial_checksums: false,
+            }
         })
         .collect();
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
@@ -206,6 +213,7 @@ fn millions_of_random_frames_leak_nothing() {
                 ),
                 up: true,
                 queue_index: 0,
+                complete_partial_checksums: false,
             }
         })
         .collect();

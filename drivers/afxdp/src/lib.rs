@@ -67,7 +67,7 @@ pub mod xsk;
 mod port;
 
 pub use error::AfXdpError;
-pub use port::{probe, AfXdpPort, PortSpec, UmemRegistration};
+pub use port::{probe, AfXdpPort, PortSpec, QueueMonitor, UmemRegistration};
 pub use profile::{AttachMode, BindMode, Decision, Overrides, RingSizes};
 pub use queue::{AfXdpQueue, QueueStats};
 pub use xsk::XdpStatistics;

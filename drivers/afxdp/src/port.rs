@@ -90,6 +90,22 @@ impl RegState {
     }
 }
 
+/// One queue's counters, readable from any thread: the driver's own ([`QueueStats`]) and the
+/// kernel's `XDP_STATISTICS` (read with one `getsockopt` per scrape, never on the datapath).
+#[derive(Clone, Debug)]
+pub struct QueueMonitor {
+    pub queue: u32,
+    pub stats: Arc<QueueStats>,
+    sock: Weak<SockHandle>,
+}
+
+impl QueueMonitor {
+    /// The kernel's counters, `None` once the socket is closed.
+    pub fn xdp_stats(&self) -> Option<XdpStatistics> {
+        self.sock.upgrade().and_then(|s| s.statistics().ok())
+    }
+}
+
 /// An interface opened for AF_XDP: one socket per selected queue, all on the shared UMEM, and
 /// the redirect program attached through a bpf_link.
 ///
@@ -293,9 +309,9 @@ impl AfXdpPort {
         self.handles.iter().map(|(q, w, _)| (*q, w.upgrade().and_then(|s| s.statistics().ok()))).collect()
     }
 
-    /// The driver's own per-queue counters (readable from any thread).
-    pub fn queue_stats(&self) -> Vec<(u32, Arc<QueueStats>)> {
-        self.handles.iter().map(|(q, _, s)| (*q, s.clone())).collect()
+    /// Per queue, a handle for the metrics thread: the driver's counters and the kernel's.
+    pub fn queue_stats(&self) -> Vec<QueueMonitor> {
+        self.handles.iter().map(|(q, w, s)| QueueMonitor { queue: *q, stats: s.clone(), sock: w.clone() }).collect()
     }
 
     /// Stops redirecting `queue` to its socket (its traffic goes to the kernel stack).

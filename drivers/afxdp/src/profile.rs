@@ -11,6 +11,12 @@
 //! | `veth`      | native  | copy      | veth runs XDP in its NAPI path; it has no zero-copy. |
 //! | anything else | generic (SKB) | copy | works on every netdev; slowest, but never refuses to start. |
 //!
+//! Partial checksums: a frame sent by a local socket through a device that offloads its TCP/UDP
+//! checksum carries only the pseudo-header sum (the skb's `CHECKSUM_PARTIAL` state does not
+//! survive XDP). Only virtual devices (`veth`, `tun`) hand such frames to XDP, so their profiles
+//! complete them; frames off a wire (every NIC) are complete and left alone, so a corrupt one
+//! is never "repaired".
+//!
 //! The mlx5 and mvpp2 rows cannot be exercised on the test machines (no such NICs); they are the
 //! documented behaviour of those drivers in Linux 6.x and are covered by unit tests of this table
 //! only. Overrides always win over the profile.
@@ -82,11 +88,24 @@ pub struct RingSizes {
     pub completion: u32,
 }
 
+impl RingSizes {
+    /// Every ring with `n` entries (the config's `ring_size`).
+    pub fn all(n: u32) -> Self {
+        Self { rx: n, tx: n, fill: n, completion: n }
+    }
+}
+
 impl Default for RingSizes {
-    /// 1024 each: deep enough for a few 64-packet bursts of slack per queue, small enough that a
-    /// UMEM of a few thousand frames serves several queues (see `AfXdpPort::frames_wanted`).
+    /// RX and fill 4096, TX and completion 1024. The RX ring is the switch's buffer for a burst
+    /// that arrives while the worker is busy, and TCP makes such bursts: a batch of ACKs the
+    /// worker delivers to a local sender makes that sender transmit inside the worker's own
+    /// `sendto` (veth runs the peer's stack synchronously), up to its whole window at once. A
+    /// Linux receiver's window reaches about 2,000 full-size segments (tcp_rmem's 6 MiB), so
+    /// 1024 entries overflowed under a single iperf3 flow (thousands of retransmits in 5 s) and
+    /// 2048 only just held it; 4096 holds it with room. TX drains at least 32 frames per kick
+    /// and is kicked every round, so it never needs more than a few bursts.
     fn default() -> Self {
-        Self { rx: 1024, tx: 1024, fill: 1024, completion: 1024 }
+        Self { rx: 4096, tx: 1024, fill: 4096, completion: 1024 }
     }
 }
 
@@ -98,6 +117,8 @@ pub struct Overrides {
     /// Queue ids to open; default: every queue the interface has.
     pub queues: Option<Vec<u32>>,
     pub rings: Option<RingSizes>,
+    /// Complete TCP/UDP checksums left to offload by a local sender (`None`: the profile's).
+    pub complete_partial_checksums: Option<bool>,
 }
 
 /// What the driver will do on one interface, for logs and as a metric label.
@@ -114,6 +135,8 @@ pub struct Decision {
     /// Queues the interface has (RX or combined channels).
     pub channels: u32,
     pub rings: RingSizes,
+    /// Complete TCP/UDP checksums that a local sender left to offload (virtual devices only).
+    pub complete_partial_checksums: bool,
     /// True when an override changed what the profile chose.
     pub overridden: bool,
 }
@@ -130,7 +153,11 @@ impl fmt::Display for Decision {
             self.bind,
             self.queues,
             self.channels
-        )
+        )?;
+        if self.complete_partial_checksums {
+            f.write_str(", partial checksums completed")?;
+        }
+        Ok(())
     }
 }
 
@@ -144,6 +171,7 @@ pub fn decide(driver: &str, channels: u32, ov: &Overrides) -> Decision {
         "veth" => ("veth", AttachMode::Native, BindMode::Copy),
         _ => ("generic", AttachMode::Generic, BindMode::Copy),
     };
+    let partial = matches!(driver, "veth" | "tun");
     let mut queues = ov.queues.clone().unwrap_or_else(|| (0..channels).collect());
     queues.sort_unstable();
     queues.dedup();
@@ -151,7 +179,8 @@ pub fn decide(driver: &str, channels: u32, ov: &Overrides) -> Decision {
     let overridden = ov.attach.is_some_and(|a| a != attach)
         || ov.bind.is_some_and(|b| b != bind)
         || ov.queues.is_some()
-        || ov.rings.is_some_and(|r| r != RingSizes::default());
+        || ov.rings.is_some_and(|r| r != RingSizes::default())
+        || ov.complete_partial_checksums.is_some_and(|c| c != partial);
     Decision {
         driver: if driver.is_empty() { "unknown".into() } else { driver.into() },
         profile,
@@ -160,6 +189,7 @@ pub fn decide(driver: &str, channels: u32, ov: &Overrides) -> Decision {
         queues,
         channels,
         rings,
+        complete_partial_checksums: ov.complete_partial_checksums.unwrap_or(partial),
         overridden,
     }
 }
@@ -190,6 +220,16 @@ mod tests {
     }
 
     #[test]
+    fn only_virtual_devices_complete_partial_checksums() {
+        for (drv, want) in [("veth", true), ("tun", true), ("mlx5_core", false), ("mvpp2", false), ("e1000e", false)] {
+            assert_eq!(decide(drv, 1, &Overrides::default()).complete_partial_checksums, want, "{drv}");
+        }
+        let off = Overrides { complete_partial_checksums: Some(false), ..Default::default() };
+        let d = decide("veth", 1, &off);
+        assert!(!d.complete_partial_checksums && d.overridden);
+    }
+
+    #[test]
     fn veth_is_native_copy() {
         let d = decide("veth", 2, &Overrides::default());
         assert_eq!((d.profile, d.attach, d.bind), ("veth", AttachMode::Native, BindMode::Copy));
@@ -212,6 +252,7 @@ mod tests {
             bind: Some(BindMode::Copy),
             queues: Some(vec![3, 1, 3]),
             rings: Some(RingSizes { rx: 256, tx: 256, fill: 512, completion: 512 }),
+            complete_partial_checksums: None,
         };
         let d = decide("mlx5_core", 8, &ov);
         assert_eq!((d.attach, d.bind), (AttachMode::Generic, BindMode::Copy));
@@ -234,6 +275,11 @@ mod tests {
     #[test]
     fn display_is_one_readable_line() {
         let s = decide("veth", 2, &Overrides::default()).to_string();
-        assert_eq!(s, "driver veth (profile veth): native XDP, copy bind, queues [0, 1] of 2");
+        assert_eq!(
+            s,
+            "driver veth (profile veth): native XDP, copy bind, queues [0, 1] of 2, partial checksums completed"
+        );
+        let s = decide("mlx5_core", 2, &Overrides::default()).to_string();
+        assert!(!s.contains("checksum"), "{s}");
     }
 }

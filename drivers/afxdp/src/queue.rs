@@ -33,8 +33,12 @@ pub struct QueueStats {
     pub rx_wakeups: Counter,
     /// `sendto` kicks issued because the TX ring asked for one.
     pub tx_wakeups: Counter,
-    /// Kicks answered EAGAIN / EBUSY / ENOBUFS (the kernel will be asked again).
+    /// Kicks answered EAGAIN / ENOBUFS: the kernel stopped early (its per-call budget, a full
+    /// completion ring, a stopped device queue) and is asked again; nothing was lost.
     pub tx_kick_busy: Counter,
+    /// Kicks answered EBUSY: in copy mode the device refused a frame (`NET_XMIT_DROP`, e.g. a
+    /// veth peer's backlog full), which the kernel then completed unsent. One frame lost each.
+    pub tx_kernel_drops: Counter,
     /// Kicks answered with any other error.
     pub tx_kick_errors: Counter,
     /// Kicks answered ENETDOWN / ENXIO: the interface went down or away.
@@ -121,9 +125,14 @@ impl TxHalf {
                 self.unkicked = 0;
                 return;
             }
-            match errno() {
+            let e = errno();
+            match e {
                 libc::EAGAIN | libc::EBUSY | libc::ENOBUFS => {
-                    self.stats.tx_kick_busy.inc();
+                    if e == libc::EBUSY {
+                        self.stats.tx_kernel_drops.inc();
+                    } else {
+                        self.stats.tx_kick_busy.inc();
+                    }
                     let left = self.rings.tx.outstanding();
                     self.unkicked = left;
                     if left == 0 {

@@ -41,9 +41,18 @@ pub struct PortSlot {
     pub up: bool,
     /// Queue index reported in metrics (that of the TX queue).
     pub queue_index: u16,
+    /// Complete TCP/UDP checksums that the sender left to offload (see
+    /// [`wire::checksum`]): on for ports whose frames can come from a local sender with
+    /// `CHECKSUM_PARTIAL` (veth, virtual devices), off where frames come off a wire.
+    pub complete_partial_checksums: bool,
 }
 
 impl PortSlot {
+    /// An up port with no ingress stage, reporting queue 0, checksums left as they are.
+    pub fn new(queues: Vec<Box<dyn PortQueue>>, max_frame: usize) -> Self {
+        Self { queues, max_frame, ingress: None, up: true, queue_index: 0, complete_partial_checksums: false }
+    }
+
     /// Frames held by all of this slot's queues.
     pub fn frames_held(&self) -> usize {
         self.queues.iter().map(|q| q.frames_held()).sum()
@@ -210,18 +219,23 @@ impl Pipeline {
         n
     }
 
-    /// Parses the batch in place, compacting out (and counting) frames that fail to parse.
+    /// Parses the batch in place, compacting out (and counting) frames that fail to parse, and
+    /// completes offloaded checksums where the port asks for it (before any plugin, so plugins
+    /// see the frame as it will leave).
     fn parse_batch(&mut self, p: PortId) {
         let pi = p as usize;
         let umem = self.pool.umem().clone();
         let max = self.ports[pi].max_frame;
+        let fix_checksums = self.ports[pi].complete_partial_checksums;
         let st = &self.stats.ports[pi];
         let b = &mut self.batch;
         let mut kept = 0;
+        let mut completed = 0;
         for i in 0..b.len {
             let d = b.descs[i];
-            // SAFETY: the descriptor came from this worker's RX burst, so the worker holds the frame.
-            let bytes = unsafe { umem.bytes(d.addr, d.len as usize) };
+            // SAFETY: the descriptor came from this worker's RX burst, so the worker holds the
+            // frame and nothing else reads or writes it while this slice lives.
+            let bytes = unsafe { umem.bytes_mut(d.addr, d.len as usize) };
             // A length beyond the frame reads as an empty slice, i.e. a runt.
             let parsed = if d.len as usize > max {
                 Err(wire::ParseError::Oversize)
@@ -230,6 +244,12 @@ impl Pipeline {
             };
             match parsed {
                 Ok(()) => {
+                    if fix_checksums
+                        && wire::checksum::complete_partial(bytes, &b.meta[kept])
+                            == wire::checksum::Completion::Completed
+                    {
+                        completed += 1;
+                    }
                     b.descs[kept] = d;
                     b.verdicts[kept] = Verdict::Pass;
                     kept += 1;
@@ -239,6 +259,9 @@ impl Pipeline {
                     self.dropped.push(d.addr);
                 }
             }
+        }
+        if completed > 0 {
+            st.checksums_completed.add(completed);
         }
         b.len = kept;
     }
@@ -500,13 +523,7 @@ mod tests {
         let stats = Arc::new(WorkerStats::new(0, 3, cache.stats().clone()));
         let ports = [vec![60; 100], vec![61; 7], vec![62; 5]]
             .into_iter()
-            .map(|rx| PortSlot {
-                queues: vec![Box::new(FakeQueue { rx, ..Default::default() })],
-                max_frame: 1518,
-                ingress: None,
-                up: true,
-                queue_index: 0,
-            })
+            .map(|rx| PortSlot::new(vec![Box::new(FakeQueue { rx, ..Default::default() })], 1518))
             .collect();
         let opts = PipelineOptions { mode: ForwardMode::Cross, ..Default::default() };
         let mut pipe = Pipeline::new(ports, cache, Arc::new(Fdb::new(64, 300)), stats.clone(), opts);

@@ -84,6 +84,8 @@ pub struct PortStats {
     pub tx_bytes: Counter,
     /// Drops of packets that entered on this port, by reason.
     pub drops: [Counter; DropReason::COUNT],
+    /// TCP/UDP checksums completed on ingress (the sender had left them to offload).
+    pub checksums_completed: Counter,
 }
 
 impl PortStats {

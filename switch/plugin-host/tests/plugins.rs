@@ -320,6 +320,7 @@ fn hot_swap_under_traffic_loses_no_frame() {
             ingress: None,
             up: true,
             queue_index: 0,
+            complete_partial_checksums: false,
         },
         PortSlot {
             queues: vec![Box::new(
@@ -329,6 +330,7 @@ fn hot_swap_under_traffic_loses_no_frame() {
             ingress: None,
             up: true,
             queue_index: 0,
+            complete_partial_checksums: false,
         },
     ];
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);

@@ -90,7 +90,9 @@ pub struct PoolSection {
 }
 
 fn default_frames() -> Spanned<u32> {
-    Spanned::new(16384, Location::UNKNOWN, Location::UNKNOWN)
+    // 64 MiB of 2048-byte frames: three AF_XDP ports with their default rings (see
+    // `frames_needed`) and a host port fit.
+    Spanned::new(32768, Location::UNKNOWN, Location::UNKNOWN)
 }
 fn default_frame_size() -> Spanned<u32> {
     Spanned::new(2048, Location::UNKNOWN, Location::UNKNOWN)
@@ -327,6 +329,20 @@ pub struct AfxdpSection {
     /// Entries in each of the RX, TX, fill and completion rings (power of two).
     #[serde(default)]
     pub ring_size: Option<Spanned<u32>>,
+    /// TCP/UDP checksums a local sender left to offload: `auto` (the driver profile: completed
+    /// on veth and tun, left alone on NICs), `complete`, or `keep` (never touch a frame).
+    #[serde(default)]
+    pub partial_checksums: PartialChecksums,
+}
+
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PartialChecksums {
+    /// Chosen by the driver profile.
+    #[default]
+    Auto,
+    Complete,
+    Keep,
 }
 
 /// The host port: a TAP device the switch creates (and removes on exit), served by host
@@ -716,8 +732,13 @@ impl Config {
             n += match (&p.sim, &p.afxdp) {
                 (Some(s), _) => s.value.queues.value as usize * s.value.ring_size * 2,
                 (None, Some(a)) => {
-                    let ring = a.value.ring_size.as_ref().map_or(1024, |r| r.value as usize);
-                    a.value.queues.as_ref().map_or(1, |q| q.value.len()).max(workers) * ring * 2
+                    // Per queue: a full fill ring (frames the kernel may move to RX) and a full
+                    // TX ring in flight.
+                    let r = a.value.ring_size.as_ref().map_or_else(wasmswitch_afxdp::RingSizes::default, |r| {
+                        wasmswitch_afxdp::RingSizes::all(r.value)
+                    });
+                    let per_queue = r.fill as usize + r.tx as usize;
+                    a.value.queues.as_ref().map_or(1, |q| q.value.len()).max(workers) * per_queue
                 }
                 (None, None) => 2 * default_ring_size() * workers,
             };

@@ -1,7 +1,7 @@
 //! Frame builders for the traffic generator, tests and the plugin test harness.
 
+use super::checksum::{checksum, fill_l4_checksum};
 use super::ethernet::MacAddr;
-use super::ip::checksum;
 use super::{ethertype, ipproto};
 
 fn eth_header(out: &mut Vec<u8>, dst: MacAddr, src: MacAddr, ethertype: u16) {
@@ -22,7 +22,16 @@ fn ipv4_header(out: &mut Vec<u8>, src: [u8; 4], dst: [u8; 4], proto: u8, payload
     out[start + 10..start + 12].copy_from_slice(&c.to_be_bytes());
 }
 
-/// An Ethernet/IPv4/UDP frame of exactly `frame_len` bytes (at least 42), valid IP checksum.
+/// Stores the complete TCP/UDP checksum, as a sender without offload would.
+fn with_l4_checksum(mut f: Vec<u8>) -> Vec<u8> {
+    if let Ok(m) = super::parse(&f, usize::MAX) {
+        fill_l4_checksum(&mut f, &m);
+    }
+    f
+}
+
+/// An Ethernet/IPv4/UDP frame of exactly `frame_len` bytes (at least 42), valid IP and UDP
+/// checksums.
 pub fn udp4_frame(
     dst: MacAddr,
     src: MacAddr,
@@ -42,7 +51,7 @@ pub fn udp4_frame(
     f.extend_from_slice(&(udp_len as u16).to_be_bytes());
     f.extend_from_slice(&[0, 0]);
     f.resize(frame_len, 0);
-    f
+    with_l4_checksum(f)
 }
 
 /// An Ethernet/IPv4/TCP SYN frame (54 bytes, padded to 60).
@@ -54,7 +63,7 @@ pub fn tcp4_frame(dst: MacAddr, src: MacAddr, sip: [u8; 4], dip: [u8; 4], sport:
     f.extend_from_slice(&dport.to_be_bytes());
     f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
     f.resize(60, 0);
-    f
+    with_l4_checksum(f)
 }
 
 /// An Ethernet/IPv6/TCP frame.
@@ -67,7 +76,7 @@ pub fn tcp6_frame(dst: MacAddr, src: MacAddr, sip: [u8; 16], dip: [u8; 16], spor
     f.extend_from_slice(&sport.to_be_bytes());
     f.extend_from_slice(&dport.to_be_bytes());
     f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
-    f
+    with_l4_checksum(f)
 }
 
 /// Inserts an 802.1Q tag with `vid` after the MAC addresses.

@@ -1,5 +1,6 @@
 //! IPv4 and IPv6 header views.
 
+use super::checksum::checksum;
 use super::ethernet::Truncated;
 
 pub const IPV4_MIN_HEADER_LEN: usize = 20;
@@ -56,22 +57,6 @@ impl<'a> Ipv4Packet<'a> {
     pub fn checksum_ok(&self) -> bool {
         checksum(&self.buf[..self.header_len()]) == 0
     }
-}
-
-/// The Internet checksum (RFC 1071) of `data`, folded and complemented.
-pub fn checksum(data: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
-    }
-    if let [b] = chunks.remainder() {
-        sum += (*b as u32) << 8;
-    }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 /// A checked IPv6 header: version 6, payload length inside the buffer.

@@ -6,6 +6,7 @@
 //! (never panics on) runts, truncated headers and inconsistent lengths.
 
 pub mod build;
+pub mod checksum;
 pub mod ethernet;
 pub mod ip;
 
