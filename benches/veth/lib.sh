@@ -1,7 +1,7 @@
 # Shared by run.sh and tcp.sh: start and stop each switch between the veths swa and swb of the
 # namespace $NS_SW. The caller sets NS_SW, TMP, METRICS, WASMSWITCH and defines in_sw().
 # ---- switches ------------------------------------------------------------------------------
-# WS_POOL_FRAMES and WS_AFXDP (extra keys of both ports' afxdp sections, e.g. "ring_size: 2048")
+# WS_XDP_MODE (native), WS_POOL_FRAMES and WS_AFXDP (extra keys of both ports' afxdp sections, e.g. "ring_size: 2048")
 # change the daemon's config for experiments.
 start_wasmswitch() { # mode
   cat > "$TMP/ws.yaml" <<EOF
@@ -17,10 +17,10 @@ workers:
 ports:
   - name: a
     driver: afxdp
-    afxdp: { interface: swa, mode: native, bind: copy${WS_AFXDP:+, $WS_AFXDP} }
+    afxdp: { interface: swa, mode: ${WS_XDP_MODE:-native}, bind: copy${WS_AFXDP:+, $WS_AFXDP} }
   - name: b
     driver: afxdp
-    afxdp: { interface: swb, mode: native, bind: copy${WS_AFXDP:+, $WS_AFXDP} }
+    afxdp: { interface: swb, mode: ${WS_XDP_MODE:-native}, bind: copy${WS_AFXDP:+, $WS_AFXDP} }
 EOF
   # Not through a shell function: `ip netns exec` and `taskset` exec, so $! is the daemon.
   ip netns exec "$NS_SW" taskset -c 1 "$WASMSWITCH" run -c "$TMP/ws.yaml" >"$TMP/ws.log" 2>&1 &

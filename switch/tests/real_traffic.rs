@@ -196,3 +196,41 @@ fn acl_plugin_denies_one_tcp_port_with_real_connections() {
     tcp(h1, &h2.ip, 5201).unwrap_or_else(|e| panic!("TCP to 5201 after the denied attempt: {e}"));
     dp.stop().expect("no frame leaked");
 }
+
+fn gro_on(ifname: &str) -> bool {
+    let out = std::process::Command::new("ethtool").args(["-k", ifname]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == "generic-receive-offload: on")
+}
+
+#[test]
+fn generic_mode_turns_gro_off_while_attached_and_tcp_flows() {
+    // Generic XDP runs after GRO: a NIC's aggregated 64 KiB frames fit no UMEM frame and were
+    // dropped. Modelled with a veth whose switch end does GRO (as a NIC does by default) and
+    // whose sender segments itself (no TSO/GSO, as frames off a wire arrive).
+    if !require_lab("generic_mode_turns_gro_off_while_attached_and_tcp_flows") {
+        return;
+    }
+    let lab = Lab::create(&prefix("d"), 2, 1, 34).unwrap();
+    let (h1, h2) = (&lab.hosts[0], &lab.hosts[1]);
+    for h in &lab.hosts {
+        let out = h.run(&["ethtool", "-K", "eth0", "tso", "off", "gso", "off"]).unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = std::process::Command::new("ethtool").args(["-K", &h.switch_if, "gro", "on"]).output().unwrap();
+        assert!(out.status.success() && gro_on(&h.switch_if), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let yaml = lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep")
+        .replace("      interface:", "      mode: generic\n      interface:");
+    let mut dp = start(&yaml);
+    for h in &lab.hosts {
+        assert!(!gro_on(&h.switch_if), "GRO is off on {} while attached in generic mode", h.switch_if);
+    }
+    let _server = Iperf3Server::start(h2, 5201);
+    let (bytes, retrans) = tcp(h1, &h2.ip, 5201).unwrap_or_else(|e| panic!("TCP in generic mode: {e}"));
+    eprintln!("TCP in generic mode: {:.2} Gbit/s, {retrans} retransmits", bytes as f64 * 8.0 / 3e9);
+    assert!(bytes > 10 << 20, "TCP in generic mode moved only {bytes} bytes in 3 s");
+    dp.stop().expect("no frame leaked");
+    drop(dp);
+    for h in &lab.hosts {
+        assert!(gro_on(&h.switch_if), "GRO is back on {} after the port closed", h.switch_if);
+    }
+}

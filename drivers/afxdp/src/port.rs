@@ -106,6 +106,54 @@ impl QueueMonitor {
     }
 }
 
+/// Generic (SKB-mode) XDP runs after GRO, and LRO aggregates in the NIC: either hands the
+/// program one linearized frame of up to 64 KiB for a whole TCP burst, which no UMEM frame can
+/// hold, so the kernel drops it and TCP through the port crawls. Native XDP drivers turn LRO
+/// off themselves and run before GRO. So a generic-mode port turns both off while it is
+/// attached and puts back what it found when it closes (a SIGKILLed daemon leaves them off).
+#[derive(Debug)]
+struct AggregationGuard {
+    iface: String,
+    was: sys::Aggregation,
+}
+
+impl AggregationGuard {
+    fn disable(iface: &str) -> Option<Self> {
+        let was = match sys::aggregation(iface) {
+            Ok(a) => a,
+            Err(e) => {
+                log::warn!("{iface}: cannot read GRO/LRO ({e}); aggregated frames will be dropped in generic mode");
+                return None;
+            }
+        };
+        if !was.gro && !was.lro {
+            return None;
+        }
+        match sys::set_aggregation(iface, sys::Aggregation { gro: false, lro: false }) {
+            Ok(()) => {
+                log::info!(
+                    "{iface}: GRO/LRO off while attached in generic mode (was gro {}, lro {})",
+                    was.gro,
+                    was.lro
+                );
+                Some(Self { iface: iface.into(), was })
+            }
+            Err(e) => {
+                log::warn!("{iface}: cannot turn GRO/LRO off ({e}); aggregated frames will be dropped in generic mode");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for AggregationGuard {
+    fn drop(&mut self) {
+        if let Err(e) = sys::set_aggregation(&self.iface, self.was) {
+            log::warn!("{}: cannot restore GRO/LRO ({e})", self.iface);
+        }
+    }
+}
+
 /// An interface opened for AF_XDP: one socket per selected queue, all on the shared UMEM, and
 /// the redirect program attached through a bpf_link.
 ///
@@ -115,6 +163,8 @@ pub struct AfXdpPort {
     // Field order is drop order: the link goes first, so traffic stops being redirected before
     // anything else is torn down.
     _link: XdpLink,
+    /// Restores GRO/LRO after the program is gone (generic mode turned them off).
+    _aggregation: Option<AggregationGuard>,
     map: XskMap,
     _prog: XdpProgram,
     iface: String,
@@ -275,8 +325,20 @@ impl AfXdpPort {
                 }
                 _ => AfXdpError::sys(iface, "attaching the XDP program (BPF_LINK_CREATE)", e),
             })?;
+        let aggregation =
+            if decision.attach == profile::AttachMode::Generic { AggregationGuard::disable(iface) } else { None };
         log::info!("{iface}: AF_XDP {decision}");
-        Ok(Self { _link: link, map, _prog: prog, iface: iface.into(), ifindex, decision, queues, handles })
+        Ok(Self {
+            _link: link,
+            _aggregation: aggregation,
+            map,
+            _prog: prog,
+            iface: iface.into(),
+            ifindex,
+            decision,
+            queues,
+            handles,
+        })
     }
 
     /// The queues, each with its queue id, for the workers. Each is an exclusive

@@ -258,6 +258,19 @@ pub fn xdp_link_create(prog: RawFd, ifindex: u32, flags: u32) -> io::Result<Owne
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_GDRVINFO: u32 = 0x03;
 const ETHTOOL_GCHANNELS: u32 = 0x3c;
+const ETHTOOL_GGRO: u32 = 0x2b;
+const ETHTOOL_SGRO: u32 = 0x2c;
+const ETHTOOL_GFLAGS: u32 = 0x25;
+const ETHTOOL_SFLAGS: u32 = 0x26;
+/// `ETH_FLAG_LRO` in the `ETHTOOL_{G,S}FLAGS` value.
+const ETH_FLAG_LRO: u32 = 1 << 15;
+
+/// `struct ethtool_value`.
+#[repr(C)]
+struct EthtoolValue {
+    cmd: u32,
+    data: u32,
+}
 
 #[repr(C)]
 struct EthtoolDrvinfo {
@@ -327,6 +340,38 @@ pub fn channels(ifname: &str) -> io::Result<EthtoolChannels> {
     let mut ch = EthtoolChannels { cmd: ETHTOOL_GCHANNELS, ..Default::default() };
     ethtool(ifname, &mut ch)?;
     Ok(ch)
+}
+
+/// Receive aggregation of an interface: generic receive offload (GRO) and large receive
+/// offload (LRO), as `ethtool -k` shows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Aggregation {
+    pub gro: bool,
+    pub lro: bool,
+}
+
+/// Reads GRO and LRO (`ethtool -k`).
+pub fn aggregation(ifname: &str) -> io::Result<Aggregation> {
+    let mut gro = EthtoolValue { cmd: ETHTOOL_GGRO, data: 0 };
+    ethtool(ifname, &mut gro)?;
+    let mut flags = EthtoolValue { cmd: ETHTOOL_GFLAGS, data: 0 };
+    ethtool(ifname, &mut flags)?;
+    Ok(Aggregation { gro: gro.data != 0, lro: flags.data & ETH_FLAG_LRO != 0 })
+}
+
+/// Sets GRO and LRO (`ethtool -K IF gro on|off lro on|off`); only what differs is written.
+pub fn set_aggregation(ifname: &str, want: Aggregation) -> io::Result<()> {
+    let have = aggregation(ifname)?;
+    if have.gro != want.gro {
+        ethtool(ifname, &mut EthtoolValue { cmd: ETHTOOL_SGRO, data: want.gro as u32 })?;
+    }
+    if have.lro != want.lro {
+        let mut flags = EthtoolValue { cmd: ETHTOOL_GFLAGS, data: 0 };
+        ethtool(ifname, &mut flags)?;
+        let data = if want.lro { flags.data | ETH_FLAG_LRO } else { flags.data & !ETH_FLAG_LRO };
+        ethtool(ifname, &mut EthtoolValue { cmd: ETHTOOL_SFLAGS, data })?;
+    }
+    Ok(())
 }
 
 // ---- rtnetlink: XDP program attached to an interface -------------------------------------
