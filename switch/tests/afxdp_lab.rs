@@ -151,6 +151,17 @@ fn sigkill_leaves_no_xdp_program_and_a_new_daemon_starts() {
     }
     assert!(xdp_attached(&lab.hosts[0].switch_if), "program attached while running");
     ping_ok(&lab.hosts[0], &lab.hosts[1]);
+    // The kernel's own drop counters of each socket and interface are exported.
+    let (status, body) = http(port, "GET", "/metrics").unwrap();
+    assert_eq!(status, 200);
+    for series in [
+        "wasmswitch_afxdp_kernel_rx_ring_full_total{port=\"h1\",queue=\"0\"}",
+        "wasmswitch_afxdp_kernel_rx_fill_ring_empty_total{port=\"h2\",queue=\"0\"}",
+        "wasmswitch_afxdp_tx_kernel_drops_total{port=\"h1\",queue=\"0\"}",
+        "wasmswitch_port_interface_dropped_total{port=\"h2\",direction=\"tx\"}",
+    ] {
+        assert!(body.contains(series), "{series} missing from /metrics:\n{body}");
+    }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let t = Instant::now();

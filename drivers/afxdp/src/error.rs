@@ -26,7 +26,7 @@ pub enum AfXdpError {
     ZeroCopyUnsupported { iface: String, driver: String, queue: u32, source: io::Error },
 
     #[error(
-        "interface {iface} (driver {driver}): native XDP was refused ({source}); set `attach: generic` for this port"
+        "interface {iface} (driver {driver}): native XDP was refused ({source}); set `mode: generic` in this port's afxdp section"
     )]
     NativeUnsupported { iface: String, driver: String, source: io::Error },
 
@@ -41,7 +41,8 @@ pub enum AfXdpError {
 
     #[error(
         "interface {iface}: bind mode {wanted} conflicts with the shared UMEM, which {first} bound in {have} mode; \
-         every socket of one UMEM uses the same mode: set `bind: {have}` for this port or give it its own UMEM"
+         every socket of one UMEM uses the same mode: set `bind: {}` for this port or give it its own UMEM",
+        .have.config_value()
     )]
     UmemModeMismatch { iface: String, wanted: BindMode, have: BindMode, first: String },
 
@@ -91,5 +92,19 @@ mod tests {
             source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
         };
         assert!(e.to_string().contains("bind: copy"), "{e}");
+        // Every fix a message suggests is a key and value the config accepts.
+        let e = AfXdpError::UmemModeMismatch {
+            iface: "v1".into(),
+            wanted: BindMode::Copy,
+            have: BindMode::ZeroCopy,
+            first: "eth0 queue 0".into(),
+        };
+        assert!(e.to_string().contains("set `bind: zerocopy`"), "{e}");
+        let e = AfXdpError::NativeUnsupported {
+            iface: "v0".into(),
+            driver: "e1000".into(),
+            source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+        };
+        assert!(e.to_string().contains("`mode: generic`"), "{e}");
     }
 }

@@ -65,6 +65,14 @@ impl BindMode {
             BindMode::ZeroCopy => "zero-copy",
         }
     }
+
+    /// The value of the config's `bind:` key that selects this mode.
+    pub fn config_value(self) -> &'static str {
+        match self {
+            BindMode::Copy => "copy",
+            BindMode::ZeroCopy => "zerocopy",
+        }
+    }
 }
 
 impl fmt::Display for AttachMode {
