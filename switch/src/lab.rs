@@ -88,16 +88,16 @@ impl Lab {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
-            // SAFETY: prctl is async-signal-safe; the closure runs in the forked child before exec
-            // and touches nothing but the syscall.
-            unsafe {
-                keeper.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            let die_with_parent = || {
+                // SAFETY: PR_SET_PDEATHSIG takes a signal number and touches no memory of ours.
+                if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            };
+            // SAFETY: the hook runs in the forked child before exec and makes one
+            // async-signal-safe syscall, allocating nothing.
+            unsafe { keeper.pre_exec(die_with_parent) };
             let keeper = keeper.spawn().context("cannot start a lab host (unshare)")?;
             let pid = keeper.id().to_string();
             let switch_if = format!("{prefix}s{i}");

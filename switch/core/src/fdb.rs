@@ -96,11 +96,14 @@ impl Fdb {
     pub fn prefetch(&self, mac: MacAddr) {
         let b: *const Bucket = &self.buckets[self.bucket_of(mac.to_u64())];
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: prefetch is a hint with no memory effects; the pointer is to a live bucket.
-        unsafe {
+        {
             use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(b.cast());
-            _mm_prefetch::<_MM_HINT_T0>(b.cast::<i8>().add(64));
+            // A bucket is 128 bytes: the second cache line starts 64 bytes in, still inside it.
+            let second = b.cast::<i8>().wrapping_add(64);
+            // SAFETY: prefetch is a hint with no memory effects; the pointer is to a live bucket.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(b.cast()) };
+            // SAFETY: as above; `second` points inside the same bucket.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(second) };
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = b;

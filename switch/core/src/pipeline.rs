@@ -393,11 +393,12 @@ impl Pipeline {
         let umem = self.pool.umem();
         let off = d.addr - umem.frame_base(d.addr);
         let len = d.len as usize;
-        // SAFETY: `d`'s frame is held by this worker (read only here) and `copy` was just
-        // allocated to it; they are different frames, so the slices do not overlap.
-        unsafe {
-            umem.bytes_mut(copy + off, len).copy_from_slice(umem.bytes(d.addr, len));
-        }
+        // SAFETY: `d`'s frame is held by this worker and only read while this slice lives.
+        let src = unsafe { umem.bytes(d.addr, len) };
+        // SAFETY: `copy` was just allocated to this worker and is a different frame from `d`'s,
+        // so the two slices do not overlap.
+        let dst = unsafe { umem.bytes_mut(copy + off, len) };
+        dst.copy_from_slice(src);
         self.stats.flood_copies.inc();
         self.staged[q].push(Desc { addr: copy + off, len: d.len, options: 0 });
     }

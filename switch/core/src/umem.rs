@@ -110,8 +110,11 @@ impl Umem {
         if !self.in_bounds(addr, len) {
             return &[];
         }
-        // SAFETY: in bounds (checked above); exclusive holding of the frame is the caller's contract.
-        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(addr as usize), len) }
+        // SAFETY: in bounds (checked above), so the offset stays inside the mapping.
+        let start = unsafe { self.base.as_ptr().add(addr as usize) };
+        // SAFETY: `len` bytes from `start` are mapped (in bounds); exclusive holding of the frame
+        // is the caller's contract.
+        unsafe { std::slice::from_raw_parts(start, len) }
     }
 
     /// Mutable bytes `[addr, addr + len)`, empty when out of range.
@@ -124,8 +127,11 @@ impl Umem {
         if !self.in_bounds(addr, len) {
             return &mut [];
         }
-        // SAFETY: in bounds (checked above); exclusive holding of the frame is the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(addr as usize), len) }
+        // SAFETY: in bounds (checked above), so the offset stays inside the mapping.
+        let start = unsafe { self.base.as_ptr().add(addr as usize) };
+        // SAFETY: `len` bytes from `start` are mapped (in bounds); exclusive holding of the frame
+        // is the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(start, len) }
     }
 }
 
