@@ -130,13 +130,13 @@ fn traffic_spec(cfg: &Config, p: usize, sim: &SimSection, queue: usize) -> Optio
     };
     Some(TrafficSpec {
         port: p as u16,
-        src_macs: t.src_macs,
+        src_macs: t.src_macs.value,
         dst_ports,
         frame_sizes: t.frame_sizes.value.clone(),
         broadcast: t.broadcast_percent.value / 100.0,
-        flows: t.flows,
+        flows: t.flows.value,
         vlan: t.vlan.as_ref().map(|v| v.value),
-        rate_pps: t.rate_pps,
+        rate_pps: t.rate_pps.as_ref().map(|r| r.value),
         templates: 1024,
         seed: 0x5eed ^ queue as u64,
     })
@@ -163,8 +163,8 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
     let umem = Arc::new(
         Umem::new(cfg.pool.frames.value, cfg.pool.frame_size.value).context("cannot map the frame memory (UMEM)")?,
     );
-    let pool = SharedPool::new(0, umem.clone(), cfg.pool.ring);
-    let fdb = Arc::new(Fdb::new(cfg.fdb.capacity, cfg.fdb.aging_seconds));
+    let pool = SharedPool::new(0, umem.clone(), cfg.pool.ring.value);
+    let fdb = Arc::new(Fdb::new(cfg.fdb.capacity.value, cfg.fdb.aging_seconds.value));
     let mode = match cfg.switch.mode {
         Mode::L2 => ForwardMode::L2,
         Mode::Passthrough => ForwardMode::Passthrough,
@@ -181,7 +181,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
             DriverKind::Sim => {
                 let sim = port.sim.as_ref().map(|s| s.value.clone()).unwrap_or_default();
                 let queues = sim.queues.value as usize;
-                let rings = SimRings { fill: sim.ring_size, tx: sim.ring_size };
+                let rings = SimRings { fill: sim.ring_size.value, tx: sim.ring_size.value };
                 let mut stats = Vec::new();
                 for q in 0..queues {
                     let source = match traffic_spec(cfg, p, &sim, q) {
@@ -243,12 +243,12 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
         }
     }
     let mut host = None;
-    let mut max_frames: Vec<usize> = cfg.ports.iter().map(|p| max_frame(p.mtu)).collect();
+    let mut max_frames: Vec<usize> = cfg.ports.iter().map(|p| max_frame(p.mtu.value)).collect();
     if let Some(h) = &cfg.host {
         let tap = TapDevice::create(&TapConfig {
             name: h.tap.value.clone(),
             mac: wasmswitch_tap::parse_mac(&h.mac.value)?,
-            mtu: h.mtu,
+            mtu: h.mtu.value,
             queues: h.workers.value,
         })
         .with_context(|| format!("host port `{}`", h.name.value))?;
@@ -280,13 +280,13 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
             interface: None,
             tap: Some(hp.stats().clone()),
         });
-        max_frames.push(max_frame(h.mtu));
+        max_frames.push(max_frame(h.mtu.value));
         host = Some(hp);
     }
     let host_port = cfg.host.as_ref().map(|_| cfg.ports.len() as PortId);
     let mut pipelines = Vec::new();
     for (w, worker_slots) in slots.into_iter().enumerate() {
-        let cache = PoolCache::new(pool.clone(), cfg.pool.cache, alloc);
+        let cache = PoolCache::new(pool.clone(), cfg.pool.cache.value, alloc);
         let stats = Arc::new(WorkerStats::new(w, infos.len(), cache.stats().clone()));
         let ports = worker_slots
             .into_iter()
@@ -430,7 +430,7 @@ impl Dataplane {
             let control = Arc::new(WorkerControl::default());
             let stats = pipe.stats().clone();
             let cpu = cfg.workers[w].cpu.as_ref().map(|c| c.value);
-            let idle = cfg.workers[w].idle;
+            let idle = cfg.workers[w].idle.value;
             let ctl = control.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("worker-{w}"))
