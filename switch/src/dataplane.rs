@@ -4,7 +4,7 @@
 //! has its own TX queue on every port (its first RX queue there, or a TX-only queue when the
 //! port has fewer queues than there are workers).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -26,21 +26,44 @@ use crate::config::{AfxdpSection, AttachMode, BindMode, Config, DriverKind, Idle
 pub enum Command {
     SetIngress(PortId, Option<Box<dyn VerdictStage>>),
     SetPortUp(PortId, bool),
+    SetIdle(Idle),
 }
 
-/// The mailbox of one worker: checked with a plain load once per 64 rounds, locked only when
-/// something is pending.
+/// A worker that has not finished a round for this long is reported by `/healthz`. The worst
+/// round the config permits is 2 × the sum of every plugin's `deadline_us` (at most 2 × 100
+/// ms, see `config::MAX_TOTAL_DEADLINE_US`), so a healthy worker stays well inside it.
+pub const STALL_BOUND: Duration = Duration::from_secs(1);
+
+/// The mailbox of one worker. The worker reads `generation` (one relaxed load) every round and
+/// looks at the stop flag and the locked command list only when it moved, so a stop or a swap
+/// is seen at the next round boundary at no measurable cost.
 #[derive(Default)]
 pub struct WorkerControl {
+    generation: AtomicU64,
     stop: AtomicBool,
-    pending: AtomicBool,
     commands: Mutex<Vec<Command>>,
+    /// Rounds completed, written by the worker once per round (relaxed: a liveness signal).
+    heartbeat: AtomicU64,
+    /// Milliseconds since the dataplane started at which `heartbeat` was last seen to move
+    /// (written by the housekeeping thread, which samples the heartbeats).
+    progress_ms: AtomicU64,
 }
 
 impl WorkerControl {
     pub fn send(&self, cmd: Command) {
         self.commands.lock().unwrap_or_else(|e| e.into_inner()).push(cmd);
-        self.pending.store(true, Ordering::Release);
+        // Release: a worker that sees the new generation sees the command pushed before it.
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Rounds the worker has completed.
+    pub fn rounds(&self) -> u64 {
+        self.heartbeat.load(Ordering::Relaxed)
     }
 }
 
@@ -65,7 +88,7 @@ pub struct PortInfo {
 pub struct WorkerHandle {
     pub stats: Arc<WorkerStats>,
     pub control: Arc<WorkerControl>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// The running datapath.
@@ -75,10 +98,10 @@ pub struct Dataplane {
     pub ports: Vec<PortInfo>,
     pub workers: Vec<WorkerHandle>,
     pub start: Instant,
-    housekeeping: Option<JoinHandle<()>>,
+    housekeeping: Mutex<Option<JoinHandle<()>>>,
     stop_housekeeping: Arc<AtomicBool>,
-    afxdp_ports: Vec<AfXdpPort>,
-    host: Option<HostPort>,
+    afxdp_ports: Mutex<Vec<AfXdpPort>>,
+    host: Mutex<Option<HostPort>>,
 }
 
 /// Frames past the MTU: Ethernet header plus two VLAN tags.
@@ -320,24 +343,31 @@ pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
     Ok(())
 }
 
-fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, idle: Idle) {
+fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, mut idle: Idle) {
     let mut rounds: u64 = 0;
+    let mut seen = 0u64;
     loop {
         let n = pipe.poll();
         rounds += 1;
+        control.heartbeat.store(rounds, Ordering::Relaxed);
         if rounds % 64 == 0 {
+            // The FDB clock has one-second ticks: reading the time every 64 rounds is plenty.
             pipe.set_now(start.elapsed().as_secs() as u32);
-            if control.pending.load(Ordering::Acquire) {
-                control.pending.store(false, Ordering::Release);
-                let cmds = std::mem::take(&mut *control.commands.lock().unwrap_or_else(|e| e.into_inner()));
-                for cmd in cmds {
-                    match cmd {
-                        Command::SetIngress(p, stage) => drop(pipe.set_ingress(p, stage)),
-                        Command::SetPortUp(p, up) => pipe.set_port_up(p, up),
-                    }
+        }
+        let generation = control.generation.load(Ordering::Relaxed);
+        if generation != seen {
+            seen = generation;
+            // Pairs with the Release increment in `send`/`request_stop`.
+            fence(Ordering::Acquire);
+            let cmds = std::mem::take(&mut *control.commands.lock().unwrap_or_else(|e| e.into_inner()));
+            for cmd in cmds {
+                match cmd {
+                    Command::SetIngress(p, stage) => drop(pipe.set_ingress(p, stage)),
+                    Command::SetPortUp(p, up) => pipe.set_port_up(p, up),
+                    Command::SetIdle(i) => idle = i,
                 }
             }
-            if control.stop.load(Ordering::Acquire) {
+            if control.stop.load(Ordering::Relaxed) {
                 break;
             }
         }
@@ -368,8 +398,17 @@ fn housekeeping_loop(
     start: Instant,
     stop: Arc<AtomicBool>,
 ) {
+    let mut last: Vec<u64> = controls.iter().map(|c| c.rounds()).collect();
     while !stop.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(100));
+        let now_ms = start.elapsed().as_millis() as u64;
+        for (c, last) in controls.iter().zip(&mut last) {
+            let r = c.rounds();
+            if r != *last {
+                *last = r;
+                c.progress_ms.store(now_ms, Ordering::Relaxed);
+            }
+        }
         fdb.age(start.elapsed().as_secs() as u32);
         watched.retain(|(p, name)| {
             if interface_exists(name) {
@@ -443,7 +482,7 @@ impl Dataplane {
                     worker_loop(pipe, ctl, start, idle)
                 })
                 .context("cannot start a worker thread")?;
-            workers.push(WorkerHandle { stats, control, thread: Some(thread) });
+            workers.push(WorkerHandle { stats, control, thread: Mutex::new(Some(thread)) });
         }
         let stop_housekeeping = Arc::new(AtomicBool::new(false));
         let housekeeping = {
@@ -462,14 +501,14 @@ impl Dataplane {
                 .context("cannot start the housekeeping thread")?
         };
         Ok(Dataplane {
-            afxdp_ports: built.afxdp_ports,
-            host: built.host,
+            afxdp_ports: Mutex::new(built.afxdp_ports),
+            host: Mutex::new(built.host),
             pool: built.pool,
             fdb: built.fdb,
             ports: built.ports,
             workers,
             start,
-            housekeeping: Some(housekeeping),
+            housekeeping: Mutex::new(Some(housekeeping)),
             stop_housekeeping,
         })
     }
@@ -481,33 +520,63 @@ impl Dataplane {
         }
     }
 
-    /// True while every worker thread runs.
+    /// True while every worker thread runs and has completed a round recently.
     pub fn healthy(&self) -> bool {
-        self.workers.iter().all(|w| w.thread.as_ref().is_some_and(|t| !t.is_finished()))
+        self.health().is_ok()
+    }
+
+    /// Ok, or what is wrong with which worker: its thread ended, or it has not completed a
+    /// round within [`STALL_BOUND`].
+    pub fn health(&self) -> Result<(), String> {
+        let now_ms = self.start.elapsed().as_millis() as u64;
+        let mut bad = Vec::new();
+        for (i, w) in self.workers.iter().enumerate() {
+            let finished = w.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_none_or(|t| t.is_finished());
+            let since = now_ms.saturating_sub(w.control.progress_ms.load(Ordering::Relaxed));
+            if finished {
+                bad.push(format!("worker {i} has stopped"));
+            } else if since > STALL_BOUND.as_millis() as u64 {
+                bad.push(format!("worker {i} has not completed a round for {since} ms"));
+            }
+        }
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(bad.join("; "))
+        }
     }
 
     /// Stops the workers, waits for them to drain, and checks that every frame came back.
     pub fn stop(&mut self) -> Result<()> {
+        self.stop_shared()
+    }
+
+    /// [`Dataplane::stop`] through a shared reference (the daemon's control thread may still
+    /// hold one while a reload compiles). Idempotent: a second call finds nothing to stop.
+    pub fn stop_shared(&self) -> Result<()> {
         for w in &self.workers {
-            w.control.stop.store(true, Ordering::Release);
+            w.control.request_stop();
         }
         let mut panicked = 0;
-        for w in &mut self.workers {
-            if let Some(t) = w.thread.take() {
+        for w in &self.workers {
+            let t = w.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(t) = t {
                 if t.join().is_err() {
                     panicked += 1;
                 }
             }
         }
         self.stop_housekeeping.store(true, Ordering::Release);
-        if let Some(h) = self.housekeeping.take() {
+        let h = self.housekeeping.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = h {
             let _ = h.join();
         }
         // Workers closed their sockets; dropping the ports detaches the XDP programs.
-        self.afxdp_ports.clear();
+        self.afxdp_ports.lock().unwrap_or_else(|e| e.into_inner()).clear();
         // Host workers stop after the datapath workers and drain the rings between them; the
         // TAP goes away with its last descriptor.
-        if let Some(mut h) = self.host.take() {
+        let host = self.host.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut h) = host {
             h.stop();
         }
         if panicked > 0 {
@@ -520,7 +589,7 @@ impl Dataplane {
 
 impl Drop for Dataplane {
     fn drop(&mut self) {
-        if self.workers.iter().any(|w| w.thread.is_some()) {
+        if self.workers.iter_mut().any(|w| w.thread.get_mut().unwrap_or_else(|e| e.into_inner()).is_some()) {
             let _ = self.stop();
         }
     }
