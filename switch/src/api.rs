@@ -8,7 +8,6 @@
 //! at most [`Limits::max_connections`] are open at once, and shutdown waits at most
 //! [`Limits::shutdown_grace`] for requests in flight.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -215,6 +214,6 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut sh
     conns.abort_all();
 }
 
-fn drain(conns: &mut JoinSet<()>) -> impl Future<Output = ()> + '_ {
-    async move { while conns.join_next().await.is_some() {} }
+async fn drain(conns: &mut JoinSet<()>) {
+    while conns.join_next().await.is_some() {}
 }

@@ -215,11 +215,11 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                     stats.push(queue.stats().clone());
                     slots[q % workers][p].push(Box::new(queue));
                 }
-                for w in queues..workers {
+                for worker_slots in slots.iter_mut().skip(queues) {
                     // Fewer queues than workers: a TX-only queue each (a sim NIC has plenty).
                     let queue = SimQueue::new(umem.clone(), rings, Source::Idle);
                     stats.push(queue.stats().clone());
-                    slots[w][p].push(Box::new(queue));
+                    worker_slots[p].push(Box::new(queue));
                 }
                 infos.push(PortInfo {
                     name: port.name.value.clone(),
@@ -350,7 +350,7 @@ fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, 
         let n = pipe.poll();
         rounds += 1;
         control.heartbeat.store(rounds, Ordering::Relaxed);
-        if rounds % 64 == 0 {
+        if rounds.is_multiple_of(64) {
             // The FDB clock has one-second ticks: reading the time every 64 rounds is plenty.
             pipe.set_now(start.elapsed().as_secs() as u32);
         }

@@ -53,7 +53,7 @@ impl VerdictStage for ToHost {
     fn run(&mut self, _b: &BatchView<'_>, verdicts: &mut [Verdict]) {
         for v in verdicts {
             self.n += 1;
-            if self.n % self.every == 0 {
+            if self.n.is_multiple_of(self.every) {
                 *v = Verdict::Host;
             }
         }
