@@ -109,7 +109,7 @@ impl Switch {
     ///
     /// Applied live: the plugin chains (always recompiled from their files, which may have
     /// changed even when the config did not; swapped in by each worker between two batches, so
-    /// no frame is lost) and `workers[].idle`. Any other changed key refuses the whole reload,
+    /// no frame is lost), `workers[].idle` and `fdb.aging_seconds`. Any other changed key refuses the whole reload,
     /// naming each such key with its place in the file; the running config stays.
     ///
     /// Slow (compiles plugins): call it from the control thread, never from an HTTP handler.
@@ -168,6 +168,11 @@ impl Switch {
                 dp.workers[w].control.send(Command::SetIdle(b.idle.value));
                 applied.push(format!("workers[{w}].idle = {:?}", b.idle.value).to_lowercase());
             }
+        }
+        if old.fdb.aging_seconds.value != new.fdb.aging_seconds.value {
+            // The FDB's ticks are seconds (the workers' clock is start.elapsed() in seconds).
+            dp.fdb.set_aging_ticks(new.fdb.aging_seconds.value);
+            applied.push(format!("fdb.aging_seconds = {}", new.fdb.aging_seconds.value));
         }
         let changed: Vec<String> = live.iter().map(|c| c.to_string()).collect();
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);

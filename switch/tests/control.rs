@@ -279,6 +279,20 @@ fn reload_refuses_restart_keys_by_name_and_changes_nothing() {
     assert_eq!(cfg_of()["workers"][0]["idle"], "poll");
     assert_eq!(http(port, "GET", "/healthz").unwrap().0, 200, "the worker runs on after the switch to poll");
 
+    // The FDB aging time, live too.
+    std::fs::write(
+        &cfg,
+        base.replace("  - idle: sleep", "  - idle: poll").replace("aging_seconds: 300", "aging_seconds: 60"),
+    )
+    .unwrap();
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert_eq!(st, 200, "{body}");
+    assert!(
+        body.contains("applied: fdb.aging_seconds = 60") && body.contains("fdb.aging_seconds (300 -> 60)"),
+        "{body}"
+    );
+    assert_eq!(cfg_of()["fdb"]["aging_seconds"], 60);
+
     // No change at all.
     let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
     assert_eq!(st, 200, "{body}");

@@ -45,8 +45,8 @@ fn short(s: &str) -> String {
 /// A reload, planned.
 #[derive(Debug, Default)]
 pub struct Plan {
-    /// Changes applied without a restart: the plugin chains (`ports[i].plugins...`) and
-    /// `workers[i].idle`.
+    /// Changes applied without a restart: the plugin chains (`ports[i].plugins...`),
+    /// `workers[i].idle` and `fdb.aging_seconds`.
     pub live: Vec<Change>,
     /// Changes that need a restart; any of them refuses the whole reload.
     pub restart: Vec<Change>,
@@ -54,6 +54,9 @@ pub struct Plan {
 
 /// True for keys a running switch applies on reload.
 pub fn applies_live(key: &str) -> bool {
+    if key == "fdb.aging_seconds" {
+        return true;
+    }
     let Some(rest) = key.strip_prefix("ports[").and_then(|r| r.split_once(']')).map(|(_, r)| r) else {
         return key.strip_prefix("workers[").and_then(|r| r.split_once(']')).is_some_and(|(_, r)| r == ".idle");
     };
