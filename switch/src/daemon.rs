@@ -109,7 +109,7 @@ impl Switch {
     ///
     /// Applied live: the plugin chains (always recompiled from their files, which may have
     /// changed even when the config did not; swapped in by each worker between two batches, so
-    /// no frame is lost), `workers[].idle` and `fdb.aging_seconds`. Any other changed key refuses the whole reload,
+    /// no frame is lost), `workers[].idle`, `fdb.aging_seconds` and sim traffic rates. Any other changed key refuses the whole reload,
     /// naming each such key with its place in the file; the running config stays.
     ///
     /// Slow (compiles plugins): call it from the control thread, never from an HTTP handler.
@@ -173,6 +173,20 @@ impl Switch {
             // The FDB's ticks are seconds (the workers' clock is start.elapsed() in seconds).
             dp.fdb.set_aging_ticks(new.fdb.aging_seconds.value);
             applied.push(format!("fdb.aging_seconds = {}", new.fdb.aging_seconds.value));
+        }
+        for (p, (a, b)) in old.ports.iter().zip(&new.ports).enumerate() {
+            let rate = |x: &crate::config::PortSection| {
+                x.sim.as_ref().and_then(|s| s.value.traffic.as_ref()).and_then(|t| t.rate_pps.as_ref()).map(|r| r.value)
+            };
+            // Only rate to rate gets here (the plan refuses unlimited <-> limited).
+            if let (Some(r0), Some(r1)) = (rate(a), rate(b)) {
+                if r0 != r1 {
+                    for h in &dp.ports[p].sim_rates {
+                        h.store(r1, Ordering::Relaxed);
+                    }
+                    applied.push(format!("ports[{p}].sim.traffic.rate_pps = {r1}"));
+                }
+            }
         }
         let changed: Vec<String> = live.iter().map(|c| c.to_string()).collect();
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);

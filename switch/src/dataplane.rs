@@ -77,6 +77,8 @@ pub struct PortInfo {
     pub mode: String,
     /// Per-queue NIC-side counters of sim ports.
     pub sim: Vec<Arc<SimStats>>,
+    /// The rates of a sim port's rate-limited generators (one per queue), which a reload sets.
+    pub sim_rates: Vec<Arc<AtomicU64>>,
     /// Per-queue driver counters of AF_XDP ports (queue id, counters).
     pub afxdp: Vec<(u32, Arc<QueueStats>)>,
     /// The kernel interface behind the port (AF_XDP), watched for disappearance.
@@ -206,6 +208,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                 let queues = sim.queues.value as usize;
                 let rings = SimRings { fill: sim.ring_size.value, tx: sim.ring_size.value };
                 let mut stats = Vec::new();
+                let mut rates = Vec::new();
                 for q in 0..queues {
                     let source = match traffic_spec(cfg, p, &sim, q) {
                         Some(spec) => Source::Gen(TrafficGen::new(&spec)),
@@ -213,6 +216,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                     };
                     let queue = SimQueue::new(umem.clone(), rings, source);
                     stats.push(queue.stats().clone());
+                    rates.extend(queue.rate_handle());
                     slots[q % workers][p].push(Box::new(queue));
                 }
                 for worker_slots in slots.iter_mut().skip(queues) {
@@ -227,6 +231,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                     queues,
                     mode: "sim".into(),
                     sim: stats,
+                    sim_rates: rates,
                     afxdp: Vec::new(),
                     interface: None,
                     tap: None,
@@ -257,6 +262,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                     queues: nq,
                     mode: format!("{}/{}", d.attach, d.bind),
                     sim: Vec::new(),
+                    sim_rates: Vec::new(),
                     afxdp: xp.queue_stats(),
                     interface: Some(a.interface.value.clone()),
                     tap: None,
@@ -299,6 +305,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
             queues: h.workers.value,
             mode: "io_uring".into(),
             sim: Vec::new(),
+            sim_rates: Vec::new(),
             afxdp: Vec::new(),
             interface: None,
             tap: Some(hp.stats().clone()),

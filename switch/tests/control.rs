@@ -257,17 +257,16 @@ fn reload_refuses_restart_keys_by_name_and_changes_nothing() {
     assert_eq!(cfg_of()["fdb"]["capacity"], 16384);
 
     // Two restart-only keys at once: both named with their line, nothing applied.
-    let changed = base
-        .replace("  capacity: 16384", "  capacity: 32768")
-        .replace("        rate_pps: 50000", "        rate_pps: 60000");
+    let changed =
+        base.replace("  capacity: 16384", "  capacity: 32768").replace("        flows: 256", "        flows: 128");
     std::fs::write(&cfg, &changed).unwrap();
     let line_of = |needle: &str| changed.lines().position(|l| l.contains(needle)).unwrap() + 1;
     let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
     assert_eq!(st, 422, "{body}");
     let fdb_at = format!("sim.yaml:{}:", line_of("capacity: 32768"));
-    let rate_at = format!("sim.yaml:{}:", line_of("rate_pps: 60000"));
+    let flows_at = format!("sim.yaml:{}:", line_of("flows: 128"));
     assert!(body.contains("fdb.capacity") && body.contains(&fdb_at), "{body}");
-    assert!(body.contains("ports[1].sim.traffic.rate_pps") && body.contains(&rate_at), "{body}");
+    assert!(body.contains("ports[0].sim.traffic.flows") && body.contains(&flows_at), "{body}");
     assert!(body.contains("nothing was changed"), "{body}");
     assert_eq!(cfg_of()["fdb"]["capacity"], 16384, "the stored config is still the running one");
 
@@ -292,6 +291,16 @@ fn reload_refuses_restart_keys_by_name_and_changes_nothing() {
         "{body}"
     );
     assert_eq!(cfg_of()["fdb"]["aging_seconds"], 60);
+
+    // A sim traffic rate, live: p1's generator paces to the new rate.
+    let rated = base
+        .replace("  - idle: sleep", "  - idle: poll")
+        .replace("aging_seconds: 300", "aging_seconds: 60")
+        .replace("        rate_pps: 50000", "        rate_pps: 60000");
+    std::fs::write(&cfg, rated).unwrap();
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("applied: ports[1].sim.traffic.rate_pps = 60000"), "{body}");
 
     // No change at all.
     let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();

@@ -45,21 +45,26 @@ fn short(s: &str) -> String {
 /// A reload, planned.
 #[derive(Debug, Default)]
 pub struct Plan {
-    /// Changes applied without a restart: the plugin chains (`ports[i].plugins...`),
-    /// `workers[i].idle` and `fdb.aging_seconds`.
+    /// Changes applied without a restart (see [`applies_live`]).
     pub live: Vec<Change>,
     /// Changes that need a restart; any of them refuses the whole reload.
     pub restart: Vec<Change>,
 }
 
-/// True for keys a running switch applies on reload.
-pub fn applies_live(key: &str) -> bool {
+/// True for changes a running switch applies on reload: the plugin chains, `workers[i].idle`,
+/// `fdb.aging_seconds`, and a sim port's `traffic.rate_pps` from one rate to another (not to or
+/// from unlimited, which has no pacer to change).
+pub fn applies_live(c: &Change) -> bool {
+    let key = c.key.as_str();
     if key == "fdb.aging_seconds" {
         return true;
     }
     let Some(rest) = key.strip_prefix("ports[").and_then(|r| r.split_once(']')).map(|(_, r)| r) else {
         return key.strip_prefix("workers[").and_then(|r| r.split_once(']')).is_some_and(|(_, r)| r == ".idle");
     };
+    if rest == ".sim.traffic.rate_pps" {
+        return c.old != "null" && c.new != "null";
+    }
     rest == ".plugins" || rest.starts_with(".plugins[") || rest.starts_with(".plugins.")
 }
 
@@ -79,7 +84,7 @@ pub fn plan(old: &Config, new: &Config) -> Plan {
             format!("{}:{}:{}", new.file.display(), loc.line(), loc.column())
         };
         let change = Change { old: o, new: n, at, key };
-        if applies_live(&change.key) {
+        if applies_live(&change) {
             plan.live.push(change);
         } else {
             plan.restart.push(change);

@@ -340,7 +340,7 @@ fn every_key_changed_in_a_reload_is_named() {
                 let line: u64 = pos.split(':').next().unwrap().parse().unwrap();
                 assert!(line > 1, "{key}: at {at}");
                 if plan.live.iter().any(|ch| &ch.key == key) {
-                    assert!(diff::applies_live(key));
+                    assert!(diff::applies_live(named[0]));
                     live += 1;
                 } else {
                     restart += 1;
