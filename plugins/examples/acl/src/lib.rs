@@ -138,7 +138,7 @@ fn first_match<A: Addr>(groups: &[[FamilyRule<A>; GROUP]], src: A, dst: A, k: &K
 }
 
 fn push_rule<A: Addr>(groups: &mut Vec<[FamilyRule<A>; GROUP]>, used: &mut usize, r: FamilyRule<A>) {
-    if *used % GROUP == 0 {
+    if used.is_multiple_of(GROUP) {
         groups.push([FamilyRule::never(); GROUP]);
     }
     if let Some(g) = groups.last_mut() {
