@@ -1,19 +1,60 @@
 #!/usr/bin/env bash
 # The whole test suite. As root (as in CI) the namespace/veth/AF_XDP/TAP tests run and must
 # pass; with CI=true they fail rather than skip when something they need is missing.
-set -euo pipefail
+#
+# Every stage runs even when an earlier one failed (a red first stage must not hide the state
+# of the rest); the summary at the end lists each stage's result and the script exits non-zero
+# if any failed. Setup and the plugin build are the exception: without them the later stages
+# cannot mean anything, so their failure stops the run.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-scripts/setup.sh
-echo "== building Wasm plugins"
-plugins/build.sh
-echo "== cargo test (workspace)"
+results=()
+failed=0
+
+# stage NAME COMMAND...: runs COMMAND, records "ok"/"FAILED (exit N)" and its duration.
+stage() {
+  local name=$1; shift
+  local t0=$(date +%s)
+  echo "== $name"
+  "$@"
+  local rc=$?
+  local dt=$(( $(date +%s) - t0 ))
+  if [ $rc -eq 0 ]; then
+    results+=("ok      ${dt}s  $name")
+  else
+    results+=("FAILED  ${dt}s  $name (exit $rc)")
+    failed=1
+  fi
+  return $rc
+}
+
+summary() {
+  echo
+  echo "== summary"
+  printf '%s\n' "${results[@]}"
+  echo "test.sh: done in $(( $(date +%s) - start ))s"
+}
+
+check_configs() {
+  # The binary the workspace tests just built: `cargo run -p wasmswitch` alone would unify
+  # features differently and compile wasmtime a second time (about 10 minutes here).
+  local rc=0
+  for c in configs/*.yaml; do target/debug/wasmswitch check -c "$c" || rc=1; done
+  return $rc
+}
+
+if ! stage "setup" scripts/setup.sh || ! stage "build Wasm plugins" plugins/build.sh; then
+  summary
+  exit 1
+fi
+stage "cargo fmt --check (workspace)" cargo fmt --all --check
+stage "cargo fmt --check (plugins)" bash -c 'cd plugins && cargo fmt --all --check'
 # One profile for everything (test, opt-level 2): wasmtime is compiled once.
-cargo test --workspace --no-fail-fast -- --test-threads=2
-echo "== plugin crates (native harness)"
-(cd plugins && cargo test --workspace --no-fail-fast)
-echo "== configs"
-# The binary the workspace tests just built: `cargo run -p wasmswitch` alone would unify
-# features differently and compile wasmtime a second time (about 10 minutes here).
-for c in configs/*.yaml; do target/debug/wasmswitch check -c "$c"; done
-echo "test.sh: done in $(( $(date +%s) - start ))s"
+stage "cargo test (workspace)" cargo test --workspace --no-fail-fast -- --test-threads=2
+stage "cargo clippy (workspace)" cargo clippy --workspace --all-targets -- -D warnings
+stage "cargo test (plugin crates, native harness)" bash -c 'cd plugins && cargo test --workspace --no-fail-fast'
+stage "cargo clippy (plugins)" bash -c 'cd plugins && cargo clippy --workspace --all-targets -- -D warnings'
+stage "configs" check_configs
+summary
+exit $failed

@@ -132,7 +132,7 @@ impl PluginBench {
             Stage::Native => (0..ports).map(|_| native_stage(&self.name(), &self.config, self.header_bytes)).collect(),
             Stage::Wasm => {
                 if self.compiled.get().is_none() {
-                    let mut spec = wasmswitch_plugin_host::PluginSpec::new(&self.name(), &self.path);
+                    let mut spec = wasmswitch_plugin_host::PluginSpec::new(self.name(), &self.path);
                     spec.config = self.config.clone();
                     spec.header_bytes = self.header_bytes;
                     let engine = wasmswitch_plugin_host::PluginEngine::new(Default::default())

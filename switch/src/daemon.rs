@@ -1,21 +1,33 @@
 //! `wasmswitch run`: the daemon's lifecycle (start, serve, reload, drain, exit).
+//!
+//! Three kinds of threads: the datapath workers, the HTTP/signal thread (a current-thread tokio
+//! runtime on the main thread) and one control thread that runs reloads. A reload compiles
+//! plugins for as long as it takes without holding anything the HTTP handlers or the shutdown
+//! path need, so `/healthz` and `/metrics` answer and SIGTERM ends the daemon while it runs.
 
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde_json::json;
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{oneshot, watch};
 
-use crate::api::{router, ApiState};
+use crate::api::{router, ApiState, Control, Limits, ReloadBusy, ReloadResult};
+use crate::config::diff::Plan;
 use crate::config::Config;
-use crate::dataplane::Dataplane;
+use crate::dataplane::{Command, Dataplane};
 use crate::metrics::{Metrics, SwitchCollector};
 
-/// The running switch: its config and datapath, shared with the control API.
+/// The running switch: its config and datapath.
 pub struct Switch {
     pub path: PathBuf,
-    pub config: Config,
+    /// The config the switch runs; replaced only by a reload that applied all of its changes.
+    config: Mutex<Arc<Config>>,
     pub dataplane: Dataplane,
     pub plugin_metrics: Arc<crate::plugins::PluginMetrics>,
 }
@@ -25,7 +37,12 @@ impl Switch {
         let config = Config::load(path)?;
         let plugin_metrics = Arc::new(crate::plugins::PluginMetrics::default());
         let dataplane = Dataplane::start_with_plugins(&config, path, Some(&plugin_metrics))?;
-        Ok(Switch { path: path.to_owned(), config, dataplane, plugin_metrics })
+        Ok(Switch { path: path.to_owned(), config: Mutex::new(Arc::new(config)), dataplane, plugin_metrics })
+    }
+
+    /// The running config.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn collector(&self) -> SwitchCollector {
@@ -64,6 +81,18 @@ impl Switch {
         json!({ "ports": ports })
     }
 
+    pub fn fdb_json(&self) -> serde_json::Value {
+        let dp = &self.dataplane;
+        let now = dp.start.elapsed().as_secs() as u32;
+        let entries: Vec<_> = dp
+            .fdb
+            .entries(now)
+            .into_iter()
+            .map(|(mac, port, age)| json!({"mac": mac.to_string(), "port": dp.ports.get(port as usize).map(|p| p.name.as_str()), "age_seconds": age}))
+            .collect();
+        json!({"capacity": dp.fdb.capacity(), "entries": entries})
+    }
+
     pub fn plugins_json(&self) -> serde_json::Value {
         let table = self.plugin_metrics.table.lock().unwrap_or_else(|e| e.into_inner());
         let plugins: Vec<_> = table
@@ -76,66 +105,208 @@ impl Switch {
         json!({ "plugins": plugins })
     }
 
-    /// Re-reads the config file. Only changes that can be applied at a batch boundary are
-    /// accepted; anything else is refused and the running config stays as it is.
-    pub fn reload(&mut self) -> Result<String> {
-        let new = Config::load(&self.path).context("reload refused, the running config is unchanged")?;
-        let shape = |c: &Config| {
-            let ports: Vec<_> =
-                c.ports.iter().map(|p| format!("{:?}", (&p.name.value, p.driver.value, p.mtu))).collect();
-            (ports, c.workers.len(), c.pool.frames.value, c.pool.frame_size.value, c.listen_addr())
-        };
-        if shape(&new) != shape(&self.config) {
-            bail!("reload refused: ports, workers, pool or metrics address changed; restart the daemon to apply those");
+    /// Re-reads the config file and applies it, or refuses it and changes nothing.
+    ///
+    /// Applied live: the plugin chains (always recompiled from their files, which may have
+    /// changed even when the config did not; swapped in by each worker between two batches, so
+    /// no frame is lost), `workers[].idle`, `fdb.aging_seconds` and sim traffic rates. Any other changed key refuses the whole reload,
+    /// naming each such key with its place in the file; the running config stays.
+    ///
+    /// Slow (compiles plugins): call it from the control thread, never from an HTTP handler.
+    pub fn reload(&self) -> Result<String, String> {
+        const UNCHANGED: &str = "reload refused, nothing was changed";
+        let new = Config::load(&self.path).map_err(|e| format!("{UNCHANGED}: {e}"))?;
+        let old = self.config();
+        let Plan { live, restart } = crate::config::diff::plan(&old, &new);
+        if !restart.is_empty() {
+            let keys: Vec<String> = restart.iter().map(|c| c.to_string()).collect();
+            return Err(format!(
+                "{UNCHANGED}: {} changed key(s) take effect only at a restart: {}",
+                restart.len(),
+                keys.join("; ")
+            ));
         }
-        // Plugins: compile the new chains here (off the data path); each worker swaps them in
-        // between two batches, so no frame is lost. A compile or init error leaves everything
+        // Plugins: compiled here, off the data path. A compile or init error leaves everything
         // as it was.
         let dp = &self.dataplane;
         let names: Vec<String> = dp.ports.iter().map(|p| p.name.clone()).collect();
-        let engine = crate::plugins::engine()?;
-        let chains = crate::plugins::compile(&engine, &new, &self.path, names.len())
-            .context("reload refused, the running config is unchanged")?;
-        let mut table = Vec::new();
+        let has_plugins = new.ports.iter().any(|p| !p.plugins.is_empty());
+        let had_plugins = old.ports.iter().any(|p| !p.plugins.is_empty());
         let mut per_worker = Vec::new();
-        for w in 0..dp.workers.len() {
-            per_worker.push(
-                chains.instantiate(w, &names, &mut table).context("reload refused, the running config is unchanged")?,
-            );
-        }
-        for (w, stages) in per_worker.into_iter().enumerate() {
-            for (p, stage) in stages.into_iter().enumerate() {
-                dp.workers[w].control.send(crate::dataplane::Command::SetIngress(p as wasmswitch_core::PortId, stage));
+        let mut table = Vec::new();
+        if has_plugins || had_plugins {
+            let engine = crate::plugins::engine().map_err(|e| format!("{UNCHANGED}: {e:#}"))?;
+            let chains = crate::plugins::compile(&engine, &new, &self.path, names.len())
+                .map_err(|e| format!("{UNCHANGED}: {e:#}"))?;
+            for w in 0..dp.workers.len() {
+                per_worker.push(chains.instantiate(w, &names, &mut table).map_err(|e| format!("{UNCHANGED}: {e:#}"))?);
             }
         }
-        let n = table.len() / dp.workers.len().max(1);
-        *self.plugin_metrics.table.lock().unwrap_or_else(|e| e.into_inner()) = table;
-        self.config = new;
-        Ok(format!("configuration re-read; {n} plugin(s) (re)loaded and swapped in at the next batch"))
+        // From here on nothing can fail: apply everything.
+        let mut applied = Vec::new();
+        for (w, stages) in per_worker.into_iter().enumerate() {
+            for (p, stage) in stages.into_iter().enumerate() {
+                dp.workers[w].control.send(Command::SetIngress(p as wasmswitch_core::PortId, stage));
+            }
+        }
+        if has_plugins || had_plugins {
+            *self.plugin_metrics.table.lock().unwrap_or_else(|e| e.into_inner()) = table;
+            for (p, port) in new.ports.iter().enumerate() {
+                let before = old.ports.get(p).map_or(0, |o| o.plugins.len());
+                if !port.plugins.is_empty() || before > 0 {
+                    let list: Vec<&str> = port.plugins.iter().map(|x| x.name.value.as_str()).collect();
+                    applied.push(format!(
+                        "plugins of port `{}` reloaded from their files ({})",
+                        port.name.value,
+                        if list.is_empty() { "none now".to_string() } else { list.join(", ") }
+                    ));
+                }
+            }
+        }
+        for (w, (a, b)) in old.workers.iter().zip(&new.workers).enumerate() {
+            if a.idle.value != b.idle.value {
+                dp.workers[w].control.send(Command::SetIdle(b.idle.value));
+                applied.push(format!("workers[{w}].idle = {:?}", b.idle.value).to_lowercase());
+            }
+        }
+        if old.fdb.aging_seconds.value != new.fdb.aging_seconds.value {
+            // The FDB's ticks are seconds (the workers' clock is start.elapsed() in seconds).
+            dp.fdb.set_aging_ticks(new.fdb.aging_seconds.value);
+            applied.push(format!("fdb.aging_seconds = {}", new.fdb.aging_seconds.value));
+        }
+        for (p, (a, b)) in old.ports.iter().zip(&new.ports).enumerate() {
+            let rate = |x: &crate::config::PortSection| {
+                x.sim.as_ref().and_then(|s| s.value.traffic.as_ref()).and_then(|t| t.rate_pps.as_ref()).map(|r| r.value)
+            };
+            // Only rate to rate gets here (the plan refuses unlimited <-> limited).
+            if let (Some(r0), Some(r1)) = (rate(a), rate(b)) {
+                if r0 != r1 {
+                    for h in &dp.ports[p].sim_rates {
+                        h.store(r1, Ordering::Relaxed);
+                    }
+                    applied.push(format!("ports[{p}].sim.traffic.rate_pps = {r1}"));
+                }
+            }
+        }
+        let changed: Vec<String> = live.iter().map(|c| c.to_string()).collect();
+        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
+        Ok(format!(
+            "applied: {}; changed keys: {}; everything else unchanged",
+            if applied.is_empty() { "nothing (no plugins, no change)".to_string() } else { applied.join("; ") },
+            if changed.is_empty() { "none".to_string() } else { changed.join("; ") },
+        ))
     }
 }
+
+/// A reload request for the control thread; the answer goes back on the channel if any.
+type Job = Option<oneshot::Sender<ReloadResult>>;
+
+/// What the HTTP API and the signal handlers talk to.
+struct Daemon {
+    switch: Arc<Switch>,
+    metrics: Metrics,
+    /// Set while a reload is queued or running: one at a time.
+    reloading: Arc<AtomicBool>,
+    stopping: AtomicBool,
+    jobs: Mutex<mpsc::Sender<Job>>,
+}
+
+impl Control for Daemon {
+    fn metrics(&self) -> String {
+        self.metrics.render()
+    }
+
+    fn health(&self) -> Result<(), String> {
+        self.switch.dataplane.health()
+    }
+
+    fn ports_json(&self) -> serde_json::Value {
+        self.switch.ports_json()
+    }
+
+    fn fdb_json(&self) -> serde_json::Value {
+        self.switch.fdb_json()
+    }
+
+    fn plugins_json(&self) -> serde_json::Value {
+        self.switch.plugins_json()
+    }
+
+    fn config_json(&self) -> serde_json::Value {
+        serde_json::to_value(&*self.switch.config()).unwrap_or_default()
+    }
+
+    fn start_reload(&self) -> Result<oneshot::Receiver<ReloadResult>, ReloadBusy> {
+        if self.stopping.load(Ordering::Acquire) {
+            return Err(ReloadBusy::ShuttingDown);
+        }
+        if self.reloading.swap(true, Ordering::AcqRel) {
+            return Err(ReloadBusy::InProgress);
+        }
+        let (tx, rx) = oneshot::channel();
+        if self.jobs.lock().unwrap_or_else(|e| e.into_inner()).send(Some(tx)).is_err() {
+            self.reloading.store(false, Ordering::Release);
+            return Err(ReloadBusy::ShuttingDown);
+        }
+        Ok(rx)
+    }
+}
+
+/// The control thread: runs reloads one after the other until the job channel closes.
+fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, jobs: mpsc::Receiver<Job>) {
+    for reply in jobs {
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.reload()))
+            .unwrap_or_else(|_| Err("reload refused: it panicked (see the log); nothing was changed".into()));
+        match &result {
+            Ok(s) => log::info!("reload: {s}"),
+            Err(e) => log::error!("{e}"),
+        }
+        reloading.store(false, Ordering::Release);
+        if let Some(reply) = reply {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+/// How long SIGTERM waits for HTTP requests in flight before dropping them.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 
 /// Runs the daemon until SIGINT or SIGTERM, then drains the workers and checks every frame
 /// came back. SIGHUP reloads.
 pub fn run(path: &Path) -> Result<()> {
-    let switch = Switch::start(path)?;
-    let addr = switch.config.listen_addr();
-    let metrics = Arc::new(Metrics::new(switch.collector()));
+    let switch = Arc::new(Switch::start(path)?);
+    let config = switch.config();
+    let addr = config.listen_addr();
     log::info!(
         "wasmswitch running: {} port(s), {} worker(s), {} frames of {} bytes",
-        switch.config.ports.len(),
-        switch.config.workers.len(),
-        switch.config.pool.frames.value,
-        switch.config.pool.frame_size.value
+        config.ports.len(),
+        config.workers.len(),
+        config.pool.frames.value,
+        config.pool.frame_size.value
     );
-    let switch = Arc::new(Mutex::new(switch));
+    let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
+    let reloading = Arc::new(AtomicBool::new(false));
+    let daemon = Arc::new(Daemon {
+        metrics: Metrics::new(switch.collector()),
+        switch: switch.clone(),
+        reloading: reloading.clone(),
+        stopping: AtomicBool::new(false),
+        jobs: Mutex::new(jobs_tx),
+    });
+    {
+        let switch = switch.clone();
+        // Detached on purpose: shutdown does not wait for a reload that is compiling.
+        std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || control_loop(switch, reloading, jobs_rx))
+            .context("cannot start the control thread")?;
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the control runtime")?;
-    let state = ApiState { metrics, switch: switch.clone() };
-    let control = switch.clone();
-    rt.block_on(async move {
+    let state = ApiState { control: daemon.clone() };
+    let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr} (metrics.listen)"))?;
@@ -143,32 +314,37 @@ pub fn run(path: &Path) -> Result<()> {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            axum::serve(listener, router(state))
-                .with_graceful_shutdown(async {
-                    let _ = stop_rx.await;
-                })
-                .await
-        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let limits = Limits { shutdown_grace: SHUTDOWN_GRACE, ..Limits::default() };
+        let mut server = tokio::spawn(crate::api::serve(listener, router(state), limits, stop_rx));
         loop {
             tokio::select! {
                 _ = term.recv() => { log::info!("SIGTERM: draining"); break; }
                 _ = int.recv() => { log::info!("SIGINT: draining"); break; }
-                _ = hup.recv() => {
-                    match control.lock().unwrap_or_else(|e| e.into_inner()).reload() {
-                        Ok(s) => log::info!("SIGHUP: {s}"),
-                        Err(e) => log::error!("SIGHUP: {e:#}"),
-                    }
+                _ = hup.recv() => match daemon.start_reload() {
+                    // The control thread logs the result.
+                    Ok(_) => log::info!("SIGHUP: reloading {}", path.display()),
+                    Err(ReloadBusy::InProgress) => log::warn!("SIGHUP ignored: a reload is in progress"),
+                    Err(ReloadBusy::ShuttingDown) => {}
+                },
+                r = &mut server => {
+                    log::error!("control API stopped: {r:?}");
+                    break;
                 }
             }
         }
-        let _ = stop_tx.send(());
-        let _ = server.await;
+        daemon.stopping.store(true, Ordering::Release);
+        let _ = stop_tx.send(true);
+        // The server bounds its own drain; this bound is the backstop.
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE * 2, server).await;
         anyhow::Ok(())
-    })?;
-    let mut sw = switch.lock().unwrap_or_else(|e| e.into_inner());
-    sw.dataplane.stop()?;
-    log::info!("stopped cleanly: all {} frames are back in the pool", sw.dataplane.pool.total_frames());
+    });
+    // Drops whatever connection tasks are left without waiting for them.
+    rt.shutdown_background();
+    // The datapath stops even if the API failed to start.
+    let stopped = switch.dataplane.stop_shared();
+    served?;
+    stopped?;
+    log::info!("stopped cleanly: all {} frames are back in the pool", switch.dataplane.pool.total_frames());
     Ok(())
 }

@@ -4,7 +4,7 @@
 //! has its own TX queue on every port (its first RX queue there, or a TX-only queue when the
 //! port has fewer queues than there are workers).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -26,21 +26,44 @@ use crate::config::{AfxdpSection, AttachMode, BindMode, Config, DriverKind, Idle
 pub enum Command {
     SetIngress(PortId, Option<Box<dyn VerdictStage>>),
     SetPortUp(PortId, bool),
+    SetIdle(Idle),
 }
 
-/// The mailbox of one worker: checked with a plain load once per 64 rounds, locked only when
-/// something is pending.
+/// A worker that has not finished a round for this long is reported by `/healthz`. The worst
+/// round the config permits is 2 × the sum of every plugin's `deadline_us` (at most 2 × 100
+/// ms, see `config::MAX_TOTAL_DEADLINE_US`), so a healthy worker stays well inside it.
+pub const STALL_BOUND: Duration = Duration::from_secs(1);
+
+/// The mailbox of one worker. The worker reads `generation` (one relaxed load) every round and
+/// looks at the stop flag and the locked command list only when it moved, so a stop or a swap
+/// is seen at the next round boundary at no measurable cost.
 #[derive(Default)]
 pub struct WorkerControl {
+    generation: AtomicU64,
     stop: AtomicBool,
-    pending: AtomicBool,
     commands: Mutex<Vec<Command>>,
+    /// Rounds completed, written by the worker once per round (relaxed: a liveness signal).
+    heartbeat: AtomicU64,
+    /// Milliseconds since the dataplane started at which `heartbeat` was last seen to move
+    /// (written by the housekeeping thread, which samples the heartbeats).
+    progress_ms: AtomicU64,
 }
 
 impl WorkerControl {
     pub fn send(&self, cmd: Command) {
         self.commands.lock().unwrap_or_else(|e| e.into_inner()).push(cmd);
-        self.pending.store(true, Ordering::Release);
+        // Release: a worker that sees the new generation sees the command pushed before it.
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Rounds the worker has completed.
+    pub fn rounds(&self) -> u64 {
+        self.heartbeat.load(Ordering::Relaxed)
     }
 }
 
@@ -54,6 +77,8 @@ pub struct PortInfo {
     pub mode: String,
     /// Per-queue NIC-side counters of sim ports.
     pub sim: Vec<Arc<SimStats>>,
+    /// The rates of a sim port's rate-limited generators (one per queue), which a reload sets.
+    pub sim_rates: Vec<Arc<AtomicU64>>,
     /// Per-queue driver and kernel counters of AF_XDP ports.
     pub afxdp: Vec<QueueMonitor>,
     /// Whether ingress completes TCP/UDP checksums left to offload (AF_XDP profile or override).
@@ -67,7 +92,7 @@ pub struct PortInfo {
 pub struct WorkerHandle {
     pub stats: Arc<WorkerStats>,
     pub control: Arc<WorkerControl>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// The running datapath.
@@ -77,10 +102,10 @@ pub struct Dataplane {
     pub ports: Vec<PortInfo>,
     pub workers: Vec<WorkerHandle>,
     pub start: Instant,
-    housekeeping: Option<JoinHandle<()>>,
+    housekeeping: Mutex<Option<JoinHandle<()>>>,
     stop_housekeeping: Arc<AtomicBool>,
-    afxdp_ports: Vec<AfXdpPort>,
-    host: Option<HostPort>,
+    afxdp_ports: Mutex<Vec<AfXdpPort>>,
+    host: Mutex<Option<HostPort>>,
 }
 
 /// Frames past the MTU: Ethernet header plus two VLAN tags.
@@ -137,13 +162,13 @@ fn traffic_spec(cfg: &Config, p: usize, sim: &SimSection, queue: usize) -> Optio
     };
     Some(TrafficSpec {
         port: p as u16,
-        src_macs: t.src_macs,
+        src_macs: t.src_macs.value,
         dst_ports,
         frame_sizes: t.frame_sizes.value.clone(),
         broadcast: t.broadcast_percent.value / 100.0,
-        flows: t.flows,
+        flows: t.flows.value,
         vlan: t.vlan.as_ref().map(|v| v.value),
-        rate_pps: t.rate_pps,
+        rate_pps: t.rate_pps.as_ref().map(|r| r.value),
         templates: 1024,
         seed: 0x5eed ^ queue as u64,
     })
@@ -170,8 +195,8 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
     let umem = Arc::new(
         Umem::new(cfg.pool.frames.value, cfg.pool.frame_size.value).context("cannot map the frame memory (UMEM)")?,
     );
-    let pool = SharedPool::new(0, umem.clone(), cfg.pool.ring);
-    let fdb = Arc::new(Fdb::new(cfg.fdb.capacity, cfg.fdb.aging_seconds));
+    let pool = SharedPool::new(0, umem.clone(), cfg.pool.ring.value);
+    let fdb = Arc::new(Fdb::new(cfg.fdb.capacity.value, cfg.fdb.aging_seconds.value));
     let mode = match cfg.switch.mode {
         Mode::L2 => ForwardMode::L2,
         Mode::Passthrough => ForwardMode::Passthrough,
@@ -188,8 +213,9 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
             DriverKind::Sim => {
                 let sim = port.sim.as_ref().map(|s| s.value.clone()).unwrap_or_default();
                 let queues = sim.queues.value as usize;
-                let rings = SimRings { fill: sim.ring_size, tx: sim.ring_size };
+                let rings = SimRings { fill: sim.ring_size.value, tx: sim.ring_size.value };
                 let mut stats = Vec::new();
+                let mut rates = Vec::new();
                 for q in 0..queues {
                     let source = match traffic_spec(cfg, p, &sim, q) {
                         Some(spec) => Source::Gen(TrafficGen::new(&spec)),
@@ -197,13 +223,14 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                     };
                     let queue = SimQueue::new(umem.clone(), rings, source);
                     stats.push(queue.stats().clone());
+                    rates.extend(queue.rate_handle());
                     slots[q % workers][p].push(Box::new(queue));
                 }
-                for w in queues..workers {
+                for worker_slots in slots.iter_mut().skip(queues) {
                     // Fewer queues than workers: a TX-only queue each (a sim NIC has plenty).
                     let queue = SimQueue::new(umem.clone(), rings, Source::Idle);
                     stats.push(queue.stats().clone());
-                    slots[w][p].push(Box::new(queue));
+                    worker_slots[p].push(Box::new(queue));
                 }
                 infos.push(PortInfo {
                     name: port.name.value.clone(),
@@ -211,6 +238,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                     queues,
                     mode: "sim".into(),
                     sim: stats,
+                    sim_rates: rates,
                     afxdp: Vec::new(),
                     complete_partial_checksums: false,
                     interface: None,
@@ -243,6 +271,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
                     mode: format!("{}/{}", d.attach, d.bind),
                     complete_partial_checksums: d.complete_partial_checksums,
                     sim: Vec::new(),
+                    sim_rates: Vec::new(),
                     afxdp: xp.queue_stats(),
                     interface: Some(a.interface.value.clone()),
                     tap: None,
@@ -252,12 +281,12 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
         }
     }
     let mut host = None;
-    let mut max_frames: Vec<usize> = cfg.ports.iter().map(|p| max_frame(p.mtu)).collect();
+    let mut max_frames: Vec<usize> = cfg.ports.iter().map(|p| max_frame(p.mtu.value)).collect();
     if let Some(h) = &cfg.host {
         let tap = TapDevice::create(&TapConfig {
             name: h.tap.value.clone(),
             mac: wasmswitch_tap::parse_mac(&h.mac.value)?,
-            mtu: h.mtu,
+            mtu: h.mtu.value,
             queues: h.workers.value,
         })
         .with_context(|| format!("host port `{}`", h.name.value))?;
@@ -285,18 +314,19 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
             queues: h.workers.value,
             mode: "io_uring".into(),
             sim: Vec::new(),
+            sim_rates: Vec::new(),
             afxdp: Vec::new(),
             complete_partial_checksums: false,
             interface: None,
             tap: Some(hp.stats().clone()),
         });
-        max_frames.push(max_frame(h.mtu));
+        max_frames.push(max_frame(h.mtu.value));
         host = Some(hp);
     }
     let host_port = cfg.host.as_ref().map(|_| cfg.ports.len() as PortId);
     let mut pipelines = Vec::new();
     for (w, worker_slots) in slots.into_iter().enumerate() {
-        let cache = PoolCache::new(pool.clone(), cfg.pool.cache, alloc);
+        let cache = PoolCache::new(pool.clone(), cfg.pool.cache.value, alloc);
         let stats = Arc::new(WorkerStats::new(w, infos.len(), cache.stats().clone()));
         let ports = worker_slots
             .into_iter()
@@ -318,37 +348,47 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
 
 /// Pins the calling thread to `cpu`.
 pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and
-    // sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes of it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_ZERO(&mut set);
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+    // SAFETY: cpu_set_t is plain data (a bit array); all zeroes is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_ZERO writes only inside `set`.
+    unsafe { libc::CPU_ZERO(&mut set) };
+    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: CPU_SET writes one bit inside `set`; `cpu` is within its size (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes of `set`.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
 
-fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, idle: Idle) {
+fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, mut idle: Idle) {
     let mut rounds: u64 = 0;
+    let mut seen = 0u64;
     loop {
         let n = pipe.poll();
         rounds += 1;
-        if rounds % 64 == 0 {
+        control.heartbeat.store(rounds, Ordering::Relaxed);
+        if rounds.is_multiple_of(64) {
+            // The FDB clock has one-second ticks: reading the time every 64 rounds is plenty.
             pipe.set_now(start.elapsed().as_secs() as u32);
-            if control.pending.load(Ordering::Acquire) {
-                control.pending.store(false, Ordering::Release);
-                let cmds = std::mem::take(&mut *control.commands.lock().unwrap_or_else(|e| e.into_inner()));
-                for cmd in cmds {
-                    match cmd {
-                        Command::SetIngress(p, stage) => drop(pipe.set_ingress(p, stage)),
-                        Command::SetPortUp(p, up) => pipe.set_port_up(p, up),
-                    }
+        }
+        let generation = control.generation.load(Ordering::Relaxed);
+        if generation != seen {
+            seen = generation;
+            // Pairs with the Release increment in `send`/`request_stop`.
+            fence(Ordering::Acquire);
+            let cmds = std::mem::take(&mut *control.commands.lock().unwrap_or_else(|e| e.into_inner()));
+            for cmd in cmds {
+                match cmd {
+                    Command::SetIngress(p, stage) => drop(pipe.set_ingress(p, stage)),
+                    Command::SetPortUp(p, up) => pipe.set_port_up(p, up),
+                    Command::SetIdle(i) => idle = i,
                 }
             }
-            if control.stop.load(Ordering::Acquire) {
+            if control.stop.load(Ordering::Relaxed) {
                 break;
             }
         }
@@ -379,8 +419,17 @@ fn housekeeping_loop(
     start: Instant,
     stop: Arc<AtomicBool>,
 ) {
+    let mut last: Vec<u64> = controls.iter().map(|c| c.rounds()).collect();
     while !stop.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(100));
+        let now_ms = start.elapsed().as_millis() as u64;
+        for (c, last) in controls.iter().zip(&mut last) {
+            let r = c.rounds();
+            if r != *last {
+                *last = r;
+                c.progress_ms.store(now_ms, Ordering::Relaxed);
+            }
+        }
         fdb.age(start.elapsed().as_secs() as u32);
         watched.retain(|(p, name)| {
             if interface_exists(name) {
@@ -441,7 +490,7 @@ impl Dataplane {
             let control = Arc::new(WorkerControl::default());
             let stats = pipe.stats().clone();
             let cpu = cfg.workers[w].cpu.as_ref().map(|c| c.value);
-            let idle = cfg.workers[w].idle;
+            let idle = cfg.workers[w].idle.value;
             let ctl = control.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("worker-{w}"))
@@ -454,7 +503,7 @@ impl Dataplane {
                     worker_loop(pipe, ctl, start, idle)
                 })
                 .context("cannot start a worker thread")?;
-            workers.push(WorkerHandle { stats, control, thread: Some(thread) });
+            workers.push(WorkerHandle { stats, control, thread: Mutex::new(Some(thread)) });
         }
         let stop_housekeeping = Arc::new(AtomicBool::new(false));
         let housekeeping = {
@@ -473,14 +522,14 @@ impl Dataplane {
                 .context("cannot start the housekeeping thread")?
         };
         Ok(Dataplane {
-            afxdp_ports: built.afxdp_ports,
-            host: built.host,
+            afxdp_ports: Mutex::new(built.afxdp_ports),
+            host: Mutex::new(built.host),
             pool: built.pool,
             fdb: built.fdb,
             ports: built.ports,
             workers,
             start,
-            housekeeping: Some(housekeeping),
+            housekeeping: Mutex::new(Some(housekeeping)),
             stop_housekeeping,
         })
     }
@@ -492,33 +541,63 @@ impl Dataplane {
         }
     }
 
-    /// True while every worker thread runs.
+    /// True while every worker thread runs and has completed a round recently.
     pub fn healthy(&self) -> bool {
-        self.workers.iter().all(|w| w.thread.as_ref().is_some_and(|t| !t.is_finished()))
+        self.health().is_ok()
+    }
+
+    /// Ok, or what is wrong with which worker: its thread ended, or it has not completed a
+    /// round within [`STALL_BOUND`].
+    pub fn health(&self) -> Result<(), String> {
+        let now_ms = self.start.elapsed().as_millis() as u64;
+        let mut bad = Vec::new();
+        for (i, w) in self.workers.iter().enumerate() {
+            let finished = w.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_none_or(|t| t.is_finished());
+            let since = now_ms.saturating_sub(w.control.progress_ms.load(Ordering::Relaxed));
+            if finished {
+                bad.push(format!("worker {i} has stopped"));
+            } else if since > STALL_BOUND.as_millis() as u64 {
+                bad.push(format!("worker {i} has not completed a round for {since} ms"));
+            }
+        }
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(bad.join("; "))
+        }
     }
 
     /// Stops the workers, waits for them to drain, and checks that every frame came back.
     pub fn stop(&mut self) -> Result<()> {
+        self.stop_shared()
+    }
+
+    /// [`Dataplane::stop`] through a shared reference (the daemon's control thread may still
+    /// hold one while a reload compiles). Idempotent: a second call finds nothing to stop.
+    pub fn stop_shared(&self) -> Result<()> {
         for w in &self.workers {
-            w.control.stop.store(true, Ordering::Release);
+            w.control.request_stop();
         }
         let mut panicked = 0;
-        for w in &mut self.workers {
-            if let Some(t) = w.thread.take() {
+        for w in &self.workers {
+            let t = w.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(t) = t {
                 if t.join().is_err() {
                     panicked += 1;
                 }
             }
         }
         self.stop_housekeeping.store(true, Ordering::Release);
-        if let Some(h) = self.housekeeping.take() {
+        let h = self.housekeeping.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = h {
             let _ = h.join();
         }
         // Workers closed their sockets; dropping the ports detaches the XDP programs.
-        self.afxdp_ports.clear();
+        self.afxdp_ports.lock().unwrap_or_else(|e| e.into_inner()).clear();
         // Host workers stop after the datapath workers and drain the rings between them; the
         // TAP goes away with its last descriptor.
-        if let Some(mut h) = self.host.take() {
+        let host = self.host.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut h) = host {
             h.stop();
         }
         if panicked > 0 {
@@ -531,7 +610,7 @@ impl Dataplane {
 
 impl Drop for Dataplane {
     fn drop(&mut self) {
-        if self.workers.iter().any(|w| w.thread.is_some()) {
+        if self.workers.iter_mut().any(|w| w.thread.get_mut().unwrap_or_else(|e| e.into_inner()).is_some()) {
             let _ = self.stop();
         }
     }

@@ -29,7 +29,7 @@ pub fn spec(cfg: &Config, file: &Path, s: &PluginSection) -> PluginSpec {
         },
         deadline: Duration::from_micros(s.deadline_us.value),
         memory_limit: s.memory_limit_kib.value * 1024,
-        max_faults: s.max_faults.max(1),
+        max_faults: s.max_faults.value.max(1),
     }
 }
 

@@ -53,7 +53,7 @@ impl VerdictStage for ToHost {
     fn run(&mut self, _b: &BatchView<'_>, verdicts: &mut [Verdict]) {
         for v in verdicts {
             self.n += 1;
-            if self.n % self.every == 0 {
+            if self.n.is_multiple_of(self.every) {
                 *v = Verdict::Host;
             }
         }
@@ -134,7 +134,14 @@ fn host_reaches_a_namespace_host_through_the_switch() {
     assert!(out.status.success(), "host -> h1 through TAP and AF_XDP: {}", String::from_utf8_lossy(&out.stdout));
     assert!(lab.hosts[0].ping("10.77.26.254", 3).unwrap(), "h1 -> host");
     let tap_stats = dp.ports[1].tap.clone().expect("host port has TAP stats");
-    let t = tap_stats.totals();
+    // `delivered` moves after the write completes, which can be after ping read the reply:
+    // poll it (bounded) rather than read it once.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut t = tap_stats.totals();
+    while !(t.delivered >= 3 && t.tap_rx_packets >= 3) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+        t = tap_stats.totals();
+    }
     assert!(t.delivered >= 3 && t.tap_rx_packets >= 3, "both directions went through the TAP: {t:?}");
     dp.stop().expect("no frame leaked");
     drop(dp);

@@ -226,11 +226,11 @@ fn millions_of_random_frames_leak_nothing() {
     while received < 2_000_000 {
         received += pipe.poll();
         round += 1;
-        if round % 1000 == 0 {
+        if round.is_multiple_of(1000) {
             fdb.age(round / 1000);
             pipe.set_now(round / 1000);
             // Ports going down and up again mid-traffic.
-            pipe.set_port_up(1, round % 3000 != 0);
+            pipe.set_port_up(1, !round.is_multiple_of(3000));
         }
     }
     pipe.shutdown();

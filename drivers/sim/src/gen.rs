@@ -93,6 +93,11 @@ impl TrafficGen {
         Self { frames, next: 0, pacer: None }
     }
 
+    /// The shared rate of a rate-limited generator (see [`crate::SimQueue::rate_handle`]).
+    pub fn rate_handle(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicU64>> {
+        self.pacer.as_ref().map(|p| p.rate().clone())
+    }
+
     /// How many packets to generate this burst (rate limiting happens here, once per burst).
     #[inline]
     pub fn budget(&mut self, max: usize) -> usize {

@@ -14,6 +14,7 @@
 //! no syscalls: this is what micro benchmarks and logic tests drive.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -101,6 +102,15 @@ impl SimQueue {
 
     pub fn stats(&self) -> &Arc<SimStats> {
         &self.stats
+    }
+
+    /// The generator's rate (packets per second), when it has one: storing into it changes the
+    /// rate of the running queue at its next burst.
+    pub fn rate_handle(&self) -> Option<Arc<AtomicU64>> {
+        match &self.source {
+            Source::Gen(g) => g.rate_handle(),
+            _ => None,
+        }
     }
 
     /// The driver's half of RX: keep the fill ring stocked, in bulk, once a burst's worth (or a
@@ -212,21 +222,35 @@ impl PortQueue for SimQueue {
     }
 }
 
-/// A rate limiter for generated traffic, checked once per burst.
+/// A rate limiter for generated traffic, checked once per burst. The rate lives in a shared
+/// atomic so that a reload can change it on a running queue: the pacer loads it (relaxed) once
+/// per burst and restarts its schedule when it moved.
 #[derive(Debug)]
 pub(crate) struct Pacer {
     pps: f64,
     start: Instant,
     sent: u64,
+    rate: Arc<AtomicU64>,
+    seen: u64,
 }
 
 impl Pacer {
     pub(crate) fn new(pps: u64) -> Self {
-        Self { pps: pps as f64, start: Instant::now(), sent: 0 }
+        Self { pps: pps as f64, start: Instant::now(), sent: 0, rate: Arc::new(AtomicU64::new(pps)), seen: pps }
+    }
+
+    /// The rate in packets per second, shared: storing into it changes the pacer's rate.
+    pub(crate) fn rate(&self) -> &Arc<AtomicU64> {
+        &self.rate
     }
 
     /// How many packets may be sent now, at most `max`.
     pub(crate) fn budget(&mut self, max: usize) -> usize {
+        let r = self.rate.load(Ordering::Relaxed);
+        if r != self.seen {
+            // A new rate starts a new schedule (no burst to catch up, no debt).
+            *self = Self { rate: self.rate.clone(), ..Self::new(r) };
+        }
         let due = (self.start.elapsed().as_secs_f64() * self.pps) as u64;
         let n = due.saturating_sub(self.sent).min(max as u64) as usize;
         self.sent += n as u64;

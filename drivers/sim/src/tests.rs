@@ -95,3 +95,20 @@ fn pacer_limits_rate() {
     let b = g.budget(64);
     assert!((10..=40).contains(&b), "about 20 packets due after 20 ms at 1 kpps, got {b}");
 }
+
+#[test]
+fn the_rate_of_a_running_generator_can_be_changed() {
+    let spec = TrafficSpec { rate_pps: Some(1), ..Default::default() };
+    let mut g = TrafficGen::new(&spec);
+    let rate = g.rate_handle().expect("a paced generator has a rate");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(g.budget(64), 0, "1 pps: nothing due after 100 ms");
+    // Without a new schedule, 1 kpps over the 100 ms already gone would be 100 packets due.
+    rate.store(1000, std::sync::atomic::Ordering::Relaxed);
+    assert!(g.budget(64) <= 1, "a new rate starts a new schedule, without a catch-up burst");
+    rate.store(1_000_000, std::sync::atomic::Ordering::Relaxed);
+    g.budget(64);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(g.budget(64), 64, "1 Mpps: 5000 due after 5 ms, capped at the burst");
+    assert!(TrafficGen::new(&TrafficSpec::default()).rate_handle().is_none(), "unlimited has no rate");
+}

@@ -168,6 +168,19 @@ fn wait_gone(name: &str) -> bool {
     false
 }
 
+/// The host port's totals once `done` holds, or after 5 s (the caller's assertions then say
+/// what was missing). Counters another thread updates are polled, never read just once.
+fn totals_when(host: &HostPort, done: impl Fn(&wasmswitch_tap::TapTotals) -> bool) -> wasmswitch_tap::TapTotals {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let t = host.stats().totals();
+        if done(&t) || Instant::now() >= deadline {
+            return t;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 fn deliver_and_read_back(uring: UringOptions, bulk: usize) {
     let name = unique_name();
     let pool = pool(1024);
@@ -206,11 +219,14 @@ fn deliver_and_read_back(uring: UringOptions, bulk: usize) {
     let mut bulk_ret = BulkReturn::new();
     q.complete(&mut cache, &mut bulk_ret);
     bulk_ret.flush(&mut cache);
-    let t = host.stats().totals();
+    // The host worker counts a list after io_uring reports it written, so the frames can be
+    // read here before the counter moves: wait for it (bounded) instead of reading it once.
+    let lists = (N as u64).div_ceil(bulk as u64);
+    let t = totals_when(&host, |t| t.delivered >= N as u64 && t.batch_hist.iter().sum::<u64>() >= lists);
     assert_eq!(t.delivered, N as u64);
     assert_eq!(t.ring_full, 0);
     assert_eq!(t.write_errors, 0);
-    assert!(t.batch_hist.iter().sum::<u64>() >= (N as u64).div_ceil(bulk as u64));
+    assert!(t.batch_hist.iter().sum::<u64>() >= lists);
     let max_bucket = wasmswitch_tap::BATCH_BUCKETS.iter().position(|&b| b >= bulk).unwrap();
     assert!(t.batch_hist[max_bucket + 1..].iter().all(|&c| c == 0), "no list larger than the bulk: {:?}", t.batch_hist);
     eprintln!("features {:?}, totals {t:?}", host.features()[0]);

@@ -47,13 +47,15 @@ pub struct FdbStats {
 pub struct Fdb {
     buckets: Box<[Bucket]>,
     mask: usize,
-    aging_ticks: u32,
+    /// Read only by the aging sweep, so an atomic (relaxed) costs the datapath nothing and lets
+    /// a reload change it on a running table.
+    aging_ticks: AtomicU32,
     pub stats: FdbStats,
 }
 
 impl std::fmt::Debug for Fdb {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fdb").field("capacity", &self.capacity()).field("aging_ticks", &self.aging_ticks).finish()
+        f.debug_struct("Fdb").field("capacity", &self.capacity()).field("aging_ticks", &self.aging_ticks()).finish()
     }
 }
 
@@ -75,9 +77,19 @@ impl Fdb {
         Self {
             buckets: (0..buckets).map(|_| Bucket { slots: Default::default(), seen: Default::default() }).collect(),
             mask: buckets - 1,
-            aging_ticks,
+            aging_ticks: AtomicU32::new(aging_ticks),
             stats: FdbStats::default(),
         }
+    }
+
+    /// Ticks an entry may stay silent before the sweep forgets it.
+    pub fn aging_ticks(&self) -> u32 {
+        self.aging_ticks.load(Ordering::Relaxed)
+    }
+
+    /// Changes the aging time; the next sweep uses it.
+    pub fn set_aging_ticks(&self, ticks: u32) {
+        self.aging_ticks.store(ticks, Ordering::Relaxed);
     }
 
     pub fn capacity(&self) -> usize {
@@ -174,6 +186,7 @@ impl Fdb {
     /// housekeeping thread (it owns `stats.aged`).
     pub fn age(&self, now: u32) -> usize {
         let mut aged = 0;
+        let aging_ticks = self.aging_ticks();
         for b in self.buckets.iter() {
             for (i, s) in b.slots.iter().enumerate() {
                 let v = s.load(Ordering::Acquire);
@@ -181,7 +194,7 @@ impl Fdb {
                     continue;
                 }
                 let seen = b.seen[i].load(Ordering::Relaxed);
-                if now.wrapping_sub(seen) > self.aging_ticks
+                if now.wrapping_sub(seen) > aging_ticks
                     && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
                 {
                     aged += 1;
@@ -260,6 +273,12 @@ mod tests {
         assert_eq!(f.lookup(mac(1)), None);
         assert_eq!(f.lookup(mac(2)), Some(2));
         assert_eq!(f.stats.aged.get(), 1);
+        // A longer aging time set on the running table applies to the next sweep.
+        f.set_aging_ticks(100);
+        assert_eq!(f.age(50), 0);
+        assert_eq!(f.lookup(mac(2)), Some(2));
+        f.set_aging_ticks(5);
+        assert_eq!(f.age(50), 1);
     }
 
     #[test]

@@ -446,8 +446,8 @@ impl PluginEngine {
                 "max_faults and deadline must be positive and memory_limit at least 64 KiB",
             ));
         }
-        let bytes =
-            std::fs::read(&spec.path).map_err(|e| err(spec, ErrorKind::Io, format!("{}: {e}", spec.path.display())))?;
+        let bytes = read_regular_file(&spec.path, MAX_PLUGIN_BYTES)
+            .map_err(|e| err(spec, ErrorKind::Io, format!("{}: {e}", spec.path.display())))?;
         let (component, from_cache) = self.load_component(spec, &bytes)?;
         let ty = component.component_type();
 
@@ -500,6 +500,39 @@ impl PluginEngine {
 }
 
 /// A compiled, linked, checked plugin: makes one [`WasmStage`] per worker. `Send + Sync`.
+/// Largest plugin file accepted (a component is typically tens to hundreds of KiB).
+pub const MAX_PLUGIN_BYTES: u64 = 64 << 20;
+
+/// Reads `path` if it is a regular file of at most `max` bytes. The file is opened with
+/// O_NONBLOCK and checked with fstat before any read, so a FIFO, socket or device put where a
+/// file was expected is refused at once instead of blocking the reader (a FIFO with no writer
+/// would block a plain open forever).
+pub fn read_regular_file(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("file is {} bytes, more than the limit of {max}", meta.len()),
+        ));
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    // take(max + 1): a file that grows while it is read is still caught by the limit.
+    file.take(max + 1).read_to_end(&mut data)?;
+    if data.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("file grew past the limit of {max} bytes"),
+        ));
+    }
+    Ok(data)
+}
+
 pub struct PluginFactory {
     engine: Arc<PluginEngine>,
     spec: PluginSpec,
@@ -778,5 +811,18 @@ mod tests {
             assert!(matches!(w.expired(), UpdateDeadline::Continue(3)));
         }
         assert!(matches!(w.expired(), UpdateDeadline::Interrupt));
+    }
+
+    #[test]
+    fn only_regular_files_within_the_limit_are_read() {
+        let p = std::env::temp_dir().join(format!("wasmswitch-read-{}", std::process::id()));
+        std::fs::write(&p, b"0123456789").unwrap();
+        assert_eq!(read_regular_file(&p, 10).unwrap(), b"0123456789");
+        let e = read_regular_file(&p, 9).unwrap_err();
+        assert!(e.to_string().contains("10 bytes, more than the limit of 9"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+        // A device (and a FIFO likewise) is refused after open(O_NONBLOCK) + fstat, unread.
+        let e = read_regular_file(Path::new("/dev/zero"), 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 }

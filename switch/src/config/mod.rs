@@ -8,7 +8,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_saphyr::{Location, Spanned};
 
 /// A configuration error with its position in the file.
@@ -34,7 +34,7 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// How workers forward.
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Learning switch (the default).
@@ -47,14 +47,14 @@ pub enum Mode {
     Cross,
 }
 
-#[derive(Deserialize, Debug, Clone, Default)]
+#[derive(Deserialize, Serialize, Debug, Clone, Default)]
 #[serde(deny_unknown_fields)]
 pub struct SwitchSection {
     #[serde(default)]
     pub mode: Mode,
 }
 
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsSection {
     /// Address of the HTTP endpoint (`/metrics`, `/healthz`, `/api/v1/...`); localhost by default.
@@ -72,7 +72,7 @@ impl Default for MetricsSection {
     }
 }
 
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSection {
     /// Frames in the UMEM shared by every port.
@@ -83,10 +83,10 @@ pub struct PoolSection {
     pub frame_size: Spanned<u32>,
     /// Per-worker alloc cache (page_pool's is 128).
     #[serde(default = "default_cache")]
-    pub cache: usize,
+    pub cache: Spanned<usize>,
     /// Shared recycle ring entries.
     #[serde(default = "default_ring")]
-    pub ring: usize,
+    pub ring: Spanned<usize>,
 }
 
 fn default_frames() -> Spanned<u32> {
@@ -97,11 +97,16 @@ fn default_frames() -> Spanned<u32> {
 fn default_frame_size() -> Spanned<u32> {
     Spanned::new(2048, Location::UNKNOWN, Location::UNKNOWN)
 }
-fn default_cache() -> usize {
-    128
+fn default_cache() -> Spanned<usize> {
+    unknown(128)
 }
-fn default_ring() -> usize {
-    2048
+fn default_ring() -> Spanned<usize> {
+    unknown(2048)
+}
+
+/// A default value: it has no place in the file.
+fn unknown<T>(v: T) -> Spanned<T> {
+    Spanned::new(v, Location::UNKNOWN, Location::UNKNOWN)
 }
 
 impl Default for PoolSection {
@@ -115,21 +120,21 @@ impl Default for PoolSection {
     }
 }
 
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct FdbSection {
     #[serde(default = "default_fdb_capacity")]
-    pub capacity: usize,
+    pub capacity: Spanned<usize>,
     /// Seconds a MAC may stay silent before it is forgotten.
     #[serde(default = "default_aging")]
-    pub aging_seconds: u32,
+    pub aging_seconds: Spanned<u32>,
 }
 
-fn default_fdb_capacity() -> usize {
-    16384
+fn default_fdb_capacity() -> Spanned<usize> {
+    unknown(16384)
 }
-fn default_aging() -> u32 {
-    300
+fn default_aging() -> Spanned<u32> {
+    unknown(300)
 }
 
 impl Default for FdbSection {
@@ -139,7 +144,7 @@ impl Default for FdbSection {
 }
 
 /// What a worker does when a round finds no packet.
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Idle {
     /// Spin (lowest latency, one core at 100%).
@@ -149,31 +154,35 @@ pub enum Idle {
     Sleep,
 }
 
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerSection {
     /// CPU to pin the worker to; unpinned when absent.
     #[serde(default)]
     pub cpu: Option<Spanned<usize>>,
-    #[serde(default)]
-    pub idle: Idle,
+    #[serde(default = "default_idle")]
+    pub idle: Spanned<Idle>,
 }
 
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+fn default_idle() -> Spanned<Idle> {
+    unknown(Idle::Poll)
+}
+
+#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum DriverKind {
     Sim,
     Afxdp,
 }
 
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct PortSection {
     pub name: Spanned<String>,
     pub driver: Spanned<DriverKind>,
     /// Largest L3 payload; frames longer than mtu + 14 + 8 (two VLAN tags) are dropped.
     #[serde(default = "default_mtu")]
-    pub mtu: u32,
+    pub mtu: Spanned<u32>,
     #[serde(default)]
     pub sim: Option<Spanned<SimSection>>,
     #[serde(default)]
@@ -185,7 +194,7 @@ pub struct PortSection {
 }
 
 /// What a plugin's packets get when it faults or is quarantined.
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum OnError {
     #[default]
@@ -194,7 +203,7 @@ pub enum OnError {
 }
 
 /// One plugin of a port's ingress chain.
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct PluginSection {
     pub name: Spanned<String>,
@@ -217,7 +226,7 @@ pub struct PluginSection {
     pub memory_limit_kib: Spanned<usize>,
     /// Faults on one worker before the plugin is quarantined there.
     #[serde(default = "default_max_faults")]
-    pub max_faults: u32,
+    pub max_faults: Spanned<u32>,
 }
 
 fn default_header_bytes() -> Spanned<u16> {
@@ -229,21 +238,21 @@ fn default_deadline_us() -> Spanned<u64> {
 fn default_memory_kib() -> Spanned<usize> {
     Spanned::new(16384, Location::UNKNOWN, Location::UNKNOWN)
 }
-fn default_max_faults() -> u32 {
-    3
+fn default_max_faults() -> Spanned<u32> {
+    unknown(3)
 }
 
-fn default_mtu() -> u32 {
-    1500
+fn default_mtu() -> Spanned<u32> {
+    unknown(1500)
 }
 
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct SimSection {
     #[serde(default = "one")]
     pub queues: Spanned<u16>,
     #[serde(default = "default_ring_size")]
-    pub ring_size: usize,
+    pub ring_size: Spanned<usize>,
     /// Generated traffic arriving on this port; none when absent.
     #[serde(default)]
     pub traffic: Option<TrafficSection>,
@@ -258,24 +267,24 @@ impl Default for SimSection {
 fn one() -> Spanned<u16> {
     Spanned::new(1, Location::UNKNOWN, Location::UNKNOWN)
 }
-fn default_ring_size() -> usize {
-    1024
+fn default_ring_size() -> Spanned<usize> {
+    unknown(1024)
 }
 
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct TrafficSection {
     /// Packets per second per queue; unlimited when absent.
     #[serde(default)]
-    pub rate_pps: Option<u64>,
+    pub rate_pps: Option<Spanned<u64>>,
     #[serde(default = "default_src_macs")]
-    pub src_macs: u32,
+    pub src_macs: Spanned<u32>,
     #[serde(default = "default_sizes")]
     pub frame_sizes: Spanned<Vec<usize>>,
     #[serde(default = "default_bcast")]
     pub broadcast_percent: Spanned<f64>,
     #[serde(default = "default_flows")]
-    pub flows: u32,
+    pub flows: Spanned<u32>,
     #[serde(default)]
     pub vlan: Option<Spanned<u16>>,
     /// Ports whose hosts this traffic is addressed to (default: every other sim port).
@@ -283,8 +292,8 @@ pub struct TrafficSection {
     pub to: Option<Vec<Spanned<String>>>,
 }
 
-fn default_src_macs() -> u32 {
-    256
+fn default_src_macs() -> Spanned<u32> {
+    unknown(256)
 }
 fn default_sizes() -> Spanned<Vec<usize>> {
     Spanned::new(vec![64], Location::UNKNOWN, Location::UNKNOWN)
@@ -292,11 +301,11 @@ fn default_sizes() -> Spanned<Vec<usize>> {
 fn default_bcast() -> Spanned<f64> {
     Spanned::new(5.0, Location::UNKNOWN, Location::UNKNOWN)
 }
-fn default_flows() -> u32 {
-    1024
+fn default_flows() -> Spanned<u32> {
+    unknown(1024)
 }
 
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum AttachMode {
     /// Chosen by the driver profile.
@@ -306,7 +315,7 @@ pub enum AttachMode {
     Generic,
 }
 
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum BindMode {
     #[default]
@@ -315,7 +324,7 @@ pub enum BindMode {
     Zerocopy,
 }
 
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct AfxdpSection {
     pub interface: Spanned<String>,
@@ -335,7 +344,7 @@ pub struct AfxdpSection {
     pub partial_checksums: PartialChecksums,
 }
 
-#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum PartialChecksums {
     /// Chosen by the driver profile.
@@ -348,7 +357,7 @@ pub enum PartialChecksums {
 /// The host port: a TAP device the switch creates (and removes on exit), served by host
 /// workers over io_uring. To L2 it is a normal port (learned, flooded to); verdict `host` sends
 /// frames there.
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct HostSection {
     /// The port's name in the switch (metrics, API, `to:` lists).
@@ -360,7 +369,7 @@ pub struct HostSection {
     #[serde(default = "default_host_mac")]
     pub mac: Spanned<String>,
     #[serde(default = "default_mtu")]
-    pub mtu: u32,
+    pub mtu: Spanned<u32>,
     /// Host worker threads (one TAP queue each).
     #[serde(default = "one_usize")]
     pub workers: Spanned<usize>,
@@ -389,7 +398,7 @@ fn default_host_bulk() -> Spanned<usize> {
 }
 
 /// The whole file.
-#[derive(Deserialize, Debug, Clone)]
+#[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
@@ -405,31 +414,93 @@ pub struct Config {
     pub ports: Vec<PortSection>,
     #[serde(default)]
     pub host: Option<HostSection>,
+    /// The file's text and name, kept to locate the keys a reload changes.
+    #[serde(skip)]
+    pub source: String,
+    #[serde(skip)]
+    pub file: PathBuf,
 }
 
 fn default_workers() -> Vec<WorkerSection> {
-    vec![WorkerSection { cpu: None, idle: Idle::Poll }]
+    vec![WorkerSection { cpu: None, idle: default_idle() }]
+}
+
+/// Largest config file accepted.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Ranges of the numeric keys (inclusive). The README's configuration reference lists them;
+/// within them every product `frames_needed` forms fits easily in a u64, and `run` starts.
+pub mod range {
+    pub const FRAMES: (u32, u32) = (1024, 1 << 20);
+    pub const CACHE: (usize, usize) = (16, 4096);
+    pub const RING: (usize, usize) = (16, 1 << 20);
+    pub const FDB_CAPACITY: (usize, usize) = (64, 1 << 24);
+    pub const AGING_SECONDS: (u32, u32) = (1, 86_400);
+    pub const WORKERS: (usize, usize) = (1, 64);
+    pub const PORTS: (usize, usize) = (1, 64);
+    pub const MTU_MIN: u32 = 68;
+    pub const SIM_QUEUES: (u16, u16) = (1, 64);
+    pub const SIM_RING: (usize, usize) = (64, 16384);
+    pub const RATE_PPS: (u64, u64) = (1, 1_000_000_000);
+    pub const SRC_MACS: (u32, u32) = (1, 1 << 20);
+    pub const FLOWS: (u32, u32) = (1, 1 << 20);
+    pub const FRAME_SIZES_LEN: (usize, usize) = (1, 1024);
+    pub const AFXDP_QUEUES_LEN: (usize, usize) = (1, 64);
+    pub const AFXDP_QUEUE_ID: (u32, u32) = (0, 1023);
+    pub const AFXDP_RING: (u32, u32) = (64, 16384);
+    pub const PLUGINS_PER_PORT: (usize, usize) = (0, 8);
+    pub const HEADER_BYTES: (u16, u16) = (0, 1024);
+    /// 10 ms: a plugin that spins is stopped after one to two deadlines, so one call holds
+    /// its worker for at most about 20 ms.
+    pub const DEADLINE_US: (u64, u64) = (10, 10_000);
+    pub const MEMORY_KIB: (usize, usize) = (64, 4_194_304);
+    /// With the deadline bound, a plugin that overruns every call costs its worker at most
+    /// 100 × 20 ms = 2 s in all before it is quarantined (and answers by `on_error` after).
+    pub const MAX_FAULTS: (u32, u32) = (1, 100);
+    /// Sum of `deadline_us` over every plugin of every port: a round in which every plugin
+    /// overruns takes at most about twice this (200 ms), which bounds how late a worker sees
+    /// a stop or a swap and stays inside `/healthz`'s 1 s stall bound.
+    pub const MAX_TOTAL_DEADLINE_US: u64 = 100_000;
+    pub const HOST_WORKERS: (usize, usize) = (1, 16);
+    pub const HOST_BULK: (usize, usize) = (1, 64);
+    pub const HOST_RING: (usize, usize) = (16, 65536);
+}
+
+/// `a`, or `b` when `a` is a default with no place in the file.
+fn or_loc(a: Location, b: Location) -> Location {
+    if a == Location::UNKNOWN {
+        b
+    } else {
+        a
+    }
+}
+
+/// Largest MTU a frame of `frame_size` bytes carries: 256 bytes of headroom, Ethernet header
+/// and two VLAN tags (22 bytes) come off (1770 for 2048, 3818 for 4096).
+pub fn max_mtu(frame_size: u32) -> u32 {
+    frame_size.saturating_sub(256 + 22)
 }
 
 impl Config {
-    /// Reads, parses and checks `path`.
+    /// Reads, parses and checks `path`. Only a regular file is read (a FIFO or device in its
+    /// place is refused without blocking), and at most [`MAX_CONFIG_BYTES`] of it.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_owned(),
-            line: 0,
-            column: 0,
-            message: format!("cannot read the config file: {e}"),
-        })?;
+        let whole = |message: String| ConfigError { file: path.to_owned(), line: 0, column: 0, message };
+        let bytes = wasmswitch_plugin_host::read_regular_file(path, MAX_CONFIG_BYTES)
+            .map_err(|e| whole(format!("cannot read the config file: {e}")))?;
+        let text = String::from_utf8(bytes).map_err(|_| whole("cannot read the config file: not UTF-8 text".into()))?;
         Self::parse(&text, path)
     }
 
     /// Parses and checks `text` (named `path` in errors).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let cfg: Config = serde_saphyr::from_str(text).map_err(|e| {
+        let mut cfg: Config = serde_saphyr::from_str(text).map_err(|e| {
             let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((0, 0));
             ConfigError { file: path.to_owned(), line, column, message: plain_message(&e, text, line) }
         })?;
         cfg.check(path)?;
+        cfg.source = text.to_owned();
+        cfg.file = path.to_owned();
         Ok(cfg)
     }
 
@@ -462,8 +533,26 @@ impl Config {
             column: loc.column(),
             message,
         };
+        // `key` out of [lo, hi]: located at the value, naming the key and the range.
+        fn within<T: PartialOrd + fmt::Display + Copy>(
+            err: &impl Fn(Location, String) -> ConfigError,
+            key: &str,
+            v: &Spanned<T>,
+            (lo, hi): (T, T),
+        ) -> Result<(), ConfigError> {
+            if v.value < lo || v.value > hi {
+                return Err(err(v.referenced, format!("{key} {} is out of range: expected {lo}-{hi}", v.value)));
+            }
+            Ok(())
+        }
         if self.ports.is_empty() {
             return Err(err(Location::UNKNOWN, "`ports` is empty: a switch needs at least one port".into()));
+        }
+        if self.ports.len() > range::PORTS.1 {
+            return Err(err(
+                self.ports[range::PORTS.1].name.referenced,
+                format!("too many ports ({}): at most {}", self.ports.len(), range::PORTS.1),
+            ));
         }
         if self.metrics.listen.value.parse::<SocketAddr>().is_err() {
             return Err(err(
@@ -481,8 +570,20 @@ impl Config {
                 format!("pool.frame_size {fs} is not supported: expected 2048 or 4096"),
             ));
         }
+        within(&err, "pool.frames", &self.pool.frames, range::FRAMES)?;
+        within(&err, "pool.cache", &self.pool.cache, range::CACHE)?;
+        within(&err, "pool.ring", &self.pool.ring, range::RING)?;
+        within(&err, "fdb.capacity", &self.fdb.capacity, range::FDB_CAPACITY)?;
+        within(&err, "fdb.aging_seconds", &self.fdb.aging_seconds, range::AGING_SECONDS)?;
         if self.workers.is_empty() {
             return Err(err(Location::UNKNOWN, "`workers` is empty: at least one worker is needed".into()));
+        }
+        if self.workers.len() > range::WORKERS.1 {
+            let extra = &self.workers[range::WORKERS.1];
+            return Err(err(
+                or_loc(extra.idle.referenced, extra.cpu.as_ref().map_or(Location::UNKNOWN, |c| c.referenced)),
+                format!("too many workers ({}): at most {}", self.workers.len(), range::WORKERS.1),
+            ));
         }
         let cpus = online_cpus();
         let mut used_cpus: HashMap<usize, Location> = HashMap::new();
@@ -502,7 +603,9 @@ impl Config {
                 }
             }
         }
+        let mtu_range = (range::MTU_MIN, max_mtu(fs));
         let mut names: HashMap<&str, Location> = HashMap::new();
+        let mut total_deadline_us: u64 = 0;
         for p in &self.ports {
             let name = &p.name.value;
             if name.is_empty()
@@ -520,16 +623,23 @@ impl Config {
                     format!("duplicate port name `{name}` (first defined at line {})", first.line()),
                 ));
             }
-            if !(68..=9000).contains(&p.mtu) {
+            if !(mtu_range.0..=mtu_range.1).contains(&p.mtu.value) {
                 return Err(err(
-                    p.name.referenced,
-                    format!("port `{name}`: mtu {} is out of range: expected 68-9000", p.mtu),
+                    or_loc(p.mtu.referenced, p.name.referenced),
+                    format!(
+                        "port `{name}`: mtu {} is out of range: expected {}-{} ({fs}-byte frames less 256 bytes of headroom and 22 of Ethernet and VLAN headers)",
+                        p.mtu.value, mtu_range.0, mtu_range.1
+                    ),
                 ));
             }
-            if p.mtu as usize + 22 > fs as usize - 256 {
+            if p.plugins.len() > range::PLUGINS_PER_PORT.1 {
                 return Err(err(
-                    p.name.referenced,
-                    format!("port `{name}`: mtu {} does not fit a {fs}-byte frame with 256 bytes of headroom", p.mtu),
+                    p.plugins[range::PLUGINS_PER_PORT.1].name.referenced,
+                    format!(
+                        "port `{name}`: {} plugins: at most {} per port",
+                        p.plugins.len(),
+                        range::PLUGINS_PER_PORT.1
+                    ),
                 ));
             }
             let mut plugin_names: HashMap<&str, Location> = HashMap::new();
@@ -544,34 +654,41 @@ impl Config {
                         ),
                     ));
                 }
-                if pl.header_bytes.value > 1024 {
+                within(&err, "header_bytes", &pl.header_bytes, range::HEADER_BYTES)?;
+                within(&err, "deadline_us", &pl.deadline_us, range::DEADLINE_US)?;
+                within(&err, "memory_limit_kib", &pl.memory_limit_kib, range::MEMORY_KIB)?;
+                within(&err, "max_faults", &pl.max_faults, range::MAX_FAULTS)?;
+                total_deadline_us = total_deadline_us.saturating_add(pl.deadline_us.value);
+                if total_deadline_us > range::MAX_TOTAL_DEADLINE_US {
                     return Err(err(
-                        pl.header_bytes.referenced,
-                        format!("header_bytes {} is out of range: expected 0-1024", pl.header_bytes.value),
-                    ));
-                }
-                if !(10..=1_000_000).contains(&pl.deadline_us.value) {
-                    return Err(err(
-                        pl.deadline_us.referenced,
-                        format!("deadline_us {} is out of range: expected 10-1000000", pl.deadline_us.value),
-                    ));
-                }
-                if !(64..=4_194_304).contains(&pl.memory_limit_kib.value) {
-                    return Err(err(
-                        pl.memory_limit_kib.referenced,
-                        format!("memory_limit_kib {} is out of range: expected 64-4194304", pl.memory_limit_kib.value),
+                        or_loc(pl.deadline_us.referenced, pl.name.referenced),
+                        format!(
+                            "plugin `{}`: the plugins' deadline_us add up to more than {} µs; a worker runs every chain in one round, so lower some deadlines",
+                            pl.name.value,
+                            range::MAX_TOTAL_DEADLINE_US
+                        ),
                     ));
                 }
                 let file = self.plugin_path(path, &pl.path.value);
-                if !file.is_file() {
-                    return Err(err(
-                        pl.path.referenced,
-                        format!(
-                            "plugin `{}`: no such file {} (build plugins with plugins/build.sh)",
-                            pl.name.value,
-                            file.display()
-                        ),
-                    ));
+                // stat, not open: a FIFO here must not block the check.
+                match std::fs::metadata(&file) {
+                    Ok(m) if m.is_file() => {}
+                    Ok(_) => {
+                        return Err(err(
+                            pl.path.referenced,
+                            format!("plugin `{}`: {} is not a regular file", pl.name.value, file.display()),
+                        ))
+                    }
+                    Err(_) => {
+                        return Err(err(
+                            pl.path.referenced,
+                            format!(
+                                "plugin `{}`: no such file {} (build plugins with plugins/build.sh)",
+                                pl.name.value,
+                                file.display()
+                            ),
+                        ))
+                    }
                 }
             }
             match p.driver.value {
@@ -609,18 +726,38 @@ impl Config {
                         ));
                     }
                     if let Some(q) = &a.value.queues {
-                        if q.value.is_empty() {
+                        let (lo, hi) = range::AFXDP_QUEUES_LEN;
+                        if !(lo..=hi).contains(&q.value.len()) {
                             return Err(err(
                                 q.referenced,
-                                "afxdp.queues is empty: list at least one queue id, or leave it out for all".into(),
+                                format!(
+                                    "afxdp.queues lists {} queue ids: expected {lo}-{hi}, or leave it out for all",
+                                    q.value.len()
+                                ),
                             ));
+                        }
+                        let (lo, hi) = range::AFXDP_QUEUE_ID;
+                        if let Some(bad) = q.value.iter().find(|&&id| !(lo..=hi).contains(&id)) {
+                            return Err(err(
+                                q.referenced,
+                                format!("afxdp.queues: queue id {bad} is out of range: expected {lo}-{hi}"),
+                            ));
+                        }
+                        let mut seen = q.value.clone();
+                        seen.sort_unstable();
+                        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+                            return Err(err(q.referenced, format!("afxdp.queues: queue id {} is listed twice", w[0])));
                         }
                     }
                     if let Some(r) = &a.value.ring_size {
-                        if !r.value.is_power_of_two() || !(64..=16384).contains(&r.value) {
+                        let (lo, hi) = range::AFXDP_RING;
+                        if !r.value.is_power_of_two() || !(lo..=hi).contains(&r.value) {
                             return Err(err(
                                 r.referenced,
-                                format!("ring_size {} is not valid: expected a power of two from 64 to 16384", r.value),
+                                format!(
+                                    "ring_size {} is not valid: expected a power of two from {lo} to {hi}",
+                                    r.value
+                                ),
                             ));
                         }
                     }
@@ -642,30 +779,22 @@ impl Config {
             if let Err(e) = wasmswitch_tap::parse_mac(&h.mac.value) {
                 return Err(err(h.mac.referenced, format!("{e}")));
             }
-            if !(1..=16).contains(&h.workers.value) {
-                return Err(err(
-                    h.workers.referenced,
-                    format!("host.workers {} is out of range: expected 1-16", h.workers.value),
-                ));
-            }
-            if !(1..=64).contains(&h.bulk.value) {
-                return Err(err(
-                    h.bulk.referenced,
-                    format!("host.bulk {} is out of range: expected 1-64", h.bulk.value),
-                ));
-            }
-            if !h.ring_size.value.is_power_of_two() || !(16..=65536).contains(&h.ring_size.value) {
+            within(&err, "host.mtu", &h.mtu, mtu_range)?;
+            within(&err, "host.workers", &h.workers, range::HOST_WORKERS)?;
+            within(&err, "host.bulk", &h.bulk, range::HOST_BULK)?;
+            let (lo, hi) = range::HOST_RING;
+            if !h.ring_size.value.is_power_of_two() || !(lo..=hi).contains(&h.ring_size.value) {
                 return Err(err(
                     h.ring_size.referenced,
                     format!(
-                        "host.ring_size {} is not valid: expected a power of two from 16 to 65536",
+                        "host.ring_size {} is not valid: expected a power of two from {lo} to {hi}",
                         h.ring_size.value
                     ),
                 ));
             }
         }
         let needed = self.frames_needed();
-        if (self.pool.frames.value as usize) < needed {
+        if u64::from(self.pool.frames.value) < needed {
             return Err(err(
                 self.pool.frames.referenced,
                 format!(
@@ -683,13 +812,32 @@ impl Config {
         sim: &SimSection,
         err: &impl Fn(Location, String) -> ConfigError,
     ) -> Result<(), ConfigError> {
-        if !(1..=64).contains(&sim.queues.value) {
+        let (lo, hi) = range::SIM_QUEUES;
+        if !(lo..=hi).contains(&sim.queues.value) {
             return Err(err(
                 sim.queues.referenced,
-                format!("port `{name}`: queues {} is out of range: expected 1-64", sim.queues.value),
+                format!("port `{name}`: queues {} is out of range: expected {lo}-{hi}", sim.queues.value),
+            ));
+        }
+        let (lo, hi) = range::SIM_RING;
+        if !(lo..=hi).contains(&sim.ring_size.value) {
+            return Err(err(
+                sim.ring_size.referenced,
+                format!("port `{name}`: ring_size {} is out of range: expected {lo}-{hi}", sim.ring_size.value),
             ));
         }
         let Some(t) = &sim.traffic else { return Ok(()) };
+        if let Some(r) = &t.rate_pps {
+            let (lo, hi) = range::RATE_PPS;
+            if !(lo..=hi).contains(&r.value) {
+                return Err(err(r.referenced, format!("rate_pps {} is out of range: expected {lo}-{hi}", r.value)));
+            }
+        }
+        for (key, v, (lo, hi)) in [("src_macs", &t.src_macs, range::SRC_MACS), ("flows", &t.flows, range::FLOWS)] {
+            if !(lo..=hi).contains(&v.value) {
+                return Err(err(v.referenced, format!("{key} {} is out of range: expected {lo}-{hi}", v.value)));
+            }
+        }
         let b = t.broadcast_percent.value;
         if !(0.0..=100.0).contains(&b) {
             return Err(err(
@@ -700,6 +848,12 @@ impl Config {
         let max = self.pool.frame_size.value as usize - 256;
         if t.frame_sizes.value.is_empty() {
             return Err(err(t.frame_sizes.referenced, "frame_sizes is empty: list at least one size in bytes".into()));
+        }
+        if t.frame_sizes.value.len() > range::FRAME_SIZES_LEN.1 {
+            return Err(err(
+                t.frame_sizes.referenced,
+                format!("frame_sizes lists {} sizes: at most {}", t.frame_sizes.value.len(), range::FRAME_SIZES_LEN.1),
+            ));
         }
         if let Some(&bad) = t.frame_sizes.value.iter().find(|&&s| !(60..=max).contains(&s)) {
             return Err(err(t.frame_sizes.referenced, format!("frame size {bad} is out of range: expected 60-{max}")));
@@ -725,27 +879,31 @@ impl Config {
     }
 
     /// Frames the configured rings and caches can hold at once, plus room for flooding.
-    pub fn frames_needed(&self) -> usize {
-        let workers = self.workers.len();
-        let mut n = workers * (self.pool.cache + 16) + 1024;
+    /// Saturating: a config whose rings could hold more frames than a u64 counts (impossible
+    /// within the checked ranges, but this runs before some of them) needs "too many".
+    pub fn frames_needed(&self) -> u64 {
+        let m = |a: u64, b: u64| a.saturating_mul(b);
+        let workers = self.workers.len() as u64;
+        let mut n = m(workers, (self.pool.cache.value as u64).saturating_add(16)).saturating_add(1024);
         for p in &self.ports {
-            n += match (&p.sim, &p.afxdp) {
-                (Some(s), _) => s.value.queues.value as usize * s.value.ring_size * 2,
+            n = n.saturating_add(match (&p.sim, &p.afxdp) {
+                (Some(s), _) => m(m(s.value.queues.value as u64, s.value.ring_size.value as u64), 2),
                 (None, Some(a)) => {
                     // Per queue: a full fill ring (frames the kernel may move to RX) and a full
                     // TX ring in flight.
                     let r = a.value.ring_size.as_ref().map_or_else(wasmswitch_afxdp::RingSizes::default, |r| {
                         wasmswitch_afxdp::RingSizes::all(r.value)
                     });
-                    let per_queue = r.fill as usize + r.tx as usize;
-                    a.value.queues.as_ref().map_or(1, |q| q.value.len()).max(workers) * per_queue
+                    let queues = a.value.queues.as_ref().map_or(1, |q| q.value.len() as u64).max(workers);
+                    m(queues, r.fill as u64 + r.tx as u64)
                 }
-                (None, None) => 2 * default_ring_size() * workers,
-            };
+                (None, None) => m(m(2, default_ring_size().value as u64), workers),
+            });
         }
         if let Some(h) = &self.host {
             // Both directions' rings per (datapath worker, host worker) pair, plus reads in flight.
-            n += 2 * workers * h.workers.value * h.ring_size.value + h.workers.value * 256;
+            let hw = h.workers.value as u64;
+            n = n.saturating_add(m(m(m(2, workers), hw), h.ring_size.value as u64)).saturating_add(m(hw, 256));
         }
         n
     }
@@ -762,13 +920,13 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64) -> String {
             msg = &msg[i + 2..];
         }
     }
+    let key = text
+        .lines()
+        .nth(line.saturating_sub(1) as usize)
+        .and_then(|l| l.split_once(':'))
+        .map(|(k, _)| k.trim().trim_start_matches("- ").to_string())
+        .filter(|k| !k.is_empty());
     if let Some(ty) = msg.strip_prefix("invalid ") {
-        let key = text
-            .lines()
-            .nth(line.saturating_sub(1) as usize)
-            .and_then(|l| l.split_once(':'))
-            .map(|(k, _)| k.trim().trim_start_matches("- ").to_string())
-            .filter(|k| !k.is_empty());
         let expected = match ty {
             "u8" | "u16" | "u32" | "u64" | "usize" => "a non-negative integer",
             "i8" | "i16" | "i32" | "i64" => "an integer",
@@ -781,7 +939,11 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64) -> String {
             None => format!("wrong type: expected {expected}"),
         };
     }
-    msg.to_string()
+    // The parser's structural complaints ("expected sequence start") name no key: name it.
+    match key {
+        Some(k) if msg.starts_with("expected ") => format!("wrong value for `{k}`: {msg}"),
+        _ => msg.to_string(),
+    }
 }
 
 /// Number of online CPUs (ids are 0..n).
@@ -794,6 +956,8 @@ pub fn online_cpus() -> usize {
         1
     }
 }
+
+pub mod diff;
 
 #[cfg(test)]
 mod tests;

@@ -66,7 +66,55 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "2:15",
         "expected 2048 or 4096",
     ),
-    ("pool too small", "pool:\n  frames: 64\nports:\n  - name: p0\n    driver: sim\n", "2:11", "too small"),
+    ("pool too small", "pool:\n  frames: 1024\nports:\n  - name: p0\n    driver: sim\n", "2:11", "too small"),
+    (
+        "pool.cache from the issue",
+        "pool:\n  cache: 18446744073709551599\nports:\n  - name: p0\n    driver: sim\n",
+        "2:10",
+        "pool.cache 18446744073709551599 is out of range: expected 16-4096",
+    ),
+    (
+        "pool.ring from the issue",
+        "pool:\n  ring: 4611686018427387904\nports:\n  - name: p0\n    driver: sim\n",
+        "2:9",
+        "pool.ring 4611686018427387904 is out of range",
+    ),
+    (
+        "fdb.capacity from the issue",
+        "fdb:\n  capacity: 1099511627776\nports:\n  - name: p0\n    driver: sim\n",
+        "2:13",
+        "fdb.capacity 1099511627776 is out of range: expected 64-16777216",
+    ),
+    (
+        "mtu above what a 2048-byte frame holds",
+        "ports:\n  - name: p0\n    driver: sim\n    mtu: 9000\n",
+        "4:10",
+        "mtu 9000 is out of range: expected 68-1770",
+    ),
+    (
+        "mtu above what a 4096-byte frame holds",
+        "pool:\n  frame_size: 4096\nports:\n  - name: p0\n    driver: sim\n    mtu: 3819\n",
+        "6:10",
+        "expected 68-3818",
+    ),
+    (
+        "a deadline that would stall the worker for a second",
+        "ports:\n  - name: p0\n    driver: sim\n    plugins:\n      - name: x\n        path: /dev/null\n        deadline_us: 1000000\n",
+        "7:22",
+        "deadline_us 1000000 is out of range: expected 10-10000",
+    ),
+    (
+        "max_faults without bound",
+        "ports:\n  - name: p0\n    driver: sim\n    plugins:\n      - name: x\n        path: /dev/null\n        max_faults: 4000000000\n",
+        "7:21",
+        "max_faults 4000000000 is out of range: expected 1-100",
+    ),
+    (
+        "sim traffic src_macs 0",
+        "ports:\n  - name: p0\n    driver: sim\n    sim:\n      traffic:\n        src_macs: 0\n",
+        "6:19",
+        "src_macs 0 is out of range",
+    ),
     (
         "bad listen address",
         "metrics:\n  listen: localhost\nports:\n  - name: p0\n    driver: sim\n",
@@ -98,8 +146,237 @@ fn missing_file_is_reported() {
     assert!(e.to_string().starts_with("/nonexistent/wasmswitch.yaml: cannot read the config file"), "{e}");
 }
 
+/// Eleven plugins at 10 ms each: more than the 100 ms a round may spend in plugins.
+#[test]
+fn the_sum_of_plugin_deadlines_is_bounded() {
+    let mut yaml = String::from("ports:\n");
+    for p in 0..2 {
+        yaml += &format!("  - name: p{p}\n    driver: sim\n    plugins:\n");
+        for i in 0..6 {
+            let file = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+            yaml += &format!("      - name: x{i}\n        path: {file}\n        deadline_us: 10000\n");
+        }
+    }
+    let e = parse(&yaml).unwrap_err();
+    assert!(e.to_string().contains("add up to more than 100000"), "{e}");
+    assert!(e.line > 0, "{e}");
+}
+
 #[test]
 fn cross_mode_parses() {
     let c = parse(&format!("switch:\n  mode: cross\n{GOOD}")).unwrap();
     assert_eq!(c.switch.mode, Mode::Cross);
+}
+
+/// Every key written out, none left to a default.
+fn full_yaml() -> String {
+    let plugin = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    format!(
+        "switch:
+  mode: l2
+metrics:
+  listen: 127.0.0.1:9300
+pool:
+  frames: 65536
+  frame_size: 2048
+  cache: 128
+  ring: 2048
+fdb:
+  capacity: 16384
+  aging_seconds: 300
+workers:
+  - cpu: 0
+    idle: poll
+  - idle: sleep
+ports:
+  - name: p0
+    driver: sim
+    mtu: 1500
+    sim:
+      queues: 2
+      ring_size: 1024
+      traffic:
+        rate_pps: 1000
+        src_macs: 16
+        frame_sizes: [64, 128]
+        broadcast_percent: 5
+        flows: 64
+        vlan: 10
+        to: [p1]
+    plugins:
+      - name: a
+        path: {plugin}
+        config: rules
+        header_bytes: 64
+        on_error: drop
+        deadline_us: 2000
+        memory_limit_kib: 1024
+        max_faults: 3
+  - name: p1
+    driver: afxdp
+    afxdp:
+      interface: veth0
+      mode: native
+      bind: copy
+      queues: [0, 1]
+      ring_size: 512
+host:
+  name: host
+  tap: wss0
+  mac: 02:ee:00:00:00:01
+  mtu: 1500
+  workers: 1
+  ring_size: 1024
+  bulk: 8
+"
+    )
+}
+
+/// Leaf paths of a JSON value, in `plan`'s notation.
+fn leaves(v: &serde_json::Value, path: String, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                leaves(x, if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, out)
+            }
+        }
+        serde_json::Value::Array(a) => {
+            // The list itself (grown by one) and each item.
+            out.push(path.clone());
+            for (i, x) in a.iter().enumerate() {
+                leaves(x, format!("{path}[{i}]"), out)
+            }
+        }
+        _ => out.push(path),
+    }
+}
+
+fn get_mut<'a>(v: &'a mut serde_json::Value, path: &str) -> &'a mut serde_json::Value {
+    let mut v = v;
+    for part in path.split('.') {
+        let (name, idx) = part.split_once('[').map_or((part, ""), |(n, i)| (n, i));
+        v = &mut v[name];
+        for i in idx.split(['[', ']']).filter(|s| !s.is_empty()) {
+            v = &mut v[i.parse::<usize>().unwrap()];
+        }
+    }
+    v
+}
+
+/// Another valid value for the key (or as close as a generic rule gets).
+fn mutate(path: &str, v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::{json, Value};
+    let last = path.rsplit('.').next().unwrap();
+    match v {
+        Value::Array(a) => {
+            let mut a = a.clone();
+            a.push(a.last().cloned().unwrap_or(Value::Null));
+            if last.starts_with("workers") {
+                // A second worker on cpu 0 would be refused for that, not for the count.
+                a.last_mut().unwrap()["cpu"] = Value::Null;
+            }
+            Value::Array(a)
+        }
+        Value::Bool(b) => json!(!b),
+        Value::Number(n) if n.is_f64() => json!(n.as_f64().unwrap() + 1.0),
+        Value::Number(n) => {
+            let n = n.as_u64().unwrap();
+            match last {
+                "frame_size" => json!(4096),
+                "cpu" => json!(1 - n.min(1)),
+                _ if n.is_power_of_two() && n > 2 => json!(n / 2),
+                _ => json!(n + 1),
+            }
+        }
+        Value::String(s) => json!(match s.as_str() {
+            "l2" => "cross".to_string(),
+            "poll" => "sleep".into(),
+            "sleep" => "poll".into(),
+            "drop" => "pass".into(),
+            "native" => "generic".into(),
+            "copy" => "zerocopy".into(),
+            "sim" => "afxdp".into(),
+            "afxdp" => "sim".into(),
+            "127.0.0.1:9300" => "127.0.0.1:9301".into(),
+            "02:ee:00:00:00:01" => "02:ee:00:00:00:02".into(),
+            _ => format!("{s}x"),
+        }),
+        // An absent option: give it a value (refused where it makes no sense, e.g. `afxdp:`
+        // on a sim port).
+        _ => json!(1),
+    }
+}
+
+/// Every key of the config, changed on its own: the reload plan names it (as live or as
+/// needing a restart) with its line in the new file, or the new file is refused with a
+/// position. Never a silent success.
+#[test]
+fn every_key_changed_in_a_reload_is_named() {
+    let base = parse(&full_yaml()).unwrap();
+    let value = serde_json::to_value(&base).unwrap();
+    let mut keys = Vec::new();
+    leaves(&value, String::new(), &mut keys);
+    assert!(keys.len() > 50, "walked {} keys", keys.len());
+    let (mut live, mut restart, mut refused) = (0, 0, 0);
+    for key in &keys {
+        let mut v = value.clone();
+        let slot = get_mut(&mut v, key);
+        let new = mutate(key, slot);
+        assert_ne!(*slot, new, "{key}: the mutation must change something");
+        *slot = new;
+        let text = serde_json::to_string_pretty(&v).unwrap();
+        match Config::parse(&text, Path::new("test.yaml")) {
+            Err(e) => {
+                assert!(e.line > 0 || e.message.contains(key.rsplit('.').next().unwrap()), "{key}: {e}");
+                refused += 1;
+            }
+            Ok(c) => {
+                let plan = diff::plan(&base, &c);
+                let named: Vec<&diff::Change> =
+                    plan.live.iter().chain(&plan.restart).filter(|ch| &ch.key == key).collect();
+                assert_eq!(named.len(), 1, "{key}: not named by the plan: {plan:?}");
+                let at = &named[0].at;
+                let pos = at.strip_prefix("test.yaml:").unwrap_or_else(|| panic!("{key}: located at {at}"));
+                let line: u64 = pos.split(':').next().unwrap().parse().unwrap();
+                assert!(line > 1, "{key}: at {at}");
+                if plan.live.iter().any(|ch| &ch.key == key) {
+                    assert!(diff::applies_live(named[0]));
+                    live += 1;
+                } else {
+                    restart += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{} keys: {live} applied live, {restart} need a restart, {refused} made the file invalid", keys.len());
+    assert!(live >= 5 && restart >= 30, "{live} live, {restart} restart");
+}
+
+#[test]
+fn the_plan_sorts_keys_into_live_and_restart() {
+    let base = parse(&full_yaml()).unwrap();
+    let text = full_yaml().replace("    idle: poll", "    idle: sleep").replace("cache: 128", "cache: 256");
+    let plan = diff::plan(&base, &parse(&text).unwrap());
+    let keys = |v: &[diff::Change]| v.iter().map(|c| c.key.clone()).collect::<Vec<_>>();
+    assert_eq!(keys(&plan.live), ["workers[0].idle"]);
+    assert_eq!(keys(&plan.restart), ["pool.cache"]);
+    assert_eq!(plan.restart[0].at, "test.yaml:8:10");
+    assert_eq!(plan.restart[0].to_string(), "test.yaml:8:10: pool.cache (128 -> 256)");
+    // Writing a default out is not a change.
+    let plan = diff::plan(&parse(GOOD).unwrap(), &parse(&format!("fdb:\n  capacity: 16384\n{GOOD}")).unwrap());
+    assert!(plan.live.is_empty() && plan.restart.is_empty(), "{plan:?}");
+}
+
+#[test]
+fn a_plugin_path_that_is_not_a_regular_file_is_refused_without_opening_it() {
+    let e = parse("ports:\n  - name: p0\n    driver: sim\n    plugins:\n      - name: x\n        path: /dev/null\n")
+        .unwrap_err();
+    assert_eq!((e.line, e.column), (6, 15), "{e}");
+    assert!(e.message.contains("/dev/null is not a regular file"), "{e}");
+}
+
+#[test]
+fn a_config_that_is_not_a_regular_file_is_refused() {
+    let e = Config::load(Path::new("/dev/zero")).unwrap_err();
+    assert!(e.to_string().contains("not a regular file"), "{e}");
 }

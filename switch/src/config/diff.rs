@@ -1,0 +1,237 @@
+//! What a reload would change: every key whose effective value differs between the running
+//! config and the new file, located in the new file, and split into what can be applied live
+//! and what needs a restart.
+//!
+//! Effective values are compared (the typed config serialized to JSON, defaults filled in),
+//! so writing out a default is not a change; locations come from a second, untyped parse of
+//! the new text that keeps each value's position.
+
+use std::fmt;
+
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::Value;
+use serde_saphyr::{Location, Spanned};
+
+use super::Config;
+
+/// One changed key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// `pool.cache`, `ports[0].plugins[1].config`, `workers` (the list's length changed), ...
+    pub key: String,
+    /// The value in the running config and in the new file (JSON, `null` when absent).
+    pub old: String,
+    pub new: String,
+    /// `file:line:col` of the key's value in the new file (or of its nearest enclosing
+    /// section when the key is no longer written there).
+    pub at: String,
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} ({} -> {})", self.at, self.key, short(&self.old), short(&self.new))
+    }
+}
+
+fn short(s: &str) -> String {
+    if s.chars().count() > 40 {
+        format!("{}...", s.chars().take(37).collect::<String>())
+    } else {
+        s.to_string()
+    }
+}
+
+/// A reload, planned.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Changes applied without a restart (see [`applies_live`]).
+    pub live: Vec<Change>,
+    /// Changes that need a restart; any of them refuses the whole reload.
+    pub restart: Vec<Change>,
+}
+
+/// True for changes a running switch applies on reload: the plugin chains, `workers[i].idle`,
+/// `fdb.aging_seconds`, and a sim port's `traffic.rate_pps` from one rate to another (not to or
+/// from unlimited, which has no pacer to change).
+pub fn applies_live(c: &Change) -> bool {
+    let key = c.key.as_str();
+    if key == "fdb.aging_seconds" {
+        return true;
+    }
+    let Some(rest) = key.strip_prefix("ports[").and_then(|r| r.split_once(']')).map(|(_, r)| r) else {
+        return key.strip_prefix("workers[").and_then(|r| r.split_once(']')).is_some_and(|(_, r)| r == ".idle");
+    };
+    if rest == ".sim.traffic.rate_pps" {
+        return c.old != "null" && c.new != "null";
+    }
+    rest == ".plugins" || rest.starts_with(".plugins[") || rest.starts_with(".plugins.")
+}
+
+/// Compares `old` (running) with `new` (just loaded from `new.file`).
+pub fn plan(old: &Config, new: &Config) -> Plan {
+    let a = serde_json::to_value(old).unwrap_or(Value::Null);
+    let b = serde_json::to_value(new).unwrap_or(Value::Null);
+    let mut keys = Vec::new();
+    walk(&a, &b, String::new(), &mut keys);
+    let tree: Option<Spanned<Node>> = serde_saphyr::from_str(&new.source).ok();
+    let mut plan = Plan::default();
+    for (key, o, n) in keys {
+        let loc = tree.as_ref().map(|t| locate(t, &key)).unwrap_or(Location::UNKNOWN);
+        let at = if loc == Location::UNKNOWN {
+            new.file.display().to_string()
+        } else {
+            format!("{}:{}:{}", new.file.display(), loc.line(), loc.column())
+        };
+        let change = Change { old: o, new: n, at, key };
+        if applies_live(&change) {
+            plan.live.push(change);
+        } else {
+            plan.restart.push(change);
+        }
+    }
+    plan
+}
+
+fn join(prefix: &str, k: &str) -> String {
+    if prefix.is_empty() {
+        k.to_string()
+    } else {
+        format!("{prefix}.{k}")
+    }
+}
+
+fn walk(a: &Value, b: &Value, path: String, out: &mut Vec<(String, String, String)>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))).collect();
+            keys.dedup();
+            for k in keys {
+                let null = Value::Null;
+                walk(x.get(k).unwrap_or(&null), y.get(k).unwrap_or(&null), join(&path, k), out);
+            }
+        }
+        // Same length: compare item by item, so a change names the item. Otherwise the list.
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                walk(p, q, format!("{path}[{i}]"), out);
+            }
+        }
+        _ if a != b => out.push((path, a.to_string(), b.to_string())),
+        _ => {}
+    }
+}
+
+/// The position of `key`'s value in the file, or of the deepest enclosing node written there.
+fn locate(root: &Spanned<Node>, key: &str) -> Location {
+    let mut node = root;
+    let mut best = Location::UNKNOWN;
+    for part in key.split('.') {
+        let (name, indices) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        let Node::Map(entries) = &node.value else { return best };
+        let Some((_, child)) = entries.iter().find(|(k, _)| k == name) else { return best };
+        node = child;
+        best = node.referenced;
+        for idx in indices.split(['[', ']']).filter(|s| !s.is_empty()) {
+            let Ok(i) = idx.parse::<usize>() else { return best };
+            let Node::Seq(items) = &node.value else { return best };
+            let Some(item) = items.get(i) else { return best };
+            node = item;
+            best = node.referenced;
+        }
+    }
+    best
+}
+
+/// An untyped YAML tree that keeps each value's location.
+#[derive(Debug)]
+enum Node {
+    Scalar,
+    Seq(Vec<Spanned<Node>>),
+    Map(Vec<(String, Spanned<Node>)>),
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NodeVisitor)
+    }
+}
+
+struct NodeVisitor;
+
+macro_rules! scalar {
+    ($($f:ident: $t:ty),*) => {$(
+        fn $f<E: serde::de::Error>(self, _: $t) -> Result<Node, E> {
+            Ok(Node::Scalar)
+        }
+    )*};
+}
+
+impl<'de> Visitor<'de> for NodeVisitor {
+    type Value = Node;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    scalar!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64, visit_str: &str, visit_i128: i128, visit_u128: u128);
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Node, E> {
+        Ok(Node::Scalar)
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Node, E> {
+        Ok(Node::Scalar)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+        Node::deserialize(d)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+        let mut items = Vec::new();
+        while let Some(x) = seq.next_element::<Spanned<Node>>()? {
+            items.push(x);
+        }
+        Ok(Node::Seq(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(k) = map.next_key::<KeyString>()? {
+            entries.push((k.0, map.next_value::<Spanned<Node>>()?));
+        }
+        Ok(Node::Map(entries))
+    }
+}
+
+/// A map key of any scalar type, as text.
+struct KeyString(String);
+
+impl<'de> Deserialize<'de> for KeyString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = KeyString;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a scalar key")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<KeyString, E> {
+                Ok(KeyString(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<KeyString, E> {
+                Ok(KeyString(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<KeyString, E> {
+                Ok(KeyString(v.to_string()))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<KeyString, E> {
+                Ok(KeyString(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

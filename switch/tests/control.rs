@@ -1,0 +1,425 @@
+//! The control plane against a real daemon process over loopback TCP: nothing a client, a
+//! reload or a file can do keeps `/healthz`, `/metrics` or SIGTERM waiting, and a reload says
+//! exactly what it applied or refuses by key.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_wasmswitch")
+}
+
+fn repo(p: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
+}
+
+/// A scratch folder removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("wasmswitch-ctl-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// configs/sim.yaml on `port`.
+fn sim_yaml(port: u16) -> String {
+    std::fs::read_to_string(repo("configs/sim.yaml")).unwrap().replace("127.0.0.1:9187", &format!("127.0.0.1:{port}"))
+}
+
+/// Starts the daemon on `cfg` with its own plugin cache (so nothing compiled by another test
+/// is reused) and waits until it is healthy.
+fn start(cfg: &Path, cache: &Path, port: u16) -> Child {
+    let mut child = Command::new(bin())
+        .args(["run", "-c"])
+        .arg(cfg)
+        .env("WASMSWITCH_CACHE_DIR", cache)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_healthy(port, &mut child);
+    child
+}
+
+/// Sends SIGTERM and returns (seconds until exit, success, stderr).
+fn terminate(child: Child) -> (f64, bool, String) {
+    let t = Instant::now();
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    (t.elapsed().as_secs_f64(), out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `(status, body, seconds)` of one request.
+fn timed(port: u16, method: &str, path: &str) -> (u16, String, f64) {
+    let t = Instant::now();
+    let (st, body) = http(port, method, path).unwrap_or((0, String::new()));
+    (st, body, t.elapsed().as_secs_f64())
+}
+
+#[test]
+fn sigterm_ends_the_daemon_while_a_client_holds_half_a_request_line() {
+    let dir = Scratch::new("half");
+    let port = free_port();
+    let cfg = dir.path("sim.yaml");
+    std::fs::write(&cfg, sim_yaml(port)).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    slow.write_all(b"GET /metr").unwrap();
+    // Another one with a complete head but a body that never comes.
+    let mut body = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    body.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (secs, ok, log) = terminate(child);
+    eprintln!("exit {secs:.3} s after SIGTERM with two stuck clients");
+    assert!(ok, "exit 0: {log}");
+    assert!(secs < 2.0, "SIGTERM took {secs:.2} s with a half-sent request open");
+    assert!(log.contains("all 16384 frames are back in the pool"), "{log}");
+    drop((slow, body));
+}
+
+#[test]
+fn a_half_sent_request_is_closed_by_the_header_timeout() {
+    let dir = Scratch::new("hdr");
+    let port = free_port();
+    let cfg = dir.path("sim.yaml");
+    std::fs::write(&cfg, sim_yaml(port)).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    slow.write_all(b"GET /metr").unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut buf = [0u8; 512];
+    // The server answers 408 or just closes; either way the read ends instead of hanging.
+    let t = Instant::now();
+    let r = std::io::Read::read(&mut slow, &mut buf);
+    let waited = t.elapsed();
+    eprintln!("half-sent request closed after {waited:?}: {r:?}");
+    assert!(waited < Duration::from_secs(15), "the connection stayed open {waited:?}");
+    let timed_out =
+        matches!(&r, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
+    assert!(!timed_out, "the server closed the connection (or answered 408) rather than waiting: {r:?}");
+    let (_, ok, log) = terminate(child);
+    assert!(ok, "{log}");
+}
+
+/// Raises this process's open-file limit to `n` (the test opens many sockets).
+fn raise_nofile(n: u64) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write only the struct passed.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+    }
+    lim.rlim_cur = lim.rlim_cur.max(n.min(lim.rlim_max));
+    // SAFETY: as above.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    }
+}
+
+#[test]
+fn idle_connections_do_not_keep_metrics_from_answering() {
+    const IDLE: usize = 1100;
+    raise_nofile(4096);
+    let dir = Scratch::new("idle");
+    let port = free_port();
+    let cfg = dir.path("sim.yaml");
+    std::fs::write(&cfg, sim_yaml(port)).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    let mut idle = Vec::new();
+    for _ in 0..IDLE {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => idle.push(s),
+            Err(e) => panic!("connect #{}: {e}", idle.len()),
+        }
+    }
+    // Some idle ones with half a request line, too.
+    for s in idle.iter_mut().step_by(10) {
+        let _ = s.write_all(b"GET /");
+    }
+    let mut worst: f64 = 0.0;
+    for _ in 0..5 {
+        let (st, body, secs) = timed(port, "GET", "/metrics");
+        assert_eq!(st, 200, "/metrics with {IDLE} idle connections open");
+        assert!(body.contains("wasmswitch_port_rx_packets_total"));
+        let (st, _, s2) = timed(port, "GET", "/healthz");
+        assert_eq!(st, 200);
+        worst = worst.max(secs).max(s2);
+    }
+    eprintln!("with {IDLE} idle connections: slowest /metrics or /healthz {:.1} ms", worst * 1e3);
+    let (secs, ok, log) = terminate(child);
+    assert!(ok && secs < 2.0, "exit after {secs:.2} s: {log}");
+    drop(idle);
+}
+
+/// A component whose core module has `funcs` functions of `ops` arithmetic steps each:
+/// Cranelift takes seconds over it. It exports nothing, so `compile` refuses it after the
+/// compile, which is all the test needs: a reload that spends a long time compiling.
+fn large_component(funcs: usize, ops: usize, salt: u64) -> Vec<u8> {
+    let mut w = String::from("(component (core module\n");
+    for f in 0..funcs {
+        w.push_str(&format!(
+            "(func $f{f} (export \"f{f}\") (param i64) (result i64) (local i64) local.get 0 local.set 1\n"
+        ));
+        for i in 0..ops {
+            let k = salt.wrapping_mul(31).wrapping_add((f * ops + i) as u64) % 1_000_003;
+            w.push_str(&format!(
+                "local.get 1 i64.const {k} i64.mul local.get 0 i64.xor i64.const {} i64.rotl local.set 1\n",
+                i % 63 + 1
+            ));
+        }
+        w.push_str("local.get 1)\n");
+    }
+    w.push_str("))");
+    wat::parse_str(&w).unwrap()
+}
+
+#[test]
+fn healthz_metrics_and_sigterm_do_not_wait_for_a_reload_compiling_a_large_plugin() {
+    let dir = Scratch::new("big");
+    let port = free_port();
+    let cfg = dir.path("sim.yaml");
+    let base = sim_yaml(port);
+    std::fs::write(&cfg, &base).unwrap();
+    let salt = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64;
+    let wasm = large_component(400, 1500, salt);
+    eprintln!("large component: {} KiB", wasm.len() >> 10);
+    std::fs::write(dir.path("big.wasm"), &wasm).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    // Port p0 gets the large plugin: a live key, so the reload goes on to compile it.
+    let with_plugin = base.replacen(
+        "  - name: p0\n    driver: sim\n",
+        "  - name: p0\n    driver: sim\n    plugins:\n      - name: big\n        path: big.wasm\n",
+        1,
+    );
+    assert_ne!(with_plugin, base);
+    std::fs::write(&cfg, &with_plugin).unwrap();
+    let reload = std::thread::spawn(move || timed(port, "POST", "/api/v1/reload"));
+    // Give the control thread time to be inside the compile.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut worst: f64 = 0.0;
+    let mut probes = 0;
+    for _ in 0..10 {
+        for path in ["/healthz", "/metrics", "/api/v1/ports"] {
+            let (st, _, secs) = timed(port, "GET", path);
+            assert_eq!(st, 200, "{path} during the reload");
+            worst = worst.max(secs);
+            probes += 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Still compiling: a second reload is told so, at once.
+    let (st, body, secs) = timed(port, "POST", "/api/v1/reload");
+    assert_eq!(st, 409, "a second reload while the first runs: {body}");
+    assert!(body.contains("reload in progress"), "{body}");
+    assert!(!reload.is_finished(), "the reload finished before the probes: make the component larger");
+    eprintln!("during the reload: {probes} probes, slowest {:.1} ms; the 409 took {:.1} ms", worst * 1e3, secs * 1e3);
+    // A generous bound (the probes took 12-26 s when the reload held the HTTP thread).
+    assert!(worst < 1.0, "slowest probe {worst:.2} s during the reload");
+    // SIGTERM while the compile is still running.
+    let (secs, ok, log) = terminate(child);
+    eprintln!("exit {secs:.3} s after SIGTERM during the reload");
+    assert!(ok, "{log}");
+    assert!(secs < 2.0, "SIGTERM took {secs:.2} s during a reload");
+    assert!(log.contains("all 16384 frames are back in the pool"), "{log}");
+    let _ = reload.join();
+}
+
+#[test]
+fn reload_refuses_restart_keys_by_name_and_changes_nothing() {
+    let dir = Scratch::new("keys");
+    let port = free_port();
+    let cfg = dir.path("sim.yaml");
+    let base = sim_yaml(port);
+    std::fs::write(&cfg, &base).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    let cfg_of =
+        || -> serde_json::Value { serde_json::from_str(&http(port, "GET", "/api/v1/config").unwrap().1).unwrap() };
+    assert_eq!(cfg_of()["fdb"]["capacity"], 16384);
+
+    // Two restart-only keys at once: both named with their line, nothing applied.
+    let changed =
+        base.replace("  capacity: 16384", "  capacity: 32768").replace("        flows: 256", "        flows: 128");
+    std::fs::write(&cfg, &changed).unwrap();
+    let line_of = |needle: &str| changed.lines().position(|l| l.contains(needle)).unwrap() + 1;
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert_eq!(st, 422, "{body}");
+    let fdb_at = format!("sim.yaml:{}:", line_of("capacity: 32768"));
+    let flows_at = format!("sim.yaml:{}:", line_of("flows: 128"));
+    assert!(body.contains("fdb.capacity") && body.contains(&fdb_at), "{body}");
+    assert!(body.contains("ports[0].sim.traffic.flows") && body.contains(&flows_at), "{body}");
+    assert!(body.contains("nothing was changed"), "{body}");
+    assert_eq!(cfg_of()["fdb"]["capacity"], 16384, "the stored config is still the running one");
+
+    // A live key: applied and said so; the stored config follows.
+    std::fs::write(&cfg, base.replace("  - idle: sleep", "  - idle: poll")).unwrap();
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("applied: workers[0].idle = poll"), "{body}");
+    assert_eq!(cfg_of()["workers"][0]["idle"], "poll");
+    assert_eq!(http(port, "GET", "/healthz").unwrap().0, 200, "the worker runs on after the switch to poll");
+
+    // The FDB aging time, live too.
+    std::fs::write(
+        &cfg,
+        base.replace("  - idle: sleep", "  - idle: poll").replace("aging_seconds: 300", "aging_seconds: 60"),
+    )
+    .unwrap();
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert_eq!(st, 200, "{body}");
+    assert!(
+        body.contains("applied: fdb.aging_seconds = 60") && body.contains("fdb.aging_seconds (300 -> 60)"),
+        "{body}"
+    );
+    assert_eq!(cfg_of()["fdb"]["aging_seconds"], 60);
+
+    // A sim traffic rate, live: p1's generator paces to the new rate.
+    let rated = base
+        .replace("  - idle: sleep", "  - idle: poll")
+        .replace("aging_seconds: 300", "aging_seconds: 60")
+        .replace("        rate_pps: 50000", "        rate_pps: 60000");
+    std::fs::write(&cfg, rated).unwrap();
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("applied: ports[1].sim.traffic.rate_pps = 60000"), "{body}");
+
+    // No change at all.
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("changed keys: none"), "{body}");
+
+    let (_, ok, log) = terminate(child);
+    assert!(ok, "{log}");
+}
+
+#[test]
+fn a_fifo_in_place_of_the_config_is_refused_without_blocking() {
+    let dir = Scratch::new("fifo");
+    let port = free_port();
+    let cfg = dir.path("sim.yaml");
+    std::fs::write(&cfg, sim_yaml(port)).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    std::fs::remove_file(&cfg).unwrap();
+    let c = std::ffi::CString::new(cfg.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (st, body, secs) = timed(port, "POST", "/api/v1/reload");
+    assert_eq!(st, 422, "{body}");
+    assert!(body.contains("not a regular file"), "{body}");
+    eprintln!("FIFO reload refused in {:.1} ms", secs * 1e3);
+    signal(&child, libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(http(port, "GET", "/healthz").unwrap().0, 200);
+    let (secs, ok, log) = terminate(child);
+    assert!(ok && secs < 2.0, "exit after {secs:.2} s: {log}");
+    assert!(log.contains("not a regular file"), "SIGHUP's refusal is logged: {log}");
+
+    // `check` says the same, at once.
+    let out = Command::new(bin()).args(["check", "-c"]).arg(&cfg).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
+}
+
+/// A component of the plugin world whose `process` spins forever (the worst plugin there is).
+fn spinning_plugin() -> Vec<u8> {
+    let core = r#"(module
+  (memory (export "memory") 1)
+  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 1024))
+  (func (export "init") (param i32 i32) (result i32)
+    (i32.store8 (i32.const 16) (i32.const 0))
+    (i32.const 16))
+  (func (export "process") (param i32 i32) (result i32)
+    (loop $l (br $l))
+    (unreachable))
+)"#;
+    let mut resolve = wit_parser::Resolve::default();
+    let pkg = resolve.push_dir(repo("wit")).unwrap().0;
+    let world = resolve.select_world(&[pkg], None).unwrap();
+    let mut module = wat::parse_str(core).unwrap();
+    wit_component::embed_component_metadata(&mut module, &resolve, world, wit_component::StringEncoding::UTF8).unwrap();
+    wit_component::ComponentEncoder::default().module(&module).unwrap().validate(true).encode().unwrap()
+}
+
+/// The issue's plugin (deadline 1 s, unbounded faults) is refused now; the worst one the config
+/// still permits (10 ms, 100 faults) on two ports must not stall /healthz or SIGTERM, and the
+/// port without a plugin keeps forwarding.
+#[test]
+fn the_worst_plugin_the_config_permits_stalls_neither_health_nor_shutdown() {
+    let dir = Scratch::new("spin");
+    let port = free_port();
+    std::fs::write(dir.path("spin.wasm"), spinning_plugin()).unwrap();
+    let plugin = |deadline: u64, faults: u64| {
+        format!(
+            "    plugins:\n      - name: spin\n        path: spin.wasm\n        deadline_us: {deadline}\n        max_faults: {faults}\n"
+        )
+    };
+    let base = sim_yaml(port);
+    let cfg = dir.path("sim.yaml");
+    // The issue's numbers are refused by name.
+    std::fs::write(
+        &cfg,
+        base.replacen("    driver: sim\n", &format!("    driver: sim\n{}", plugin(1_000_000, 1_000_000)), 1),
+    )
+    .unwrap();
+    let out = Command::new(bin()).args(["check", "-c"]).arg(&cfg).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("deadline_us 1000000 is out of range: expected 10-10000"), "{err}");
+    // The worst permitted, on p0 and p1.
+    let worst = base
+        .replacen(
+            "  - name: p0\n    driver: sim\n",
+            &format!("  - name: p0\n    driver: sim\n{}", plugin(10_000, 100)),
+            1,
+        )
+        .replacen(
+            "  - name: p1\n    driver: sim\n",
+            &format!("  - name: p1\n    driver: sim\n{}", plugin(10_000, 100)),
+            1,
+        );
+    std::fs::write(&cfg, &worst).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    let rx_p2 = |m: &str| -> f64 {
+        m.lines()
+            .filter(|l| l.starts_with("wasmswitch_port_rx_packets_total{") && l.contains("port=\"p2\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let first = rx_p2(&http(port, "GET", "/metrics").unwrap().1);
+    let mut worst_probe: f64 = 0.0;
+    // While the plugins fault (each call stopped after 10-20 ms), for about a second.
+    for _ in 0..10 {
+        let (st, body, secs) = timed(port, "GET", "/healthz");
+        assert_eq!(st, 200, "healthz while the plugins spin: {body}");
+        worst_probe = worst_probe.max(secs);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, m, _) = timed(port, "GET", "/metrics");
+    let faults = metric_sum(&m, "wasmswitch_plugin_faults_total");
+    assert!(faults >= 2.0, "the plugins did spin and fault: {faults}");
+    assert!(rx_p2(&m) > first, "p2 (no plugin) kept receiving");
+    eprintln!("spinning plugins: {faults} faults so far, slowest /healthz {:.1} ms", worst_probe * 1e3);
+    let (secs, ok, log) = terminate(child);
+    eprintln!("exit {secs:.3} s after SIGTERM with two spinning plugins");
+    assert!(ok, "{log}");
+    assert!(secs < 2.0, "SIGTERM took {secs:.2} s");
+    assert!(log.contains("all 16384 frames are back in the pool"), "{log}");
+}
