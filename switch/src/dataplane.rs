@@ -346,23 +346,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
     Ok(Built { pool, fdb, ports: infos, pipelines, afxdp_ports, host })
 }
 
-/// Pins the calling thread to `cpu`.
-pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data (a bit array); all zeroes is a valid, empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_ZERO writes only inside `set`.
-    unsafe { libc::CPU_ZERO(&mut set) };
-    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
-        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    // SAFETY: CPU_SET writes one bit inside `set`; `cpu` is within its size (checked above).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes of `set`.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
+pub use wasmswitch_afxdp::sys::pin_to_cpu;
 
 fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, mut idle: Idle) {
     let mut rounds: u64 = 0;

@@ -80,20 +80,6 @@ struct Args {
     tsc_hz: bool,
 }
 
-fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and
-    // sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes of it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_ZERO(&mut set);
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 fn tsc_hz() -> f64 {
     let t0 = Instant::now();
     let c0 = wasmswitch_core::counter::cycles();
@@ -159,7 +145,7 @@ fn main() -> Result<()> {
     let batch = a.batch.clamp(1, 256);
     let burst_min = a.burst.clamp(1, batch);
     if let Some(cpu) = a.cpu {
-        pin_to_cpu(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
+        wasmswitch_afxdp::sys::pin_to_cpu(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
     }
     let tmpl = templates(&a)?;
 

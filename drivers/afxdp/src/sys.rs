@@ -253,6 +253,25 @@ pub fn xdp_link_create(prog: RawFd, ifindex: u32, flags: u32) -> io::Result<Owne
     bpf(BPF_LINK_CREATE, &mut a).map(owned_fd)
 }
 
+// ---- threads ------------------------------------------------------------------------------
+
+/// Pins the calling thread to `cpu` (datapath workers, the benchmark generator). Lives here, the
+/// one crate of raw syscalls every datapath binary links.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data (a bit array); all zeroes is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_ZERO writes only inside `set`.
+    unsafe { libc::CPU_ZERO(&mut set) };
+    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: CPU_SET writes one bit inside `set`; `cpu` is within its size (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes of `set`.
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) })?;
+    Ok(())
+}
+
 // ---- ethtool ------------------------------------------------------------------------------
 
 const SIOCETHTOOL: libc::c_ulong = 0x8946;

@@ -168,13 +168,7 @@ fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
 }
 
 fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is below CPU_SETSIZE (the test machines have a handful of CPUs).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is this thread.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    assert_eq!(r, 0, "sched_setaffinity({cpu}): {}", std::io::Error::last_os_error());
+    wasmswitch_afxdp::sys::pin_to_cpu(cpu).unwrap_or_else(|e| panic!("sched_setaffinity({cpu}): {e}"));
 }
 
 // ---- AF_PACKET peer -------------------------------------------------------------------------

@@ -160,12 +160,12 @@ mod tests {
         assert!(u.in_bounds(0, 2048));
         assert!(!u.in_bounds(100, 2048), "a range may not straddle two frames");
         assert!(!u.in_bounds(3 * 2048, 4096));
-        // SAFETY: single-threaded test owns every frame.
-        unsafe {
-            u.bytes_mut(2048 + 10, 4).copy_from_slice(&[1, 2, 3, 4]);
-            assert_eq!(u.bytes(2048 + 10, 4), &[1, 2, 3, 4]);
-            assert!(u.bytes(8191, 2).is_empty());
-        }
+        // SAFETY: the single-threaded test owns every frame.
+        unsafe { u.bytes_mut(2048 + 10, 4) }.copy_from_slice(&[1, 2, 3, 4]);
+        // SAFETY: as above; nothing writes while these slices live.
+        assert_eq!(unsafe { u.bytes(2048 + 10, 4) }, &[1, 2, 3, 4]);
+        // SAFETY: as above (out of bounds reads as empty).
+        assert!(unsafe { u.bytes(8191, 2) }.is_empty());
         assert_eq!(u.frame_base(2048 + 300), 2048);
         assert_eq!(u.frame_index(3 * 2048 + 5), 3);
     }
