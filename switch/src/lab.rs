@@ -43,6 +43,15 @@ impl LabHost {
         Ok(out.status.success())
     }
 
+    /// Runs `args` inside this host's namespace; an error names the command and its stderr.
+    pub fn must(&self, args: &[&str]) -> Result<()> {
+        let out = self.run(args)?;
+        if !out.status.success() {
+            bail!("host {}: `{}` failed: {}", self.name, args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(())
+    }
+
     pub fn pid(&self) -> u32 {
         self.keeper.id()
     }
@@ -152,15 +161,7 @@ impl Lab {
                 vec!["ip", "link", "set", "lo", "up"],
                 vec!["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
             ] {
-                let out = h.run(&args)?;
-                if !out.status.success() {
-                    bail!(
-                        "host {}: `{}` failed: {}",
-                        h.name,
-                        args.join(" "),
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    );
-                }
+                h.must(&args)?;
             }
         }
         Ok(lab)
@@ -177,15 +178,7 @@ impl Lab {
                 vec!["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0", "net.ipv6.conf.eth0.disable_ipv6=0"],
                 vec!["ip", "-6", "addr", "add", &addr, "dev", "eth0", "nodad"],
             ] {
-                let out = h.run(&args)?;
-                if !out.status.success() {
-                    bail!(
-                        "host {}: `{}` failed: {}",
-                        h.name,
-                        args.join(" "),
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    );
-                }
+                h.must(&args)?;
             }
         }
         Ok(())
