@@ -2,6 +2,7 @@
 # Real traffic through each switch: iperf3 TCP (and UDP at a fixed rate) between two namespaces.
 #
 #   benches/veth/tcp.sh [--seconds N] [--runs N] [--only LIST] [--offload default,off] [--out DIR]
+#                       [--udp-rate RATE] [--parallel N (TCP streams per run)]
 #
 # Topology: cli-ns (c0) --veth-- (swa) switch-ns (swb) --veth-- (s0) srv-ns, IPv4 and IPv6.
 # Switches: ws-l2 (wasmswitch daemon, l2, AF_XDP on swa/swb, worker on CPU 1), ovs (OVS
@@ -21,6 +22,7 @@ RUNS=3
 ONLY="ws-l2,ovs,bridge"
 OFFLOADS="default,off"
 UDP_RATE=100M
+PARALLEL=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) SECS=$2; shift ;;
@@ -28,8 +30,9 @@ while [ $# -gt 0 ]; do
     --only) ONLY=$2; shift ;;
     --offload) OFFLOADS=$2; shift ;;
     --udp-rate) UDP_RATE=$2; shift ;;
+    --parallel) PARALLEL=$2; shift ;;
     --out) OUT=$2; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
   shift
@@ -112,8 +115,8 @@ ws_drops() {
 one_run() { # switch offload run
   local before="" after=""
   [ "${1%%-*}" = ws ] && before=$(ws_drops)
-  in_cli timeout $((SECS + 15)) taskset -c 0 iperf3 -c 10.88.0.2 -t "$SECS" -J --connect-timeout 3000 >"$TMP/tcp4" 2>/dev/null || true
-  in_cli timeout $((SECS + 15)) taskset -c 0 iperf3 -c fd88::2 -t "$SECS" -J --connect-timeout 3000 >"$TMP/tcp6" 2>/dev/null || true
+  in_cli timeout $((SECS + 15)) taskset -c 0 iperf3 -c 10.88.0.2 -P "$PARALLEL" -t "$SECS" -J --connect-timeout 3000 >"$TMP/tcp4" 2>/dev/null || true
+  in_cli timeout $((SECS + 15)) taskset -c 0 iperf3 -c fd88::2 -P "$PARALLEL" -t "$SECS" -J --connect-timeout 3000 >"$TMP/tcp6" 2>/dev/null || true
   in_cli timeout 20 taskset -c 0 iperf3 -c 10.88.0.2 -u -b "$UDP_RATE" -l 1400 -t 3 -J --connect-timeout 3000 >"$TMP/udp4" 2>/dev/null || true
   [ "${1%%-*}" = ws ] && after=$(ws_drops)
   # The receiver's view of UDP: datagrams lost to a full socket buffer or a bad checksum.
