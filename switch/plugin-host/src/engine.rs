@@ -1,0 +1,253 @@
+//! The wasmtime engine, the host functions it links, the compile cache and `compile`: a plugin
+//! file in, a [`PluginFactory`] out (control thread, off the data path).
+
+use super::*;
+
+/// Engine-wide settings.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// Where compiled plugins are cached (`<sha256>.cwasm`); `None` disables the cache.
+    /// Loading an entry runs the native code in it: the directory must be writable only by
+    /// the daemon's user (entries are written atomically, tmp + rename).
+    pub cache_dir: Option<PathBuf>,
+    /// Epoch tick: deadline granularity. A deadline fires between `deadline` and
+    /// `deadline + tick` after the call starts.
+    pub epoch_tick: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self { cache_dir: None, epoch_tick: Duration::from_millis(1) }
+    }
+}
+
+/// The wasmtime engine, host functions and compile cache; one per process.
+pub struct PluginEngine {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<HostState>,
+    pub(crate) opts: EngineOptions,
+    pub(crate) stop: Arc<AtomicBool>,
+}
+
+impl Drop for PluginEngine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl PluginEngine {
+    /// Builds the engine: Cranelift, component model, no async/concurrency support, epoch
+    /// interruption (a ticker thread advances the epoch every `epoch_tick`).
+    pub fn new(opts: EngineOptions) -> Result<Arc<Self>, String> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.concurrency_support(false);
+        config.epoch_interruption(true);
+        config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        // `perf` names plugin functions when this is set (wasmtime writes /tmp/perf-PID.map).
+        if std::env::var_os("WASMSWITCH_PERFMAP").is_some() {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
+        let engine = Engine::new(&config).map_err(|e| format!("wasmtime engine: {}", wt(&e)))?;
+        let mut linker = Linker::new(&engine);
+        {
+            let mut root = linker.root();
+            let mut host = root.instance(abi::HOST_INTERFACE).map_err(|e| wt(&e))?;
+            host.func_wrap("log", host_log).map_err(|e| wt(&e))?;
+            host.func_wrap("register-counter", |cx: StoreContextMut<'_, HostState>, (name,): (String,)| {
+                Ok((cx.data().stats.named.register(&name),))
+            })
+            .map_err(|e| wt(&e))?;
+            host.func_wrap("counter-add", |cx: StoreContextMut<'_, HostState>, (id, delta): (u32, u64)| {
+                cx.data().stats.named.add(id, delta);
+                Ok(())
+            })
+            .map_err(|e| wt(&e))?;
+            host.func_wrap("now-ns", |cx: StoreContextMut<'_, HostState>, (): ()| {
+                Ok((cx.data().clock_base.elapsed().as_nanos() as u64,))
+            })
+            .map_err(|e| wt(&e))?;
+        }
+        if let Some(dir) = &opts.cache_dir {
+            std::fs::create_dir_all(dir).map_err(|e| format!("plugin cache {}: {e}", dir.display()))?;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (weak, stop2, tick) = (engine.weak(), stop.clone(), opts.epoch_tick);
+        std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || {
+                while !stop2.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    match weak.upgrade() {
+                        Some(e) => e.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .map_err(|e| format!("epoch thread: {e}"))?;
+        Ok(Arc::new(Self { engine, linker, opts, stop }))
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Cache file for `bytes` under this engine's configuration: sha256 over the component
+    /// and wasmtime's own compatibility hash (version, target, settings).
+    pub(crate) fn cache_path(&self, bytes: &[u8]) -> Option<PathBuf> {
+        struct ShaHasher(Sha256);
+        impl Hasher for ShaHasher {
+            fn finish(&self) -> u64 {
+                0
+            }
+            fn write(&mut self, b: &[u8]) {
+                self.0.update(b);
+            }
+        }
+        let dir = self.opts.cache_dir.as_ref()?;
+        let mut h = ShaHasher(Sha256::new());
+        std::hash::Hash::hash(&self.engine.precompile_compatibility_hash(), &mut h);
+        h.0.update(b"wasmswitch-plugin-cache-v1");
+        h.0.update(bytes);
+        let hex: String = h.0.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        Some(dir.join(format!("{hex}.cwasm")))
+    }
+
+    pub(crate) fn load_component(&self, spec: &PluginSpec, bytes: &[u8]) -> Result<(Component, bool), PluginError> {
+        let cached = self.cache_path(bytes);
+        if let Some(p) = cached.as_ref().filter(|p| p.exists()) {
+            // Read into memory rather than `deserialize_file`: that one mmaps the file, and a
+            // cache entry truncated under a live plugin would then SIGBUS the switch.
+            let loaded = std::fs::read(p).map_err(|e| e.to_string()).and_then(|data| {
+                // SAFETY: the bytes are a file this process (or an earlier run) wrote with
+                // `Component::serialize` into the daemon's own cache directory, under a name
+                // that includes wasmtime's compatibility hash; wasmtime also checks the
+                // header and version. The cache directory must be writable only by the
+                // daemon's user (see `EngineOptions::cache_dir`).
+                unsafe { Component::deserialize(&self.engine, &data) }.map_err(|e| wt(&e))
+            });
+            match loaded {
+                Ok(c) => return Ok((c, true)),
+                Err(e) => log::warn!("plugin `{}`: ignoring cache entry {}: {e}", spec.name, p.display()),
+            }
+        }
+        let c = Component::new(&self.engine, bytes).map_err(|e| {
+            err(spec, ErrorKind::Compile, format!("{}: not a valid component: {}", spec.path.display(), wt(&e)))
+        })?;
+        if let Some(p) = cached {
+            match c.serialize() {
+                Ok(data) => {
+                    let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+                    if std::fs::write(&tmp, data).and_then(|_| std::fs::rename(&tmp, &p)).is_err() {
+                        let _ = std::fs::remove_file(&tmp);
+                        log::warn!("plugin `{}`: could not write cache entry {}", spec.name, p.display());
+                    }
+                }
+                Err(e) => log::warn!("plugin `{}`: serialize: {}", spec.name, wt(&e)),
+            }
+        }
+        Ok((c, false))
+    }
+
+    /// Loads, checks and compiles `spec`, and runs its `init` once (on a throw-away instance)
+    /// so that a bad config is reported now. Call it off the data path.
+    pub fn compile(self: &Arc<Self>, spec: &PluginSpec) -> Result<Arc<PluginFactory>, PluginError> {
+        if spec.header_bytes as usize > abi::MAX_HEADER_BYTES {
+            return Err(err(
+                spec,
+                ErrorKind::Spec,
+                format!("header_bytes {} is above {}", spec.header_bytes, abi::MAX_HEADER_BYTES),
+            ));
+        }
+        if spec.max_faults == 0 || spec.deadline.is_zero() || spec.memory_limit < 64 << 10 {
+            return Err(err(
+                spec,
+                ErrorKind::Spec,
+                "max_faults and deadline must be positive and memory_limit at least 64 KiB",
+            ));
+        }
+        let bytes = read_regular_file(&spec.path, MAX_PLUGIN_BYTES)
+            .map_err(|e| err(spec, ErrorKind::Io, format!("{}: {e}", spec.path.display())))?;
+        let (component, from_cache) = self.load_component(spec, &bytes)?;
+        let ty = component.component_type();
+
+        // No capabilities: the host interface is the only import allowed.
+        let forbidden: Vec<&str> =
+            ty.imports(&self.engine).map(|(n, _)| n).filter(|n| *n != abi::HOST_INTERFACE).collect();
+        if !forbidden.is_empty() {
+            let hint = if forbidden.iter().any(|n| n.starts_with("wasmswitch:plugin/")) {
+                format!(" (this host implements {})", abi::WIT_PACKAGE)
+            } else {
+                String::new()
+            };
+            return Err(err(
+                spec,
+                ErrorKind::ForbiddenImport,
+                format!(
+                    "refused: imports `{}`, outside the wasmswitch:plugin world{hint}; plugins get no capabilities (no filesystem, sockets, environment or WASI at all), only `{}`",
+                    forbidden.join("`, `"),
+                    abi::HOST_INTERFACE
+                ),
+            ));
+        }
+        let exports: Vec<&str> = ty.exports(&self.engine).map(|(n, _)| n).collect();
+        for want in ["init", "process"] {
+            if !exports.contains(&want) {
+                return Err(err(
+                    spec,
+                    ErrorKind::WrongWorld,
+                    format!(
+                        "does not export `{want}`: not a component of the {} `plugin` world (it exports: {})",
+                        abi::WIT_PACKAGE,
+                        if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") }
+                    ),
+                ));
+            }
+        }
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            err(spec, ErrorKind::WrongWorld, format!("does not link against {}: {}", abi::HOST_INTERFACE, wt(&e)))
+        })?;
+        let factory = Arc::new(PluginFactory { engine: self.clone(), spec: spec.clone(), pre, from_cache });
+        // The check run: types of the exports, instantiation under the limits, init.
+        factory.new_instance(usize::MAX, Arc::default())?;
+        Ok(factory)
+    }
+
+    /// `wasmswitch check`: everything [`PluginEngine::compile`] does, reporting with the name.
+    pub fn check(self: &Arc<Self>, spec: &PluginSpec) -> Result<(), PluginError> {
+        self.compile(spec).map(|_| ())
+    }
+}
+
+/// Largest plugin file accepted (a component is typically tens to hundreds of KiB).
+pub const MAX_PLUGIN_BYTES: u64 = 64 << 20;
+
+/// Reads `path` if it is a regular file of at most `max` bytes. The file is opened with
+/// O_NONBLOCK and checked with fstat before any read, so a FIFO, socket or device put where a
+/// file was expected is refused at once instead of blocking the reader (a FIFO with no writer
+/// would block a plain open forever).
+pub fn read_regular_file(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("file is {} bytes, more than the limit of {max}", meta.len()),
+        ));
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    // take(max + 1): a file that grows while it is read is still caught by the limit.
+    file.take(max + 1).read_to_end(&mut data)?;
+    if data.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("file grew past the limit of {max} bytes"),
+        ));
+    }
+    Ok(data)
+}

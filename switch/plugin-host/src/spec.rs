@@ -1,0 +1,98 @@
+//! What the daemon hands the host: a plugin entry of the YAML, and the errors that name it.
+
+use super::*;
+
+/// What a plugin's packets get when it faults or is quarantined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// Leave the verdicts as they were before the call (`Pass`): fail open.
+    #[default]
+    Pass,
+    /// Drop the whole batch: fail closed.
+    Drop,
+}
+
+/// One plugin entry of the switch's YAML (the daemon parses YAML into this; no serde here).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginSpec {
+    /// Name used in logs, errors and metrics.
+    pub name: String,
+    /// The component file (`.wasm`).
+    pub path: PathBuf,
+    /// Handed to the plugin's `init` as is (YAML or JSON text by convention; may be empty).
+    pub config: String,
+    /// N: how many leading bytes of each frame the plugin sees (0..=1024).
+    pub header_bytes: u16,
+    pub on_error: OnError,
+    /// Longest a batch call may run before it is interrupted.
+    pub deadline: Duration,
+    /// Cap on the plugin's linear memory, per instance (per worker).
+    pub memory_limit: usize,
+    /// Faults on one worker before the plugin is quarantined there (at least 1).
+    pub max_faults: u32,
+}
+
+impl PluginSpec {
+    pub const DEFAULT_HEADER_BYTES: u16 = 128;
+    pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(5);
+    pub const DEFAULT_MEMORY_LIMIT: usize = 16 << 20;
+    pub const DEFAULT_MAX_FAULTS: u32 = 3;
+
+    /// A spec with the defaults: 128 header bytes, on_error pass, 5 ms deadline, 16 MiB, 3 faults.
+    pub fn new(name: impl Into<String>, path: impl Into<PathBuf>) -> Self {
+        Self {
+            name: name.into(),
+            path: path.into(),
+            config: String::new(),
+            header_bytes: Self::DEFAULT_HEADER_BYTES,
+            on_error: OnError::Pass,
+            deadline: Self::DEFAULT_DEADLINE,
+            memory_limit: Self::DEFAULT_MEMORY_LIMIT,
+            max_faults: Self::DEFAULT_MAX_FAULTS,
+        }
+    }
+}
+
+/// What went wrong loading a plugin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The file could not be read.
+    Io,
+    /// A field of the spec is out of range.
+    Spec,
+    /// Not a valid component (or not a component at all).
+    Compile,
+    /// It imports something outside the world (WASI, sockets, another version, ...).
+    ForbiddenImport,
+    /// Its exports are not the `wasmswitch:plugin/plugin` world's.
+    WrongWorld,
+    /// Instantiation failed (e.g. its initial memory is above the limit).
+    Instantiate,
+    /// `init` refused the config (or trapped).
+    Init,
+}
+
+/// An error that names the plugin it is about.
+#[derive(Clone, Debug)]
+pub struct PluginError {
+    pub plugin: String,
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl fmt::Display for PluginError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "plugin `{}`: {}", self.plugin, self.message)
+    }
+}
+
+impl std::error::Error for PluginError {}
+
+pub(crate) fn err(spec: &PluginSpec, kind: ErrorKind, message: impl Into<String>) -> PluginError {
+    PluginError { plugin: spec.name.clone(), kind, message: message.into() }
+}
+
+/// `wasmtime::Error` is not `std::error::Error`; flatten it (with its causes) into text.
+pub(crate) fn wt(e: &wasmtime::Error) -> String {
+    format!("{e:#}")
+}
