@@ -50,6 +50,16 @@ fn sim_yaml(port: u16) -> String {
 
 /// Starts the daemon on `cfg` with its own plugin cache (so nothing compiled by another test
 /// is reused) and waits until it is healthy.
+/// A daemon on `configs/sim.yaml` in a fresh scratch folder: (folder, config path, port, child).
+fn start_sim(tag: &str) -> (Scratch, PathBuf, u16, Child) {
+    let dir = Scratch::new(tag);
+    let port = free_port();
+    let cfg = dir.path("sim.yaml");
+    std::fs::write(&cfg, sim_yaml(port)).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    (dir, cfg, port, child)
+}
+
 fn start(cfg: &Path, cache: &Path, port: u16) -> Child {
     let mut child = Command::new(bin())
         .args(["run", "-c"])
@@ -79,11 +89,7 @@ fn timed(port: u16, method: &str, path: &str) -> (u16, String, f64) {
 
 #[test]
 fn sigterm_ends_the_daemon_while_a_client_holds_half_a_request_line() {
-    let dir = Scratch::new("half");
-    let port = free_port();
-    let cfg = dir.path("sim.yaml");
-    std::fs::write(&cfg, sim_yaml(port)).unwrap();
-    let child = start(&cfg, &dir.path("cache"), port);
+    let (_dir, _cfg, port, child) = start_sim("half");
     let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
     slow.write_all(b"GET /metr").unwrap();
     // Another one with a complete head but a body that never comes.
@@ -100,11 +106,7 @@ fn sigterm_ends_the_daemon_while_a_client_holds_half_a_request_line() {
 
 #[test]
 fn a_half_sent_request_is_closed_by_the_header_timeout() {
-    let dir = Scratch::new("hdr");
-    let port = free_port();
-    let cfg = dir.path("sim.yaml");
-    std::fs::write(&cfg, sim_yaml(port)).unwrap();
-    let child = start(&cfg, &dir.path("cache"), port);
+    let (_dir, _cfg, port, child) = start_sim("hdr");
     let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
     slow.write_all(b"GET /metr").unwrap();
     slow.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -140,11 +142,7 @@ fn raise_nofile(n: u64) {
 fn idle_connections_do_not_keep_metrics_from_answering() {
     const IDLE: usize = 1100;
     raise_nofile(4096);
-    let dir = Scratch::new("idle");
-    let port = free_port();
-    let cfg = dir.path("sim.yaml");
-    std::fs::write(&cfg, sim_yaml(port)).unwrap();
-    let child = start(&cfg, &dir.path("cache"), port);
+    let (_dir, _cfg, port, child) = start_sim("idle");
     let mut idle = Vec::new();
     for _ in 0..IDLE {
         match TcpStream::connect(("127.0.0.1", port)) {
@@ -313,11 +311,7 @@ fn reload_refuses_restart_keys_by_name_and_changes_nothing() {
 
 #[test]
 fn a_fifo_in_place_of_the_config_is_refused_without_blocking() {
-    let dir = Scratch::new("fifo");
-    let port = free_port();
-    let cfg = dir.path("sim.yaml");
-    std::fs::write(&cfg, sim_yaml(port)).unwrap();
-    let child = start(&cfg, &dir.path("cache"), port);
+    let (_dir, cfg, port, child) = start_sim("fifo");
     std::fs::remove_file(&cfg).unwrap();
     let c = std::ffi::CString::new(cfg.to_str().unwrap()).unwrap();
     // SAFETY: `c` is a NUL-terminated path that outlives the call.
