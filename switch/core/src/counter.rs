@@ -29,6 +29,11 @@ impl Counter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+
+    /// Starts again from zero (the owning thread only: a port id handed to a new port).
+    pub fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
 }
 
 /// A gauge written by one thread (a level, not a total).

@@ -49,8 +49,15 @@ pub struct PortSlot {
 
 impl PortSlot {
     /// An up port with no ingress stage, reporting queue 0, checksums left as they are.
+    /// A slot without queues is down: nothing could be sent on it.
     pub fn new(queues: Vec<Box<dyn PortQueue>>, max_frame: usize) -> Self {
-        Self { queues, max_frame, ingress: None, up: true, queue_index: 0, complete_partial_checksums: false }
+        let up = !queues.is_empty();
+        Self { queues, max_frame, ingress: None, up, queue_index: 0, complete_partial_checksums: false }
+    }
+
+    /// The slot of an id no port has: down, no queues.
+    pub fn absent() -> Self {
+        Self::new(Vec::new(), 0)
     }
 
     /// Frames held by all of this slot's queues.
@@ -73,6 +80,15 @@ impl Default for PipelineOptions {
     fn default() -> Self {
         Self { mode: ForwardMode::L2, bulk_return: true, host_port: None }
     }
+}
+
+/// (port, queue index in its slot) of every queue to poll for RX.
+fn rx_list(ports: &[PortSlot]) -> Vec<(PortId, usize)> {
+    ports
+        .iter()
+        .enumerate()
+        .flat_map(|(p, s)| s.queues.iter().enumerate().filter(|(_, q)| q.has_rx()).map(move |(i, _)| (p as PortId, i)))
+        .collect()
 }
 
 /// One worker: its ports, its pool cache, the shared FDB, its counters.
@@ -100,18 +116,16 @@ impl Pipeline {
         stats: Arc<WorkerStats>,
         opts: PipelineOptions,
     ) -> Self {
+        let mut ports = ports;
+        for p in &mut ports {
+            // Nothing can be sent on a port without queues.
+            p.up &= !p.queues.is_empty();
+        }
         let n = ports.len();
         // Worst case per round: every packet of every RX burst floods to every port.
         let per_port = BATCH_SIZE * n.max(1);
-        let rx_list = ports
-            .iter()
-            .enumerate()
-            .flat_map(|(p, s)| {
-                s.queues.iter().enumerate().filter(|(_, q)| q.has_rx()).map(move |(i, _)| (p as PortId, i))
-            })
-            .collect();
         Self {
-            rx_list,
+            rx_list: rx_list(&ports),
             staged: (0..n).map(|_| Vec::with_capacity(per_port)).collect(),
             dropped: Vec::with_capacity(BATCH_SIZE * 2),
             ports,
@@ -141,10 +155,64 @@ impl Pipeline {
         std::mem::replace(&mut self.ports[port as usize].ingress, stage)
     }
 
-    /// Marks a port down (its interface vanished): no more RX or TX on it.
+    /// Puts `slot` in as port `port` (a port added or replaced by a reload), between rounds.
+    /// The port's counters on this worker start from zero when `fresh` (a new port; a
+    /// replaced one keeps counting). A slot already there is released first.
+    pub fn attach_port(&mut self, port: PortId, slot: PortSlot, fresh: bool) {
+        let i = port as usize;
+        self.detach_port(port);
+        if self.ports.len() <= i {
+            self.ports.resize_with(i + 1, PortSlot::absent);
+            let per_port = BATCH_SIZE * self.ports.len();
+            self.staged.resize_with(self.ports.len(), Vec::new);
+            for s in &mut self.staged {
+                s.reserve(per_port.saturating_sub(s.len()));
+            }
+        }
+        if fresh {
+            if let Some(st) = self.stats.ports.get(i) {
+                st.reset();
+            }
+        }
+        self.ports[i] = PortSlot { up: slot.up && !slot.queues.is_empty(), ..slot };
+        self.rebuild_rx_list();
+    }
+
+    /// Takes port `port` out (a reload removed it): its completions are collected, every frame
+    /// its queues hold goes back to the pool (frames the kernel still holds are returned when
+    /// the driver closes the queue, which dropping it here does), and the id stays empty and
+    /// down. Nothing is staged for it: staging happens within a round.
+    pub fn detach_port(&mut self, port: PortId) {
+        let Some(slot) = self.ports.get_mut(port as usize) else { return };
+        let mut slot = std::mem::replace(slot, PortSlot::absent());
+        let mut bulk = if self.opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() };
+        for queue in slot.queues.iter_mut() {
+            queue.complete(&mut self.pool, &mut bulk);
+        }
+        bulk.flush(&mut self.pool);
+        for queue in slot.queues.iter_mut() {
+            queue.release_all(&mut self.pool);
+        }
+        drop(slot);
+        self.rebuild_rx_list();
+    }
+
+    /// Frames longer than `max` bytes are dropped as oversize on `port` from now on.
+    pub fn set_max_frame(&mut self, port: PortId, max: usize) {
+        if let Some(p) = self.ports.get_mut(port as usize) {
+            p.max_frame = max;
+        }
+    }
+
+    fn rebuild_rx_list(&mut self) {
+        self.rx_list = rx_list(&self.ports);
+    }
+
+    /// Marks a port down (its interface vanished): no more RX or TX on it. A port without
+    /// queues stays down.
     pub fn set_port_up(&mut self, port: PortId, up: bool) {
         if let Some(p) = self.ports.get_mut(port as usize) {
-            p.up = up;
+            p.up = up && !p.queues.is_empty();
         }
     }
 
@@ -534,6 +602,47 @@ mod tests {
         assert_eq!(tx(0), 7, "port 1 -> port 0");
         assert_eq!(tx(2), 0, "port 2 has no pair (port 3)");
         assert_eq!(stats.ports[2].drops[DropReason::NoEgress as usize].get(), 5);
+        pipe.shutdown();
+        drop(pipe);
+        check_no_leak(&pool, &[]).unwrap();
+    }
+
+    /// A queue whose transmissions never complete (the kernel still holds them).
+    fn stuck() -> Box<dyn PortQueue> {
+        Box::new(FakeQueue { rx: vec![60; 40], ..Default::default() })
+    }
+
+    #[test]
+    fn ports_attached_and_detached_between_rounds_return_every_frame() {
+        let umem = Arc::new(Umem::new(1024, 2048).unwrap());
+        let pool = SharedPool::new(0, umem, 256);
+        let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
+        let stats = Arc::new(WorkerStats::new(0, 4, cache.stats().clone()));
+        let ports = vec![PortSlot::new(vec![stuck()], 1518), PortSlot::new(Vec::new(), 1518)];
+        let opts = PipelineOptions { mode: ForwardMode::Cross, ..Default::default() };
+        let mut pipe = Pipeline::new(ports, cache, Arc::new(Fdb::new(64, 300)), stats.clone(), opts);
+        // Port 1 has no queue yet, so it is down: port 0's frames have no egress.
+        assert!(!pipe.ports()[1].up);
+        while pipe.poll() > 0 {}
+        assert_eq!(stats.ports[0].drops[DropReason::NoEgress as usize].get(), 40);
+        pipe.detach_port(1);
+        pipe.attach_port(1, PortSlot::new(vec![stuck()], 1518), true);
+        pipe.attach_port(3, PortSlot::new(vec![stuck()], 1518), true);
+        assert_eq!(pipe.ports().len(), 4, "id 2 stays empty and down");
+        assert!(!pipe.ports()[2].up);
+        while pipe.poll() > 0 {}
+        assert_eq!(stats.ports[0].tx_packets.get(), 40, "port 1's frames crossed to port 0");
+        // Port 0 is detached with frames in flight: they come back to the pool.
+        pipe.detach_port(0);
+        assert_eq!(pipe.ports()[0].queues.len(), 0);
+        // A fresh port on a used id counts from zero; a replaced one carries on.
+        pipe.attach_port(0, PortSlot::new(Vec::new(), 1518), true);
+        assert_eq!(stats.ports[0].tx_packets.get(), 0);
+        let before = stats.ports[1].rx_packets.get();
+        pipe.attach_port(1, PortSlot::new(Vec::new(), 1518), false);
+        assert_eq!(stats.ports[1].rx_packets.get(), before);
+        pipe.set_max_frame(3, 100);
+        assert_eq!(pipe.ports()[3].max_frame, 100);
         pipe.shutdown();
         drop(pipe);
         check_no_leak(&pool, &[]).unwrap();

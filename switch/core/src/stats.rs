@@ -97,6 +97,14 @@ impl PortStats {
     pub fn drops_total(&self) -> u64 {
         self.drops.iter().map(Counter::get).sum()
     }
+
+    /// Zeroes every counter (the owning worker only, when its port id goes to a new port).
+    pub fn reset(&self) {
+        let PortStats { rx_packets, rx_bytes, tx_packets, tx_bytes, drops, checksums_completed } = self;
+        for c in [rx_packets, rx_bytes, tx_packets, tx_bytes, checksums_completed].into_iter().chain(drops) {
+            c.reset();
+        }
+    }
 }
 
 /// Everything one worker counts.
