@@ -43,7 +43,10 @@ mod tempfile_path {
 fn run_scrape_reload_and_drain() {
     let port = free_port();
     let cfg = sim_config(port);
-    let mut child = Command::new(bin()).args(["run", "-c"]).arg(&cfg.0).stderr(Stdio::piped()).spawn().unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c"]).arg(&cfg.0).stderr(Stdio::piped());
+    die_with_test(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
     wait_healthy(port, &mut child);
 
     let (st, m1) = http(port, "GET", "/metrics").unwrap();

@@ -69,3 +69,19 @@ pub fn signal(child: &std::process::Child, sig: i32) {
     // SAFETY: kill on a child pid we own.
     unsafe { libc::kill(child.id() as i32, sig) };
 }
+
+/// The spawned process is killed when the thread that spawned it ends, so a test that fails
+/// halfway leaves no daemon behind (holding a port, or the output pipe of the test run).
+pub fn die_with_test(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let hook = || {
+        // SAFETY: PR_SET_PDEATHSIG takes a signal number and touches no memory of ours.
+        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the forked child before exec and makes one async-signal-safe
+    // syscall, allocating nothing.
+    unsafe { cmd.pre_exec(hook) };
+}
