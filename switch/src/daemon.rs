@@ -5,6 +5,7 @@
 //! plugins for as long as it takes without holding anything the HTTP handlers or the shutdown
 //! path need, so `/healthz` and `/metrics` answer and SIGTERM ends the daemon while it runs.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,11 +17,12 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{oneshot, watch};
+use wasmswitch_core::PortId;
 
 use crate::api::{router, ApiState, Control, Limits, ReloadBusy, ReloadResult};
 use crate::config::diff::Plan;
-use crate::config::Config;
-use crate::dataplane::{Command, Dataplane};
+use crate::config::{Config, PortSection};
+use crate::dataplane::{AddPort, Command, Dataplane, PortChanges};
 use crate::metrics::{Metrics, SwitchCollector};
 
 /// The running switch: its config and datapath.
@@ -61,17 +63,19 @@ impl Switch {
         let dp = &self.dataplane;
         let ports: Vec<_> = dp
             .ports
-            .iter()
-            .enumerate()
+            .snapshot()
+            .into_iter()
             .map(|(p, info)| {
                 let sum = |f: &dyn Fn(&wasmswitch_core::stats::PortStats) -> u64| -> u64 {
-                    dp.workers.iter().map(|w| f(&w.stats.ports[p])).sum()
+                    dp.workers.iter().map(|w| f(&w.stats.ports[p as usize])).sum()
                 };
                 json!({
+                    "id": p,
                     "name": info.name,
                     "driver": info.driver,
                     "mode": info.mode,
                     "queues": info.queues,
+                    "up": !info.gone.load(Ordering::Relaxed),
                     "rx_packets": sum(&|s| s.rx_packets.get()),
                     "tx_packets": sum(&|s| s.tx_packets.get()),
                     "drops": sum(&|s| s.drops_total()),
@@ -88,7 +92,7 @@ impl Switch {
             .fdb
             .entries(now)
             .into_iter()
-            .map(|(mac, port, age)| json!({"mac": mac.to_string(), "port": dp.ports.get(port as usize).map(|p| p.name.as_str()), "age_seconds": age}))
+            .map(|(mac, port, age)| json!({"mac": mac.to_string(), "port": dp.ports.get(port).map(|p| p.name.clone()), "age_seconds": age}))
             .collect();
         json!({"capacity": dp.fdb.capacity(), "entries": entries})
     }
@@ -107,12 +111,17 @@ impl Switch {
 
     /// Re-reads the config file and applies it, or refuses it and changes nothing.
     ///
-    /// Applied live: the plugin chains (always recompiled from their files, which may have
-    /// changed even when the config did not; swapped in by each worker between two batches, so
-    /// no frame is lost), `workers[].idle`, `fdb.aging_seconds` and sim traffic rates. Any other changed key refuses the whole reload,
-    /// naming each such key with its place in the file; the running config stays.
+    /// Applied live (see [`crate::config::diff::applies_live`]): ports added and removed
+    /// (matched by name; an AF_XDP port's sockets are opened before anything changes and a
+    /// removed one's closed once every worker has let go of it), a sim port's settings (its
+    /// queues replaced), `mtu`, the plugin chains (always recompiled from their files, which
+    /// may have changed even when the config did not), `workers[].idle`, `fdb.aging_seconds`.
+    /// Workers take every change of one reload together between two rounds, so the ports it
+    /// does not touch lose no frame. Any other changed key refuses the whole reload, naming
+    /// each such key with its place in the file; the running config stays.
     ///
-    /// Slow (compiles plugins): call it from the control thread, never from an HTTP handler.
+    /// Slow (compiles plugins, opens sockets): call it from the control thread, never from an
+    /// HTTP handler.
     pub fn reload(&self) -> Result<String, String> {
         const UNCHANGED: &str = "reload refused, nothing was changed";
         let new = Config::load(&self.path).map_err(|e| format!("{UNCHANGED}: {e}"))?;
@@ -126,46 +135,104 @@ impl Switch {
                 keys.join("; ")
             ));
         }
-        // Plugins: compiled here, off the data path. A compile or init error leaves everything
-        // as it was.
         let dp = &self.dataplane;
-        let names: Vec<String> = dp.ports.iter().map(|p| p.name.clone()).collect();
-        let has_plugins = new.ports.iter().any(|p| !p.plugins.is_empty());
-        let had_plugins = old.ports.iter().any(|p| !p.plugins.is_empty());
-        let mut per_worker = Vec::new();
-        let mut table = Vec::new();
-        if has_plugins || had_plugins {
-            let engine = crate::plugins::engine().map_err(|e| format!("{UNCHANGED}: {e:#}"))?;
-            let chains = crate::plugins::compile(&engine, &new, &self.path, names.len())
-                .map_err(|e| format!("{UNCHANGED}: {e:#}"))?;
-            for w in 0..dp.workers.len() {
-                per_worker.push(chains.instantiate(w, &names, &mut table).map_err(|e| format!("{UNCHANGED}: {e:#}"))?);
-            }
+        let refuse = |e: anyhow::Error| format!("{UNCHANGED}: {e:#}");
+        // Ports, matched by name: removed, added (new ids), replaced (same id, new queues).
+        let named = |c: &Config, n: &str| c.ports.iter().position(|p| p.name.value == n);
+        let removed: Vec<PortId> = old
+            .ports
+            .iter()
+            .filter(|p| named(&new, &p.name.value).is_none())
+            .filter_map(|p| dp.ports.id_of(&p.name.value))
+            .collect();
+        let added: Vec<usize> =
+            (0..new.ports.len()).filter(|&j| named(&old, &new.ports[j].name.value).is_none()).collect();
+        let replaced: Vec<usize> = (0..new.ports.len())
+            .filter(|&j| {
+                named(&old, &new.ports[j].name.value).is_some_and(|i| needs_new_queues(&old.ports[i], &new.ports[j]))
+            })
+            .collect();
+        let mut ids: HashMap<String, PortId> = dp
+            .ports
+            .snapshot()
+            .into_iter()
+            .filter(|(id, _)| !removed.contains(id))
+            .map(|(id, p)| (p.name.clone(), id))
+            .collect();
+        for (&j, id) in added.iter().zip(dp.free_ids(&removed, added.len()).map_err(refuse)?) {
+            ids.insert(new.ports[j].name.value.clone(), id);
         }
-        // From here on nothing can fail: apply everything.
+        let id_of = |n: &str| ids.get(n).copied();
+        // Plugins compiled and ports opened before anything changes: an error here leaves
+        // everything as it was (opened ports are closed again when dropped).
+        let (mut stages, table) = crate::plugins::stages(&new, &self.path, &id_of).map_err(refuse)?;
+        let mut changes = PortChanges::default();
+        for &j in added.iter().chain(&replaced) {
+            let port = dp.open_port(&new, j, &id_of).map_err(refuse)?;
+            let id = id_of(&new.ports[j].name.value).expect("every port of the new config has an id");
+            let fresh = added.contains(&j);
+            if !fresh {
+                changes.remove.push(id);
+            }
+            changes.add.push(AddPort { id, port, fresh, stages: Vec::new() });
+        }
+        changes.remove.extend(&removed);
+        // From here on nothing can fail but a worker that does not answer.
         let mut applied = Vec::new();
-        for (w, stages) in per_worker.into_iter().enumerate() {
-            for (p, stage) in stages.into_iter().enumerate() {
-                dp.workers[w].control.send(Command::SetIngress(p as wasmswitch_core::PortId, stage));
+        let mut extra: Vec<Vec<Command>> = Vec::new();
+        for (w, worker_stages) in stages.iter_mut().enumerate() {
+            let mut cmds = Vec::new();
+            for (id, stage) in worker_stages.drain(..) {
+                match changes.add.iter_mut().find(|a| a.id == id) {
+                    Some(a) => {
+                        a.stages.resize_with(w + 1, || None);
+                        a.stages[w] = stage;
+                    }
+                    None => cmds.push(Command::SetIngress(id, stage)),
+                }
+            }
+            if let (Some(a), Some(b)) = (old.workers.get(w), new.workers.get(w)) {
+                if a.idle.value != b.idle.value {
+                    cmds.push(Command::SetIdle(b.idle.value));
+                }
+            }
+            extra.push(cmds);
+        }
+        for (j, port) in new.ports.iter().enumerate() {
+            let Some(i) = named(&old, &port.name.value) else { continue };
+            if old.ports[i].mtu.value != port.mtu.value && !replaced.contains(&j) {
+                let id = id_of(&port.name.value).expect("a running port has an id");
+                for cmds in &mut extra {
+                    cmds.push(Command::SetMaxFrame(id, crate::drivers::max_frame(port.mtu.value)));
+                }
+                applied.push(format!("port `{}`: mtu {}", port.name.value, port.mtu.value));
             }
         }
-        if has_plugins || had_plugins {
-            *self.plugin_metrics.table.lock().unwrap_or_else(|e| e.into_inner()) = table;
-            for (p, port) in new.ports.iter().enumerate() {
-                let before = old.ports.get(p).map_or(0, |o| o.plugins.len());
-                if !port.plugins.is_empty() || before > 0 {
-                    let list: Vec<&str> = port.plugins.iter().map(|x| x.name.value.as_str()).collect();
-                    applied.push(format!(
-                        "plugins of port `{}` reloaded from their files ({})",
-                        port.name.value,
-                        if list.is_empty() { "none now".to_string() } else { list.join(", ") }
-                    ));
-                }
+        for p in old.ports.iter().filter(|p| named(&new, &p.name.value).is_none()) {
+            applied.push(format!("port `{}` removed", p.name.value));
+        }
+        for &j in &added {
+            applied.push(format!("port `{}` added", new.ports[j].name.value));
+        }
+        for &j in &replaced {
+            applied.push(format!("port `{}` reopened with its new settings", new.ports[j].name.value));
+        }
+        let late = dp.change_ports(changes, extra);
+        self.plugin_metrics.replace(table);
+        let had_plugins = old.ports.iter().any(|p| !p.plugins.is_empty());
+        for port in &new.ports {
+            let before = named(&old, &port.name.value).map_or(0, |i| old.ports[i].plugins.len());
+            if !port.plugins.is_empty() || (had_plugins && before > 0) {
+                let list: Vec<&str> = port.plugins.iter().map(|x| x.name.value.as_str()).collect();
+                applied.push(format!(
+                    "plugins of port `{}` reloaded from their files ({})",
+                    port.name.value,
+                    if list.is_empty() { "none now".to_string() } else { list.join(", ") }
+                ));
             }
         }
         for (w, (a, b)) in old.workers.iter().zip(&new.workers).enumerate() {
             if a.idle.value != b.idle.value {
-                dp.workers[w].control.send(Command::SetIdle(b.idle.value));
                 applied.push(format!("workers[{w}].idle = {:?}", b.idle.value).to_lowercase());
             }
         }
@@ -174,28 +241,59 @@ impl Switch {
             dp.fdb.set_aging_ticks(new.fdb.aging_seconds.value);
             applied.push(format!("fdb.aging_seconds = {}", new.fdb.aging_seconds.value));
         }
-        for (p, (a, b)) in old.ports.iter().zip(&new.ports).enumerate() {
-            let rate = |x: &crate::config::PortSection| {
-                x.sim.as_ref().and_then(|s| s.value.traffic.as_ref()).and_then(|t| t.rate_pps.as_ref()).map(|r| r.value)
-            };
-            // Only rate to rate gets here (the plan refuses unlimited <-> limited).
+        for (j, b) in new.ports.iter().enumerate() {
+            let Some(a) = named(&old, &b.name.value).map(|i| &old.ports[i]) else { continue };
+            if replaced.contains(&j) {
+                continue;
+            }
+            // Only rate to rate gets here (anything else replaces the port's queues).
             if let (Some(r0), Some(r1)) = (rate(a), rate(b)) {
                 if r0 != r1 {
-                    for h in &dp.ports[p].sim_rates {
+                    let info = id_of(&b.name.value).and_then(|id| dp.ports.get(id));
+                    for h in info.iter().flat_map(|i| &i.sim_rates) {
                         h.store(r1, Ordering::Relaxed);
                     }
-                    applied.push(format!("ports[{p}].sim.traffic.rate_pps = {r1}"));
+                    applied.push(format!("port `{}`: sim traffic rate_pps = {r1}", b.name.value));
                 }
             }
         }
         let changed: Vec<String> = live.iter().map(|c| c.to_string()).collect();
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
-        Ok(format!(
+        let summary = format!(
             "applied: {}; changed keys: {}; everything else unchanged",
             if applied.is_empty() { "nothing (no plugins, no change)".to_string() } else { applied.join("; ") },
             if changed.is_empty() { "none".to_string() } else { changed.join("; ") },
-        ))
+        );
+        match late {
+            Ok(()) => Ok(summary),
+            Err(e) => Err(format!("reload applied late: {e:#}; {summary}")),
+        }
     }
+}
+
+/// A sim port's generator rate, when it has a rate-limited one.
+fn rate(p: &PortSection) -> Option<u64> {
+    p.sim.as_ref().and_then(|s| s.value.traffic.as_ref()).and_then(|t| t.rate_pps.as_ref()).map(|r| r.value)
+}
+
+/// True when a port that stays (same name) needs its queues replaced: anything but its plugins,
+/// its mtu and a rate-to-rate change of its generator differs.
+fn needs_new_queues(a: &PortSection, b: &PortSection) -> bool {
+    let strip = |p: &PortSection| {
+        let mut v = serde_json::to_value(p).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("plugins");
+            o.remove("mtu");
+        }
+        if rate(p).is_some() {
+            if let Some(r) = v.pointer_mut("/sim/traffic/rate_pps") {
+                *r = serde_json::Value::Null;
+            }
+        }
+        v
+    };
+    let same_pacing = rate(a).is_some() == rate(b).is_some();
+    strip(a) != strip(b) || !same_pacing
 }
 
 /// A reload request for the control thread; the answer goes back on the channel if any.

@@ -3,6 +3,10 @@
 //! Queue ownership: queue `q` of a port is polled by worker `q % workers`; every worker also
 //! has its own TX queue on every port (its first RX queue there, or a TX-only queue when the
 //! port has fewer queues than there are workers).
+//!
+//! Ports have stable ids: the configured ports get 0..n at start and the host port n; a port a
+//! reload adds takes the lowest free id, and a removed port's id becomes free once every
+//! worker has let go of it.
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,23 +14,34 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use wasmswitch_afxdp::{AfXdpPort, Overrides, PortSpec, QueueMonitor, RingSizes, UmemRegistration};
+use wasmswitch_afxdp::UmemRegistration;
 use wasmswitch_core::fdb::Fdb;
 use wasmswitch_core::pipeline::{ForwardMode, Pipeline, PipelineOptions, PortSlot};
 use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, SharedPool};
 use wasmswitch_core::stats::WorkerStats;
 use wasmswitch_core::verdict::VerdictStage;
-use wasmswitch_core::{PortId, PortQueue, Umem};
-use wasmswitch_sim::{SimQueue, SimRings, SimStats, Source, TrafficGen, TrafficSpec};
-use wasmswitch_tap::{HostConfig, HostPort, TapConfig, TapDevice, TapStats};
+use wasmswitch_core::{PortId, Umem};
+use wasmswitch_sim::TrafficSpec;
 
-use crate::config::{AfxdpSection, AttachMode, BindMode, Config, DriverKind, Idle, Mode, PartialChecksums, SimSection};
+use crate::config::{Config, DriverKind, Idle, Mode, PortSection};
+use crate::drivers::{self, OpenCtx, OpenedPort, PortHandle, PortTable, MAX_PORT_IDS};
+use crate::plugins::Stages;
 
 /// A change a worker applies between two rounds.
 pub enum Command {
     SetIngress(PortId, Option<Box<dyn VerdictStage>>),
     SetPortUp(PortId, bool),
     SetIdle(Idle),
+    /// A port added (`fresh`: its counters start at zero) or replaced, with its ingress stage
+    /// already in the slot, so no frame of it is ever forwarded without its plugins.
+    AttachPort {
+        port: PortId,
+        slot: PortSlot,
+        fresh: bool,
+    },
+    /// A port removed: its frames go back to the pool and the worker drops its queues.
+    DetachPort(PortId),
+    SetMaxFrame(PortId, usize),
 }
 
 /// A worker that has not finished a round for this long is reported by `/healthz`. The worst
@@ -47,13 +62,34 @@ pub struct WorkerControl {
     /// Milliseconds since the dataplane started at which `heartbeat` was last seen to move
     /// (written by the housekeeping thread, which samples the heartbeats).
     progress_ms: AtomicU64,
+    /// The last generation whose commands the worker has applied.
+    applied: AtomicU64,
 }
 
 impl WorkerControl {
     pub fn send(&self, cmd: Command) {
-        self.commands.lock().unwrap_or_else(|e| e.into_inner()).push(cmd);
-        // Release: a worker that sees the new generation sees the command pushed before it.
-        self.generation.fetch_add(1, Ordering::Release);
+        self.send_all(vec![cmd]);
+    }
+
+    /// Queues `cmds` to be applied together, in order, between the same two rounds; returns
+    /// the generation to wait for with [`WorkerControl::wait_applied`].
+    pub fn send_all(&self, cmds: Vec<Command>) -> u64 {
+        let mut list = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+        list.extend(cmds);
+        // Release: a worker that sees the new generation sees the commands pushed before it.
+        self.generation.fetch_add(1, Ordering::Release) + 1
+    }
+
+    /// Waits until the worker has applied generation `g`, at most `limit`; false on timeout.
+    pub fn wait_applied(&self, g: u64, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.applied.load(Ordering::Acquire) < g {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        true
     }
 
     fn request_stop(&self) {
@@ -67,28 +103,6 @@ impl WorkerControl {
     }
 }
 
-/// Static facts about a port, for metrics and the API.
-#[derive(Debug, Clone)]
-pub struct PortInfo {
-    pub name: String,
-    pub driver: &'static str,
-    pub queues: usize,
-    /// Mode label (e.g. the AF_XDP profile's choice), for metrics.
-    pub mode: String,
-    /// Per-queue NIC-side counters of sim ports.
-    pub sim: Vec<Arc<SimStats>>,
-    /// The rates of a sim port's rate-limited generators (one per queue), which a reload sets.
-    pub sim_rates: Vec<Arc<AtomicU64>>,
-    /// Per-queue driver and kernel counters of AF_XDP ports.
-    pub afxdp: Vec<QueueMonitor>,
-    /// Whether ingress completes TCP/UDP checksums left to offload (AF_XDP profile or override).
-    pub complete_partial_checksums: bool,
-    /// The kernel interface behind the port (AF_XDP), watched for disappearance.
-    pub interface: Option<String>,
-    /// Host port (TAP) counters.
-    pub tap: Option<Arc<TapStats>>,
-}
-
 pub struct WorkerHandle {
     pub stats: Arc<WorkerStats>,
     pub control: Arc<WorkerControl>,
@@ -99,69 +113,48 @@ pub struct WorkerHandle {
 pub struct Dataplane {
     pub pool: Arc<SharedPool>,
     pub fdb: Arc<Fdb>,
-    pub ports: Vec<PortInfo>,
+    pub ports: PortTable,
     pub workers: Vec<WorkerHandle>,
     pub start: Instant,
+    umem: Arc<Umem>,
+    /// What closes each running port, by id; taken out when the port goes.
+    handles: Mutex<Vec<Option<PortHandle>>>,
+    /// Handles of removed ports that a worker was late to let go of; closed at stop.
+    retired: Mutex<Vec<PortHandle>>,
+    registration: Mutex<Option<UmemRegistration>>,
     housekeeping: Mutex<Option<JoinHandle<()>>>,
     stop_housekeeping: Arc<AtomicBool>,
-    afxdp_ports: Mutex<Vec<AfXdpPort>>,
-    host: Mutex<Option<HostPort>>,
-}
-
-/// Frames past the MTU: Ethernet header plus two VLAN tags.
-pub fn max_frame(mtu: u32) -> usize {
-    mtu as usize + 14 + 8
 }
 
 /// The pipelines of every worker, before they get threads (the bench drives these directly).
 pub struct Built {
+    pub umem: Arc<Umem>,
     pub pool: Arc<SharedPool>,
     pub fdb: Arc<Fdb>,
-    pub ports: Vec<PortInfo>,
+    pub ports: PortTable,
     pub pipelines: Vec<Pipeline>,
-    /// Open AF_XDP ports: dropping one detaches its XDP program, so they outlive the workers.
-    pub afxdp_ports: Vec<AfXdpPort>,
-    /// The host port's TAP and host workers; stopped after the datapath workers.
-    pub host: Option<HostPort>,
+    /// By port id. Dropping them detaches XDP programs and stops host workers, so they outlive
+    /// the workers.
+    pub handles: Vec<Option<PortHandle>>,
+    pub registration: Option<UmemRegistration>,
 }
 
-/// The AF_XDP driver's view of a port section.
-fn afxdp_spec(a: &AfxdpSection) -> PortSpec {
-    let mut spec = PortSpec::new(a.interface.value.clone());
-    spec.overrides = Overrides {
-        attach: match a.mode {
-            AttachMode::Auto => None,
-            AttachMode::Native => Some(wasmswitch_afxdp::AttachMode::Native),
-            AttachMode::Generic => Some(wasmswitch_afxdp::AttachMode::Generic),
-        },
-        bind: match a.bind {
-            BindMode::Auto => None,
-            BindMode::Copy => Some(wasmswitch_afxdp::BindMode::Copy),
-            BindMode::Zerocopy => Some(wasmswitch_afxdp::BindMode::ZeroCopy),
-        },
-        queues: a.queues.as_ref().map(|q| q.value.clone()),
-        rings: a.ring_size.as_ref().map(|r| RingSizes::all(r.value)),
-        complete_partial_checksums: match a.partial_checksums {
-            PartialChecksums::Auto => None,
-            PartialChecksums::Complete => Some(true),
-            PartialChecksums::Keep => Some(false),
-        },
-    };
-    spec
-}
-
-/// Traffic spec of sim port `p` from its YAML.
-fn traffic_spec(cfg: &Config, p: usize, sim: &SimSection, queue: usize) -> Option<TrafficSpec> {
+/// Generated traffic of the sim port at `index` in `cfg`, its destinations resolved to ids.
+fn traffic_spec(cfg: &Config, index: usize, id_of: &dyn Fn(&str) -> Option<PortId>) -> Option<TrafficSpec> {
+    let sim = &cfg.ports[index].sim.as_ref()?.value;
     let t = sim.traffic.as_ref()?;
     let dst_ports: Vec<u16> = match &t.to {
-        Some(to) => to.iter().filter_map(|n| cfg.port_index(&n.value)).map(|i| i as u16).collect(),
-        None => (0..cfg.ports.len())
-            .filter(|&i| i != p && cfg.ports[i].sim.as_ref().is_some_and(|s| s.value.traffic.is_some()))
-            .map(|i| i as u16)
+        Some(to) => to.iter().filter_map(|n| id_of(&n.value)).collect(),
+        None => cfg
+            .ports
+            .iter()
+            .enumerate()
+            .filter(|&(i, p)| i != index && p.sim.as_ref().is_some_and(|s| s.value.traffic.is_some()))
+            .filter_map(|(_, p)| id_of(&p.name.value))
             .collect(),
     };
     Some(TrafficSpec {
-        port: p as u16,
+        port: id_of(&cfg.ports[index].name.value).unwrap_or(index as PortId),
         src_macs: t.src_macs.value,
         dst_ports,
         frame_sizes: t.frame_sizes.value.clone(),
@@ -170,26 +163,46 @@ fn traffic_spec(cfg: &Config, p: usize, sim: &SimSection, queue: usize) -> Optio
         vlan: t.vlan.as_ref().map(|v| v.value),
         rate_pps: t.rate_pps.as_ref().map(|r| r.value),
         templates: 1024,
-        seed: 0x5eed ^ queue as u64,
+        seed: 0x5eed,
     })
 }
 
-/// Opens an AF_XDP port. A queue still bound right after a previous owner died (the kernel
-/// releases an AF_XDP socket of a killed process asynchronously) is retried for up to 3 s.
-fn open_afxdp(spec: &PortSpec, reg: &UmemRegistration) -> Result<AfXdpPort, wasmswitch_afxdp::AfXdpError> {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        match AfXdpPort::open(spec, reg) {
-            Err(wasmswitch_afxdp::AfXdpError::QueueBusy { .. }) if Instant::now() < deadline => {
-                log::info!("{}: queue still bound by a closing socket, retrying", spec.iface);
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            other => return other,
+/// Opens configured port `index` of `cfg` through its driver (`id_of` resolves the names
+/// its sim traffic is addressed to).
+fn open_port(
+    ctx: &mut OpenCtx<'_>,
+    cfg: &Config,
+    index: usize,
+    id_of: &dyn Fn(&str) -> Option<PortId>,
+) -> Result<OpenedPort> {
+    let port: &PortSection = &cfg.ports[index];
+    let name = &port.name.value;
+    match port.driver.value {
+        DriverKind::Sim => {
+            let sim = port.sim.as_ref().map(|s| s.value.clone()).unwrap_or_default();
+            Ok(drivers::sim::open(ctx, name, &sim, port.mtu.value, traffic_spec(cfg, index, id_of)))
+        }
+        DriverKind::Afxdp => {
+            let a = &port.afxdp.as_ref().context("an afxdp port without an `afxdp:` section")?.value;
+            drivers::afxdp::open(ctx, name, a, port.mtu.value)
         }
     }
 }
 
-/// Builds pools, FDB, drivers and one pipeline per worker.
+/// Worker `w`'s slot of an opened port, with `ingress` as its stage.
+fn slot(port: &mut OpenedPort, w: usize, ingress: Option<Box<dyn VerdictStage>>) -> PortSlot {
+    PortSlot {
+        queue_index: w as u16,
+        queues: std::mem::take(&mut port.queues[w]),
+        max_frame: port.max_frame,
+        ingress,
+        up: true,
+        complete_partial_checksums: port.info.complete_partial_checksums,
+    }
+}
+
+/// Builds pools, FDB, drivers and one pipeline per worker. Configured port `i` gets id `i`,
+/// the host port the id after them.
 pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built> {
     let workers = cfg.workers.len();
     let umem = Arc::new(
@@ -202,150 +215,33 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
         Mode::Passthrough => ForwardMode::Passthrough,
         Mode::Cross => ForwardMode::Cross,
     };
-    // slots[w][p] = the queues worker w owns on port p (first one carries its TX).
-    let mut slots: Vec<Vec<Vec<Box<dyn PortQueue>>>> =
-        (0..workers).map(|_| (0..cfg.ports.len()).map(|_| Vec::new()).collect()).collect();
-    let mut infos = Vec::new();
-    let mut afxdp_ports = Vec::new();
-    let mut registration: Option<UmemRegistration> = None;
-    for (p, port) in cfg.ports.iter().enumerate() {
-        match port.driver.value {
-            DriverKind::Sim => {
-                let sim = port.sim.as_ref().map(|s| s.value.clone()).unwrap_or_default();
-                let queues = sim.queues.value as usize;
-                let rings = SimRings { fill: sim.ring_size.value, tx: sim.ring_size.value };
-                let mut stats = Vec::new();
-                let mut rates = Vec::new();
-                for q in 0..queues {
-                    let source = match traffic_spec(cfg, p, &sim, q) {
-                        Some(spec) => Source::Gen(TrafficGen::new(&spec)),
-                        None => Source::Idle,
-                    };
-                    let queue = SimQueue::new(umem.clone(), rings, source);
-                    stats.push(queue.stats().clone());
-                    rates.extend(queue.rate_handle());
-                    slots[q % workers][p].push(Box::new(queue));
-                }
-                for worker_slots in slots.iter_mut().skip(queues) {
-                    // Fewer queues than workers: a TX-only queue each (a sim NIC has plenty).
-                    let queue = SimQueue::new(umem.clone(), rings, Source::Idle);
-                    stats.push(queue.stats().clone());
-                    worker_slots[p].push(Box::new(queue));
-                }
-                infos.push(PortInfo {
-                    name: port.name.value.clone(),
-                    driver: "sim",
-                    queues,
-                    mode: "sim".into(),
-                    sim: stats,
-                    sim_rates: rates,
-                    afxdp: Vec::new(),
-                    complete_partial_checksums: false,
-                    interface: None,
-                    tap: None,
-                });
-            }
-            DriverKind::Afxdp => {
-                let a = &port.afxdp.as_ref().expect("checked by Config::check").value;
-                let reg = registration.get_or_insert_with(|| UmemRegistration::new(umem.clone()));
-                let mut xp = open_afxdp(&afxdp_spec(a), reg).with_context(|| format!("port `{}`", port.name.value))?;
-                let d = xp.decision().clone();
-                log::info!("port `{}` on {}: {d}", port.name.value, a.interface.value);
-                let mut queues: Vec<_> = xp.take_queues().into_iter().map(|(_, q)| q).collect();
-                let nq = queues.len();
-                if nq == 0 {
-                    bail!("port `{}`: interface {} has no queue to open", port.name.value, a.interface.value);
-                }
-                // Workers without a queue of their own share one's TX side (locked per burst).
-                let shared: Vec<_> = (nq..workers).map(|w| queues[w % nq].share_tx()).collect();
-                for (i, q) in queues.into_iter().enumerate() {
-                    slots[i % workers][p].push(Box::new(q));
-                }
-                for (k, q) in shared.into_iter().enumerate() {
-                    slots[nq + k][p].push(Box::new(q));
-                }
-                infos.push(PortInfo {
-                    name: port.name.value.clone(),
-                    driver: "afxdp",
-                    queues: nq,
-                    mode: format!("{}/{}", d.attach, d.bind),
-                    complete_partial_checksums: d.complete_partial_checksums,
-                    sim: Vec::new(),
-                    sim_rates: Vec::new(),
-                    afxdp: xp.queue_stats(),
-                    interface: Some(a.interface.value.clone()),
-                    tap: None,
-                });
-                afxdp_ports.push(xp);
-            }
-        }
+    let mut registration = None;
+    let mut ctx = OpenCtx { umem: &umem, pool: &pool, workers, registration: &mut registration };
+    let id_of = |name: &str| cfg.port_index(name).map(|i| i as PortId);
+    let mut opened = Vec::new();
+    for index in 0..cfg.ports.len() {
+        opened.push(open_port(&mut ctx, cfg, index, &id_of)?);
     }
-    let mut host = None;
-    let mut max_frames: Vec<usize> = cfg.ports.iter().map(|p| max_frame(p.mtu.value)).collect();
     if let Some(h) = &cfg.host {
-        let tap = TapDevice::create(&TapConfig {
-            name: h.tap.value.clone(),
-            mac: wasmswitch_tap::parse_mac(&h.mac.value)?,
-            mtu: h.mtu.value,
-            queues: h.workers.value,
-        })
-        .with_context(|| format!("host port `{}`", h.name.value))?;
-        let hc = HostConfig {
-            datapath_workers: workers,
-            host_workers: h.workers.value,
-            bulk: h.bulk.value,
-            ring_size: h.ring_size.value,
-            ..HostConfig::default()
-        };
-        let (hp, queues) = HostPort::start(tap, &pool, &hc).with_context(|| format!("host port `{}`", h.name.value))?;
-        log::info!(
-            "host port `{}` on TAP {} ({} host worker(s), bulk {})",
-            h.name.value,
-            h.tap.value,
-            h.workers.value,
-            h.bulk.value
-        );
-        for (w, q) in queues.into_iter().enumerate() {
-            slots[w].push(vec![Box::new(q)]);
-        }
-        infos.push(PortInfo {
-            name: h.name.value.clone(),
-            driver: "tap",
-            queues: h.workers.value,
-            mode: "io_uring".into(),
-            sim: Vec::new(),
-            sim_rates: Vec::new(),
-            afxdp: Vec::new(),
-            complete_partial_checksums: false,
-            interface: None,
-            tap: Some(hp.stats().clone()),
-        });
-        max_frames.push(max_frame(h.mtu.value));
-        host = Some(hp);
+        opened.push(drivers::host::open(&ctx, h)?);
     }
     let host_port = cfg.host.as_ref().map(|_| cfg.ports.len() as PortId);
     let mut pipelines = Vec::new();
-    for (w, worker_slots) in slots.into_iter().enumerate() {
+    for w in 0..workers {
         let cache = PoolCache::new(pool.clone(), cfg.pool.cache.value, alloc);
-        let stats = Arc::new(WorkerStats::new(w, infos.len(), cache.stats().clone()));
-        let ports = worker_slots
-            .into_iter()
-            .enumerate()
-            .map(|(p, queues)| PortSlot {
-                queue_index: w as u16,
-                queues,
-                max_frame: max_frames[p],
-                ingress: None,
-                up: true,
-                complete_partial_checksums: infos[p].complete_partial_checksums,
-            })
-            .collect();
+        let stats = Arc::new(WorkerStats::new(w, MAX_PORT_IDS, cache.stats().clone()));
+        let ports = opened.iter_mut().map(|o| slot(o, w, None)).collect();
         let opts = PipelineOptions { mode, bulk_return, host_port };
         pipelines.push(Pipeline::new(ports, cache, fdb.clone(), stats, opts));
     }
-    Ok(Built { pool, fdb, ports: infos, pipelines, afxdp_ports, host })
+    let table = PortTable::default();
+    let mut handles = Vec::new();
+    for (id, o) in opened.into_iter().enumerate() {
+        table.set(id as PortId, Some(Arc::new(o.info)));
+        handles.push(Some(o.handle));
+    }
+    Ok(Built { umem, pool, fdb, ports: table, pipelines, handles, registration })
 }
-
 pub use wasmswitch_afxdp::sys::pin_to_cpu;
 
 fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, mut idle: Idle) {
@@ -370,8 +266,12 @@ fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, 
                     Command::SetIngress(p, stage) => drop(pipe.set_ingress(p, stage)),
                     Command::SetPortUp(p, up) => pipe.set_port_up(p, up),
                     Command::SetIdle(i) => idle = i,
+                    Command::AttachPort { port, slot, fresh } => pipe.attach_port(port, slot, fresh),
+                    Command::DetachPort(p) => pipe.detach_port(p),
+                    Command::SetMaxFrame(p, max) => pipe.set_max_frame(p, max),
                 }
             }
+            control.applied.store(generation, Ordering::Release);
             if control.stop.load(Ordering::Relaxed) {
                 break;
             }
@@ -399,7 +299,7 @@ fn interface_exists(name: &str) -> bool {
 fn housekeeping_loop(
     fdb: Arc<Fdb>,
     controls: Vec<Arc<WorkerControl>>,
-    mut watched: Vec<(PortId, String)>,
+    ports: PortTable,
     start: Instant,
     stop: Arc<AtomicBool>,
 ) {
@@ -415,24 +315,47 @@ fn housekeeping_loop(
             }
         }
         fdb.age(start.elapsed().as_secs() as u32);
-        watched.retain(|(p, name)| {
-            if interface_exists(name) {
-                return true;
+        for (p, info) in ports.snapshot() {
+            let Some(name) = &info.interface else { continue };
+            if info.gone.load(Ordering::Relaxed) || interface_exists(name) {
+                continue;
             }
-            log::error!("interface {name} disappeared: port {p} stopped, the other ports keep forwarding");
+            info.gone.store(true, Ordering::Relaxed);
+            log::error!("interface {name} disappeared: port `{}` stopped, the other ports keep forwarding", info.name);
             for c in &controls {
-                c.send(Command::SetPortUp(*p, false));
+                c.send(Command::SetPortUp(p, false));
             }
-            fdb.flush_port(*p);
-            false
-        });
+            fdb.flush_port(p);
+        }
     }
 }
 
+/// How long a reload waits for every worker to apply a port change. The worst round the
+/// config permits is about 200 ms (see [`STALL_BOUND`]).
+pub const APPLY_BOUND: Duration = Duration::from_secs(5);
+
+/// Ports a reload takes out and puts in, applied by [`Dataplane::change_ports`].
+#[derive(Default)]
+pub struct PortChanges {
+    /// Ports to take out.
+    pub remove: Vec<PortId>,
+    pub add: Vec<AddPort>,
+}
+
+/// A port to put in.
+pub struct AddPort {
+    pub id: PortId,
+    pub port: OpenedPort,
+    /// A new port (counters from zero) rather than one replaced under the same name.
+    pub fresh: bool,
+    /// Its ingress stage on each worker (index = worker; missing means none).
+    pub stages: Vec<Option<Box<dyn VerdictStage>>>,
+}
+
 impl Dataplane {
-    /// Builds the datapath and starts its worker threads.
+    /// Builds the datapath and starts its worker threads, without plugins.
     pub fn start(cfg: &Config) -> Result<Dataplane> {
-        Self::start_with_plugins(cfg, std::path::Path::new("."), None)
+        Self::start_with_stages(cfg, Vec::new())
     }
 
     /// Starts the datapath with the ports' plugin chains (compiled here, before any traffic)
@@ -442,32 +365,23 @@ impl Dataplane {
         file: &std::path::Path,
         plugin_metrics: Option<&crate::plugins::PluginMetrics>,
     ) -> Result<Dataplane> {
-        let mut built = build(cfg, AllocMode::Recycling, true)?;
-        if cfg.ports.iter().any(|p| !p.plugins.is_empty()) {
-            let engine = crate::plugins::engine()?;
-            let chains = crate::plugins::compile(&engine, cfg, file, built.ports.len())?;
-            let names: Vec<String> = built.ports.iter().map(|p| p.name.clone()).collect();
-            let mut table = Vec::new();
-            for (w, pipe) in built.pipelines.iter_mut().enumerate() {
-                for (p, stage) in chains.instantiate(w, &names, &mut table)?.into_iter().enumerate() {
-                    if stage.is_some() {
-                        pipe.set_ingress(p as PortId, stage);
-                    }
-                }
-            }
-            if let Some(m) = plugin_metrics {
-                *m.table.lock().unwrap_or_else(|e| e.into_inner()) = table;
-            }
-            log::info!(
-                "plugins loaded: {}",
-                cfg.ports
-                    .iter()
-                    .flat_map(|p| p.plugins.iter().map(|x| x.name.value.clone()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+        let id_of = |name: &str| cfg.port_index(name).map(|i| i as PortId);
+        let (stages, table) = crate::plugins::stages(cfg, file, &id_of)?;
+        if let Some(m) = plugin_metrics {
+            m.replace(table);
         }
-        let built = built;
+        Self::start_with_stages(cfg, stages)
+    }
+
+    /// Builds the datapath, installs the ready `stages` (worker by worker; empty for none) and
+    /// starts the worker threads.
+    pub fn start_with_stages(cfg: &Config, stages: Stages) -> Result<Dataplane> {
+        let mut built = build(cfg, AllocMode::Recycling, true)?;
+        for (pipe, stages) in built.pipelines.iter_mut().zip(stages) {
+            for (p, stage) in stages {
+                pipe.set_ingress(p, stage);
+            }
+        }
         let start = Instant::now();
         let mut workers = Vec::new();
         for (w, pipe) in built.pipelines.into_iter().enumerate() {
@@ -494,20 +408,17 @@ impl Dataplane {
             let fdb = built.fdb.clone();
             let stop = stop_housekeeping.clone();
             let controls: Vec<_> = workers.iter().map(|w: &WorkerHandle| w.control.clone()).collect();
-            let watched: Vec<(PortId, String)> = built
-                .ports
-                .iter()
-                .enumerate()
-                .filter_map(|(p, i)| i.interface.clone().map(|n| (p as PortId, n)))
-                .collect();
+            let ports = built.ports.clone();
             std::thread::Builder::new()
                 .name("housekeeping".into())
-                .spawn(move || housekeeping_loop(fdb, controls, watched, start, stop))
+                .spawn(move || housekeeping_loop(fdb, controls, ports, start, stop))
                 .context("cannot start the housekeeping thread")?
         };
         Ok(Dataplane {
-            afxdp_ports: Mutex::new(built.afxdp_ports),
-            host: Mutex::new(built.host),
+            umem: built.umem,
+            handles: Mutex::new(built.handles),
+            retired: Mutex::new(Vec::new()),
+            registration: Mutex::new(built.registration),
             pool: built.pool,
             fdb: built.fdb,
             ports: built.ports,
@@ -523,6 +434,83 @@ impl Dataplane {
         for (w, h) in self.workers.iter().enumerate() {
             h.control.send(cmd_for(w));
         }
+    }
+
+    /// Opens configured port `index` of `cfg` (a port a reload adds), its sim traffic addressed
+    /// through `id_of`. Nothing reaches the workers until [`Dataplane::change_ports`].
+    pub fn open_port(&self, cfg: &Config, index: usize, id_of: &dyn Fn(&str) -> Option<PortId>) -> Result<OpenedPort> {
+        let mut registration = self.registration.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ctx = OpenCtx {
+            umem: &self.umem,
+            pool: &self.pool,
+            workers: self.workers.len(),
+            registration: &mut registration,
+        };
+        open_port(&mut ctx, cfg, index, id_of)
+    }
+
+    /// `n` ids for new ports, given that the ports in `removed` go: the lowest free ones.
+    pub fn free_ids(&self, removed: &[PortId], n: usize) -> Result<Vec<PortId>> {
+        let running: Vec<PortId> = self.ports.snapshot().into_iter().map(|(id, _)| id).collect();
+        let free: Vec<PortId> =
+            (0..MAX_PORT_IDS as PortId).filter(|id| !running.contains(id) || removed.contains(id)).take(n).collect();
+        if free.len() < n {
+            bail!("no free port id for {n} new port(s): at most {MAX_PORT_IDS} ports, the host port included");
+        }
+        Ok(free)
+    }
+
+    /// Applies `changes` together with `extra[w]` (further commands for worker `w`, e.g. the
+    /// other ports' new stages): every worker gets them as one list between two rounds, so an
+    /// added port is polled only with its plugins in place, and the ports not named keep
+    /// forwarding throughout. Removed ports are closed once every worker has let go of them.
+    pub fn change_ports(&self, mut changes: PortChanges, mut extra: Vec<Vec<Command>>) -> Result<()> {
+        for id in &changes.remove {
+            self.ports.set(*id, None);
+        }
+        extra.resize_with(self.workers.len(), Vec::new);
+        let mut sent = Vec::new();
+        for (w, (h, extra)) in self.workers.iter().zip(extra).enumerate() {
+            let mut cmds: Vec<Command> = changes.remove.iter().map(|&p| Command::DetachPort(p)).collect();
+            for a in changes.add.iter_mut() {
+                let stage = a.stages.get_mut(w).and_then(Option::take);
+                cmds.push(Command::AttachPort { port: a.id, slot: slot(&mut a.port, w, stage), fresh: a.fresh });
+            }
+            cmds.extend(extra);
+            sent.push(h.control.send_all(cmds));
+        }
+        let mut late = Vec::new();
+        for (w, (h, g)) in self.workers.iter().zip(sent).enumerate() {
+            if !h.control.wait_applied(g, APPLY_BOUND) {
+                late.push(w);
+            }
+        }
+        let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+        for id in &changes.remove {
+            let Some(h) = handles.get_mut(*id as usize).and_then(Option::take) else { continue };
+            if late.is_empty() {
+                h.close();
+                self.fdb.flush_port(*id);
+            } else {
+                // A late worker may still poll the port: closed at stop instead.
+                self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(h);
+            }
+        }
+        for a in changes.add {
+            let i = a.id as usize;
+            if handles.len() <= i {
+                handles.resize_with(i + 1, || None);
+            }
+            handles[i] = Some(a.port.handle);
+            self.ports.set(a.id, Some(Arc::new(a.port.info)));
+        }
+        if !late.is_empty() {
+            bail!(
+                "worker(s) {late:?} did not apply the change within {} s; it is applied when they next complete a round",
+                APPLY_BOUND.as_secs()
+            );
+        }
+        Ok(())
     }
 
     /// True while every worker thread runs and has completed a round recently.
@@ -576,13 +564,13 @@ impl Dataplane {
         if let Some(h) = h {
             let _ = h.join();
         }
-        // Workers closed their sockets; dropping the ports detaches the XDP programs.
-        self.afxdp_ports.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        // Workers closed their sockets: dropping the AF_XDP ports detaches the XDP programs.
         // Host workers stop after the datapath workers and drain the rings between them; the
         // TAP goes away with its last descriptor.
-        let host = self.host.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(mut h) = host {
-            h.stop();
+        let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|e| e.into_inner()));
+        let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in handles.into_iter().flatten().chain(retired) {
+            h.close();
         }
         if panicked > 0 {
             bail!("{panicked} worker(s) panicked");

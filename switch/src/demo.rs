@@ -43,7 +43,8 @@ pub fn print_rates(dp: &Dataplane, seconds: Option<u64>) -> Result<()> {
             let now = totals(dp);
             let dt = last_t.elapsed().as_secs_f64();
             last_t = Instant::now();
-            for (p, info) in dp.ports.iter().enumerate() {
+            for (p, info) in dp.ports.snapshot() {
+                let p = p as usize;
                 let (r0, t0, d0) = last[p];
                 let (r1, t1, d1) = now[p];
                 println!(

@@ -9,6 +9,7 @@ pub mod config;
 pub mod daemon;
 pub mod dataplane;
 pub mod demo;
+pub mod drivers;
 pub mod lab;
 pub mod metrics;
 pub mod plugins;

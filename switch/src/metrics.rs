@@ -16,7 +16,7 @@ use wasmswitch_core::fdb::Fdb;
 use wasmswitch_core::pool::{PoolStats, SharedPool};
 use wasmswitch_core::stats::{DropReason, WorkerStats};
 
-use crate::dataplane::PortInfo;
+use crate::drivers::PortTable;
 
 /// Extra metric families contributed by other subsystems (plugins, host port).
 pub trait MetricsSource: Send + Sync + std::fmt::Debug {
@@ -26,7 +26,7 @@ pub trait MetricsSource: Send + Sync + std::fmt::Debug {
 /// Everything the scrape reads.
 #[derive(Debug)]
 pub struct SwitchCollector {
-    pub ports: Vec<PortInfo>,
+    pub ports: PortTable,
     pub workers: Vec<Arc<WorkerStats>>,
     pub pool: Arc<SharedPool>,
     pub fdb: Arc<Fdb>,
@@ -35,6 +35,7 @@ pub struct SwitchCollector {
 }
 
 type Labels = Vec<(&'static str, String)>;
+type Ports = [(wasmswitch_core::PortId, Arc<crate::drivers::PortInfo>)];
 
 /// Writes one counter family: `name` gets `_total` appended by the encoder.
 pub fn counter_family(
@@ -66,11 +67,12 @@ pub fn gauge_family(
 
 impl SwitchCollector {
     /// Per (port, worker) samples of one port counter.
-    fn port_samples(&self, f: impl Fn(&wasmswitch_core::stats::PortStats) -> u64) -> Vec<(Labels, u64)> {
+    fn port_samples(&self, ports: &Ports, f: impl Fn(&wasmswitch_core::stats::PortStats) -> u64) -> Vec<(Labels, u64)> {
         let mut out = Vec::new();
-        for (p, info) in self.ports.iter().enumerate() {
+        for (p, info) in ports {
             for w in &self.workers {
-                out.push((vec![("port", info.name.clone()), ("worker", w.worker.to_string())], f(&w.ports[p])));
+                let v = f(&w.ports[*p as usize]);
+                out.push((vec![("port", info.name.clone()), ("worker", w.worker.to_string())], v));
             }
         }
         out
@@ -94,40 +96,42 @@ impl SwitchCollector {
 impl Collector for SwitchCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         let e = &mut enc;
+        // One snapshot per scrape: a reload may add or remove ports meanwhile.
+        let ports = self.ports.snapshot();
         counter_family(
             e,
             "wasmswitch_port_rx_packets",
             "Packets received, per port and worker.",
-            &self.port_samples(|s| s.rx_packets.get()),
+            &self.port_samples(&ports, |s| s.rx_packets.get()),
         )?;
         counter_family(
             e,
             "wasmswitch_port_rx_bytes",
             "Bytes received, per port and worker.",
-            &self.port_samples(|s| s.rx_bytes.get()),
+            &self.port_samples(&ports, |s| s.rx_bytes.get()),
         )?;
         counter_family(
             e,
             "wasmswitch_port_tx_packets",
             "Packets transmitted, per port and worker.",
-            &self.port_samples(|s| s.tx_packets.get()),
+            &self.port_samples(&ports, |s| s.tx_packets.get()),
         )?;
         counter_family(
             e,
             "wasmswitch_port_tx_bytes",
             "Bytes transmitted, per port and worker.",
-            &self.port_samples(|s| s.tx_bytes.get()),
+            &self.port_samples(&ports, |s| s.tx_bytes.get()),
         )?;
         counter_family(
             e,
             "wasmswitch_port_checksums_completed",
             "TCP/UDP checksums completed on ingress because the sender left them to offload.",
-            &self.port_samples(|s| s.checksums_completed.get()),
+            &self.port_samples(&ports, |s| s.checksums_completed.get()),
         )?;
         let mut drops = Vec::new();
-        for (p, info) in self.ports.iter().enumerate() {
+        for (p, info) in &ports {
             for r in DropReason::ALL {
-                let v: u64 = self.workers.iter().map(|w| w.ports[p].drops[r as usize].get()).sum();
+                let v: u64 = self.workers.iter().map(|w| w.ports[*p as usize].drops[r as usize].get()).sum();
                 drops.push((vec![("port", info.name.clone()), ("reason", r.label().to_string())], v));
             }
         }
@@ -138,7 +142,7 @@ impl Collector for SwitchCollector {
             &drops,
         )?;
         let mut missed = Vec::new();
-        for info in &self.ports {
+        for (_, info) in &ports {
             for (q, s) in info.sim.iter().enumerate() {
                 missed.push((vec![("port", info.name.clone()), ("queue", q.to_string())], s.rx_missed.get()));
             }
@@ -176,7 +180,7 @@ impl Collector for SwitchCollector {
         ];
         for (name, help, pick) in afxdp {
             let mut samples = Vec::new();
-            for info in &self.ports {
+            for (_, info) in &ports {
                 for m in &info.afxdp {
                     samples.push((vec![("port", info.name.clone()), ("queue", m.queue.to_string())], pick(&m.stats)));
                 }
@@ -184,10 +188,9 @@ impl Collector for SwitchCollector {
             counter_family(e, name, help, &samples)?;
         }
         // The kernel's per-socket drop counters: one getsockopt per queue per scrape.
-        let kernel: Vec<_> = self
-            .ports
+        let kernel: Vec<_> = ports
             .iter()
-            .flat_map(|info| info.afxdp.iter().map(move |m| (info, m.queue, m.xdp_stats())))
+            .flat_map(|(_, info)| info.afxdp.iter().map(move |m| (info, m.queue, m.xdp_stats())))
             .filter_map(|(info, q, s)| Some((vec![("port", info.name.clone()), ("queue", q.to_string())], s?)))
             .collect();
         type KPick = fn(&wasmswitch_afxdp::XdpStatistics) -> u64;
@@ -225,7 +228,7 @@ impl Collector for SwitchCollector {
         }
         // The interface's own drop counters (veth: a full peer ring or backlog), from sysfs.
         let mut ifdrops = Vec::new();
-        for info in &self.ports {
+        for (_, info) in &ports {
             let Some(ifname) = &info.interface else { continue };
             for dir in ["rx", "tx"] {
                 let path = format!("/sys/class/net/{ifname}/statistics/{dir}_dropped");
@@ -240,7 +243,7 @@ impl Collector for SwitchCollector {
             "The kernel interface's own dropped counters (/sys/class/net/IF/statistics/{rx,tx}_dropped).",
             &ifdrops,
         )?;
-        for info in &self.ports {
+        for (_, info) in &ports {
             let Some(tap) = &info.tap else { continue };
             let t = tap.totals();
             let l = || vec![("port", info.name.clone())];
@@ -293,10 +296,9 @@ impl Collector for SwitchCollector {
                 None,
             )?;
         }
-        let info: Vec<(Labels, i64)> = self
-            .ports
+        let info: Vec<(Labels, i64)> = ports
             .iter()
-            .map(|p| {
+            .map(|(_, p)| {
                 (
                     vec![
                         ("port", p.name.clone()),

@@ -5,10 +5,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use prometheus_client::encoding::DescriptorEncoder;
 use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
-use wasmswitch_core::BATCH_SIZE;
+use wasmswitch_core::{PortId, BATCH_SIZE};
 use wasmswitch_plugin_host::{
     EngineOptions, FaultReason, OnError, PluginEngine, PluginFactory, PluginSpec, PluginStats, WasmStage,
 };
@@ -33,7 +33,8 @@ pub fn spec(cfg: &Config, file: &Path, s: &PluginSection) -> PluginSpec {
     }
 }
 
-/// Every port's compiled chain (index = port id; empty for ports without plugins).
+/// Every configured port's compiled chain (index = the port's place in the config; empty for
+/// ports without plugins).
 pub struct CompiledChains {
     pub chains: Vec<Vec<Arc<PluginFactory>>>,
 }
@@ -51,20 +52,55 @@ pub fn engine() -> Result<Arc<PluginEngine>> {
 
 /// Compiles (or loads from cache) and initialises every plugin of `cfg`; the first error names
 /// the port and plugin.
-pub fn compile(engine: &Arc<PluginEngine>, cfg: &Config, file: &Path, ports: usize) -> Result<CompiledChains> {
-    let mut chains: Vec<Vec<Arc<PluginFactory>>> = (0..ports).map(|_| Vec::new()).collect();
-    for (p, port) in cfg.ports.iter().enumerate() {
+pub fn compile(engine: &Arc<PluginEngine>, cfg: &Config, file: &Path) -> Result<CompiledChains> {
+    let mut chains = Vec::new();
+    for port in &cfg.ports {
+        let mut chain = Vec::new();
         for s in &port.plugins {
             let f =
                 engine.compile(&spec(cfg, file, s)).map_err(|e| anyhow::anyhow!("port `{}`: {e}", port.name.value))?;
-            chains[p].push(f);
+            chain.push(f);
         }
+        chains.push(chain);
     }
-    Ok(chains_of(chains))
+    Ok(CompiledChains { chains })
 }
 
-fn chains_of(chains: Vec<Vec<Arc<PluginFactory>>>) -> CompiledChains {
-    CompiledChains { chains }
+/// Ready stages for every port, by worker: `stages[w]` = (port id, stage) pairs.
+pub type Stages = Vec<Vec<(PortId, Option<Box<dyn VerdictStage>>)>>;
+
+/// The one plugin-install path, for start and reload: compiles `cfg`'s plugins (off the data
+/// path; no engine at all when there are none) and instantiates every worker's stage for every
+/// configured port, addressed by id through `id_of`. Ports without plugins get `None`, which
+/// clears a chain a reload took away. The counters of the new stages are in the table.
+pub fn stages(cfg: &Config, file: &Path, id_of: &dyn Fn(&str) -> Option<PortId>) -> Result<(Stages, StatsTable)> {
+    let workers = cfg.workers.len();
+    let mut table = Vec::new();
+    let chains =
+        if cfg.ports.iter().any(|p| !p.plugins.is_empty()) { Some(compile(&engine()?, cfg, file)?) } else { None };
+    let mut stages: Stages = (0..workers).map(|_| Vec::new()).collect();
+    for (w, out) in stages.iter_mut().enumerate() {
+        for (index, port) in cfg.ports.iter().enumerate() {
+            let name = &port.name.value;
+            let id = id_of(name).with_context(|| format!("port `{name}` has no id"))?;
+            let stage = match &chains {
+                Some(c) => c.instantiate(w, index, name, &mut table)?,
+                None => None,
+            };
+            out.push((id, stage));
+        }
+    }
+    if chains.is_some() {
+        log::info!(
+            "plugins loaded: {}",
+            cfg.ports
+                .iter()
+                .flat_map(|p| p.plugins.iter().map(|x| x.name.value.clone()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok((stages, table))
 }
 
 /// A port's plugins run in order on the whole batch; the first non-`pass` verdict a packet
@@ -98,30 +134,23 @@ impl VerdictStage for ChainStage {
 pub type StatsTable = Vec<(String, String, usize, Arc<PluginStats>)>;
 
 impl CompiledChains {
-    /// Instantiates worker `w`'s stage for every port (None where a port has no plugins).
+    /// Worker `w`'s stage for configured port `index` (None when it has no plugins); the
+    /// plugins' counters are added to `table`.
     pub fn instantiate(
         &self,
         w: usize,
-        port_names: &[String],
+        index: usize,
+        port_name: &str,
         table: &mut StatsTable,
-    ) -> Result<Vec<Option<Box<dyn VerdictStage>>>> {
-        let mut out = Vec::new();
-        for (p, chain) in self.chains.iter().enumerate() {
-            if chain.is_empty() {
-                out.push(None);
-                continue;
-            }
-            let mut stages = Vec::new();
-            for f in chain {
-                let st = f.instantiate(w).map_err(|e| anyhow::anyhow!("port `{}`: {e}", port_names[p]))?;
-                table.push((port_names[p].clone(), st.name().to_string(), w, st.stats().clone()));
-                stages.push(st);
-            }
-            out.push(Some(
-                Box::new(ChainStage { stages, scratch: [Verdict::Pass; BATCH_SIZE] }) as Box<dyn VerdictStage>
-            ));
+    ) -> Result<Option<Box<dyn VerdictStage>>> {
+        let Some(chain) = self.chains.get(index).filter(|c| !c.is_empty()) else { return Ok(None) };
+        let mut stages = Vec::new();
+        for f in chain {
+            let st = f.instantiate(w).map_err(|e| anyhow::anyhow!("port `{port_name}`: {e}"))?;
+            table.push((port_name.to_string(), st.name().to_string(), w, st.stats().clone()));
+            stages.push(st);
         }
-        Ok(out)
+        Ok(Some(Box::new(ChainStage { stages, scratch: [Verdict::Pass; BATCH_SIZE] })))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -133,6 +162,13 @@ impl CompiledChains {
 #[derive(Debug, Default)]
 pub struct PluginMetrics {
     pub table: std::sync::Mutex<StatsTable>,
+}
+
+impl PluginMetrics {
+    /// Puts the counters of newly installed stages in place of the old ones.
+    pub fn replace(&self, table: StatsTable) {
+        *self.table.lock().unwrap_or_else(|e| e.into_inner()) = table;
+    }
 }
 
 impl std::fmt::Debug for ChainStage {

@@ -61,13 +61,10 @@ fn start_sim(tag: &str) -> (Scratch, PathBuf, u16, Child) {
 }
 
 fn start(cfg: &Path, cache: &Path, port: u16) -> Child {
-    let mut child = Command::new(bin())
-        .args(["run", "-c"])
-        .arg(cfg)
-        .env("WASMSWITCH_CACHE_DIR", cache)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c"]).arg(cfg).env("WASMSWITCH_CACHE_DIR", cache).stderr(Stdio::piped());
+    die_with_test(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
     wait_healthy(port, &mut child);
     child
 }
@@ -255,16 +252,15 @@ fn reload_refuses_restart_keys_by_name_and_changes_nothing() {
     assert_eq!(cfg_of()["fdb"]["capacity"], 16384);
 
     // Two restart-only keys at once: both named with their line, nothing applied.
-    let changed =
-        base.replace("  capacity: 16384", "  capacity: 32768").replace("        flows: 256", "        flows: 128");
+    let changed = base.replace("  capacity: 16384", "  capacity: 32768").replace("  frames: 16384", "  frames: 20000");
     std::fs::write(&cfg, &changed).unwrap();
     let line_of = |needle: &str| changed.lines().position(|l| l.contains(needle)).unwrap() + 1;
     let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
     assert_eq!(st, 422, "{body}");
     let fdb_at = format!("sim.yaml:{}:", line_of("capacity: 32768"));
-    let flows_at = format!("sim.yaml:{}:", line_of("flows: 128"));
+    let frames_at = format!("sim.yaml:{}:", line_of("frames: 20000"));
     assert!(body.contains("fdb.capacity") && body.contains(&fdb_at), "{body}");
-    assert!(body.contains("ports[0].sim.traffic.flows") && body.contains(&flows_at), "{body}");
+    assert!(body.contains("pool.frames") && body.contains(&frames_at), "{body}");
     assert!(body.contains("nothing was changed"), "{body}");
     assert_eq!(cfg_of()["fdb"]["capacity"], 16384, "the stored config is still the running one");
 
@@ -298,7 +294,20 @@ fn reload_refuses_restart_keys_by_name_and_changes_nothing() {
     std::fs::write(&cfg, rated).unwrap();
     let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
     assert_eq!(st, 200, "{body}");
-    assert!(body.contains("applied: ports[1].sim.traffic.rate_pps = 60000"), "{body}");
+    assert!(body.contains("applied: port `p1`: sim traffic rate_pps = 60000"), "{body}");
+
+    // A sim port's other settings: its queues are replaced, live.
+    let flows = base
+        .replace("  - idle: sleep", "  - idle: poll")
+        .replace("aging_seconds: 300", "aging_seconds: 60")
+        .replace("        rate_pps: 50000", "        rate_pps: 60000")
+        .replace("        flows: 256", "        flows: 128");
+    std::fs::write(&cfg, flows).unwrap();
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("port `p0` reopened with its new settings"), "{body}");
+    assert!(body.contains("ports[0].sim.traffic.flows (256 -> 128)"), "{body}");
+    assert_eq!(cfg_of()["ports"][0]["sim"]["traffic"]["flows"], 128);
 
     // No change at all.
     let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();

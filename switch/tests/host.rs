@@ -133,7 +133,7 @@ fn host_reaches_a_namespace_host_through_the_switch() {
     let out = Command::new("ping").args(["-c", "3", "-i", "0.2", "-W", "1", "10.77.26.1"]).output().unwrap();
     assert!(out.status.success(), "host -> h1 through TAP and AF_XDP: {}", String::from_utf8_lossy(&out.stdout));
     assert!(lab.hosts[0].ping("10.77.26.254", 3).unwrap(), "h1 -> host");
-    let tap_stats = dp.ports[1].tap.clone().expect("host port has TAP stats");
+    let tap_stats = dp.ports.get(1).unwrap().tap.clone().expect("host port has TAP stats");
     // `delivered` moves after the write completes, which can be after ping read the reply:
     // poll it (bounded) rather than read it once.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -187,7 +187,7 @@ fn ring_full_under_a_flood_drops_counted_forwarding_goes_on_no_leak() {
     let tx_p1 = |dp: &Dataplane| dp.workers.iter().map(|w| w.stats.ports[1].tx_packets.get()).sum::<u64>();
     let before = tx_p1(&dp);
     std::thread::sleep(Duration::from_millis(700));
-    let t = dp.ports[2].tap.clone().unwrap().totals();
+    let t = dp.ports.get(2).unwrap().tap.clone().unwrap().totals();
     assert!(t.ring_full > 0, "a flood into 16-entry rings overflows them: {t:?}");
     assert!(t.delivered > 0, "the host still gets what fits");
     assert!(tx_p1(&dp) > before + 1000, "the datapath keeps forwarding its other traffic");

@@ -28,9 +28,27 @@ pub struct Change {
     pub at: String,
 }
 
+impl Change {
+    /// For a port added or removed as a whole: its name and whether it was added.
+    pub fn whole_port(&self) -> Option<(String, bool)> {
+        let rest = self.key.strip_prefix("ports[")?;
+        if !rest.ends_with(']') || rest.contains('.') {
+            return None;
+        }
+        let added = self.old == "null";
+        let v: Value = serde_json::from_str(if added { &self.new } else { &self.old }).ok()?;
+        Some((v.get("name")?.as_str()?.to_string(), added))
+    }
+}
+
 impl fmt::Display for Change {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} ({} -> {})", self.at, self.key, short(&self.old), short(&self.new))
+        match self.whole_port() {
+            Some((name, added)) => {
+                write!(f, "{}: {} (port `{name}` {})", self.at, self.key, if added { "added" } else { "removed" })
+            }
+            None => write!(f, "{}: {} ({} -> {})", self.at, self.key, short(&self.old), short(&self.new)),
+        }
     }
 }
 
@@ -51,9 +69,13 @@ pub struct Plan {
     pub restart: Vec<Change>,
 }
 
-/// True for changes a running switch applies on reload: the plugin chains, `workers[i].idle`,
-/// `fdb.aging_seconds`, and a sim port's `traffic.rate_pps` from one rate to another (not to or
-/// from unlimited, which has no pacer to change).
+/// True for changes a running switch applies on reload:
+/// - the plugin chains, `workers[i].idle`, `fdb.aging_seconds`;
+/// - a port added or removed (ports are matched by name), unless it is a sim port with
+///   generated traffic (the other generators' destinations are fixed when they start);
+/// - a port's `mtu`;
+/// - a sim port's `sim` settings (the port's queues are replaced; its counters carry on), except
+///   giving it traffic or taking its traffic away (that changes the others' destinations).
 pub fn applies_live(c: &Change) -> bool {
     let key = c.key.as_str();
     if key == "fdb.aging_seconds" {
@@ -62,22 +84,66 @@ pub fn applies_live(c: &Change) -> bool {
     let Some(rest) = key.strip_prefix("ports[").and_then(|r| r.split_once(']')).map(|(_, r)| r) else {
         return key.strip_prefix("workers[").and_then(|r| r.split_once(']')).is_some_and(|(_, r)| r == ".idle");
     };
-    if rest == ".sim.traffic.rate_pps" {
+    if rest.is_empty() {
+        let side = if c.old == "null" { &c.new } else { &c.old };
+        let Ok(port) = serde_json::from_str::<Value>(side) else { return false };
+        return match port.get("driver").and_then(Value::as_str) {
+            Some("afxdp") => true,
+            Some("sim") => port.pointer("/sim/traffic").is_none_or(Value::is_null),
+            _ => false,
+        };
+    }
+    if rest == ".sim" {
+        let traffic = |side: &str| {
+            serde_json::from_str::<Value>(side)
+                .ok()
+                .and_then(|v| v.get("traffic").cloned())
+                .is_some_and(|t| !t.is_null())
+        };
+        return !traffic(&c.old) && !traffic(&c.new);
+    }
+    if rest == ".sim.traffic" {
         return c.old != "null" && c.new != "null";
     }
-    rest == ".plugins" || rest.starts_with(".plugins[") || rest.starts_with(".plugins.")
+    rest == ".mtu"
+        || rest.starts_with(".sim.")
+        || rest == ".plugins"
+        || rest.starts_with(".plugins[")
+        || rest.starts_with(".plugins.")
 }
 
 /// Compares `old` (running) with `new` (just loaded from `new.file`).
 pub fn plan(old: &Config, new: &Config) -> Plan {
-    let a = serde_json::to_value(old).unwrap_or(Value::Null);
-    let b = serde_json::to_value(new).unwrap_or(Value::Null);
+    let mut a = serde_json::to_value(old).unwrap_or(Value::Null);
+    let mut b = serde_json::to_value(new).unwrap_or(Value::Null);
     let mut keys = Vec::new();
+    // Ports are matched by name, so reordering them is no change and adding one changes no
+    // other port's keys; a removed port is located at `ports` in the new file.
+    let pa = a.as_object_mut().and_then(|o| o.remove("ports"));
+    let pb = b.as_object_mut().and_then(|o| o.remove("ports"));
+    let (pa, pb) = match (pa, pb) {
+        (Some(Value::Array(x)), Some(Value::Array(y))) => (x, y),
+        _ => (Vec::new(), Vec::new()),
+    };
+    let name = |v: &Value| v.get("name").cloned().unwrap_or(Value::Null);
+    for (j, q) in pb.iter().enumerate() {
+        match pa.iter().find(|p| name(p) == name(q)) {
+            Some(p) => walk(p, q, format!("ports[{j}]"), &mut keys),
+            None => keys.push((format!("ports[{j}]"), "null".to_string(), q.to_string())),
+        }
+    }
+    let mut removed = Vec::new();
+    for (i, p) in pa.iter().enumerate() {
+        if !pb.iter().any(|q| name(p) == name(q)) {
+            removed.push((format!("ports[{i}]"), p.to_string(), "null".to_string()));
+        }
+    }
     walk(&a, &b, String::new(), &mut keys);
     let tree: Option<Spanned<Node>> = serde_saphyr::from_str(&new.source).ok();
     let mut plan = Plan::default();
-    for (key, o, n) in keys {
-        let loc = tree.as_ref().map(|t| locate(t, &key)).unwrap_or(Location::UNKNOWN);
+    let located = keys.into_iter().map(|k| (k.0.clone(), k)).chain(removed.into_iter().map(|k| ("ports".into(), k)));
+    for (place, (key, o, n)) in located {
+        let loc = tree.as_ref().map(|t| locate(t, &place)).unwrap_or(Location::UNKNOWN);
         let at = if loc == Location::UNKNOWN {
             new.file.display().to_string()
         } else {

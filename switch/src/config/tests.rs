@@ -332,6 +332,22 @@ fn every_key_changed_in_a_reload_is_named() {
             }
             Ok(c) => {
                 let plan = diff::plan(&base, &c);
+                if let Some(port) = key.strip_suffix(".name").filter(|k| k.starts_with("ports[") && !k.contains(".")) {
+                    // Ports are matched by name: a renamed port is one removed and one added.
+                    let whole: Vec<String> = plan
+                        .live
+                        .iter()
+                        .chain(&plan.restart)
+                        .filter(|ch| ch.key == port)
+                        .map(|ch| ch.to_string())
+                        .collect();
+                    assert_eq!(whole.len(), 2, "{key}: {plan:?}");
+                    assert!(
+                        whole.iter().any(|w| w.ends_with("removed)")) && whole.iter().any(|w| w.ends_with("added)"))
+                    );
+                    restart += 1;
+                    continue;
+                }
                 let named: Vec<&diff::Change> =
                     plan.live.iter().chain(&plan.restart).filter(|ch| &ch.key == key).collect();
                 assert_eq!(named.len(), 1, "{key}: not named by the plan: {plan:?}");
@@ -349,7 +365,7 @@ fn every_key_changed_in_a_reload_is_named() {
         }
     }
     eprintln!("{} keys: {live} applied live, {restart} need a restart, {refused} made the file invalid", keys.len());
-    assert!(live >= 5 && restart >= 30, "{live} live, {restart} restart");
+    assert!(live >= 20 && restart >= 20, "{live} live, {restart} restart");
 }
 
 #[test]

@@ -1,0 +1,38 @@
+//! The host port: a TAP device the switch creates (and removes on exit), served by host
+//! workers over io_uring.
+
+use anyhow::{Context, Result};
+use wasmswitch_tap::{HostConfig, HostPort, TapConfig, TapDevice};
+
+use super::{max_frame, OpenCtx, OpenedPort, PortHandle, PortInfo};
+use crate::config::HostSection;
+
+/// Creates the TAP and starts its host workers; each datapath worker gets one queue.
+pub fn open(ctx: &OpenCtx<'_>, h: &HostSection) -> Result<OpenedPort> {
+    let tap = TapDevice::create(&TapConfig {
+        name: h.tap.value.clone(),
+        mac: wasmswitch_tap::parse_mac(&h.mac.value)?,
+        mtu: h.mtu.value,
+        queues: h.workers.value,
+    })
+    .with_context(|| format!("host port `{}`", h.name.value))?;
+    let hc = HostConfig {
+        datapath_workers: ctx.workers,
+        host_workers: h.workers.value,
+        bulk: h.bulk.value,
+        ring_size: h.ring_size.value,
+        ..HostConfig::default()
+    };
+    let (hp, queues) = HostPort::start(tap, ctx.pool, &hc).with_context(|| format!("host port `{}`", h.name.value))?;
+    log::info!(
+        "host port `{}` on TAP {} ({} host worker(s), bulk {})",
+        h.name.value,
+        h.tap.value,
+        h.workers.value,
+        h.bulk.value
+    );
+    let mut info = PortInfo::new(&h.name.value, "tap", h.workers.value, "io_uring".into());
+    info.tap = Some(hp.stats().clone());
+    let queues = queues.into_iter().map(|q| vec![Box::new(q) as Box<dyn wasmswitch_core::PortQueue>]).collect();
+    Ok(OpenedPort { info, queues, max_frame: max_frame(h.mtu.value), handle: PortHandle::Host(hp) })
+}

@@ -1,0 +1,157 @@
+//! The drivers as the dataplane sees them. Each one turns its port section into an
+//! [`OpenedPort`]: the queues every worker will own, the port's static facts and metrics
+//! sources ([`PortInfo`]), and a [`PortHandle`] that closes what the kernel holds once the
+//! workers have let go of the queues. Start and reload open ports through the same calls.
+//!
+//! Checking a section and counting the frames it needs is the config's job (`config`), so
+//! that `check` answers without opening anything.
+
+pub mod afxdp;
+pub mod host;
+pub mod sim;
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, RwLock};
+
+use wasmswitch_afxdp::{AfXdpPort, QueueMonitor, UmemRegistration};
+use wasmswitch_core::pool::SharedPool;
+use wasmswitch_core::{PortId, PortQueue, Umem};
+use wasmswitch_sim::SimStats;
+use wasmswitch_tap::{HostPort, TapStats};
+
+/// Port ids a running switch can hand out: every configured port plus the host port. Ids of
+/// removed ports are reused; per-worker counters are sized for all of them once, at start.
+pub const MAX_PORT_IDS: usize = crate::config::range::PORTS.1 + 1;
+
+/// Frames past the MTU: Ethernet header plus two VLAN tags.
+pub fn max_frame(mtu: u32) -> usize {
+    mtu as usize + 14 + 8
+}
+
+/// What every driver needs to open a port.
+pub struct OpenCtx<'a> {
+    pub umem: &'a Arc<Umem>,
+    pub pool: &'a Arc<SharedPool>,
+    pub workers: usize,
+    /// The UMEM's registration with the kernel, shared by every AF_XDP port.
+    pub registration: &'a mut Option<UmemRegistration>,
+}
+
+/// Static facts about a port, for metrics and the API.
+#[derive(Debug)]
+pub struct PortInfo {
+    pub name: String,
+    pub driver: &'static str,
+    pub queues: usize,
+    /// Mode label (e.g. the AF_XDP profile's choice), for metrics.
+    pub mode: String,
+    /// Per-queue NIC-side counters of sim ports.
+    pub sim: Vec<Arc<SimStats>>,
+    /// The rates of a sim port's rate-limited generators (one per queue), which a reload sets.
+    pub sim_rates: Vec<Arc<AtomicU64>>,
+    /// Per-queue driver and kernel counters of AF_XDP ports.
+    pub afxdp: Vec<QueueMonitor>,
+    /// Whether ingress completes TCP/UDP checksums left to offload (AF_XDP profile or override).
+    pub complete_partial_checksums: bool,
+    /// The kernel interface behind the port (AF_XDP), watched for disappearance.
+    pub interface: Option<String>,
+    /// Set once the interface has disappeared and the port was stopped.
+    pub gone: AtomicBool,
+    /// Host port (TAP) counters.
+    pub tap: Option<Arc<TapStats>>,
+}
+
+impl PortInfo {
+    /// A port of `driver` with no driver-specific counters yet.
+    pub fn new(name: &str, driver: &'static str, queues: usize, mode: String) -> Self {
+        Self {
+            name: name.to_string(),
+            driver,
+            queues,
+            mode,
+            sim: Vec::new(),
+            sim_rates: Vec::new(),
+            afxdp: Vec::new(),
+            complete_partial_checksums: false,
+            interface: None,
+            gone: AtomicBool::new(false),
+            tap: None,
+        }
+    }
+}
+
+/// What keeps a port's kernel objects alive. Dropped (or [`PortHandle::close`]d) only after
+/// every worker has released the port's queues.
+pub enum PortHandle {
+    /// Nothing beyond the queues themselves (sim).
+    Queues,
+    /// The XDP program and the sockets' registration; dropping it detaches the program.
+    Afxdp(AfXdpPort),
+    /// The TAP and its host workers.
+    Host(HostPort),
+}
+
+impl PortHandle {
+    /// Closes the port: host workers are stopped and joined (they drain the rings between
+    /// them and the datapath); the XDP program is detached.
+    pub fn close(self) {
+        match self {
+            PortHandle::Host(mut h) => h.stop(),
+            PortHandle::Afxdp(p) => drop(p),
+            PortHandle::Queues => {}
+        }
+    }
+}
+
+/// A port, opened: ready to be handed to the workers.
+pub struct OpenedPort {
+    pub info: PortInfo,
+    /// `queues[w]`: the queues worker `w` owns on the port (the first carries its TX).
+    pub queues: Vec<Vec<Box<dyn PortQueue>>>,
+    pub max_frame: usize,
+    pub handle: PortHandle,
+}
+
+/// The running ports by id, shared between the dataplane (which changes it on reload) and the
+/// metrics and API (which read a snapshot per request).
+#[derive(Clone, Debug, Default)]
+pub struct PortTable(Arc<RwLock<Vec<Option<Arc<PortInfo>>>>>);
+
+impl PortTable {
+    /// Every running port with its id, in id order.
+    pub fn snapshot(&self) -> Vec<(PortId, Arc<PortInfo>)> {
+        let t = self.0.read().unwrap_or_else(|e| e.into_inner());
+        t.iter().enumerate().filter_map(|(i, p)| Some((i as PortId, p.clone()?))).collect()
+    }
+
+    pub fn get(&self, id: PortId) -> Option<Arc<PortInfo>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).get(id as usize).cloned().flatten()
+    }
+
+    /// The id of the running port called `name`.
+    pub fn id_of(&self, name: &str) -> Option<PortId> {
+        let t = self.0.read().unwrap_or_else(|e| e.into_inner());
+        t.iter().position(|p| p.as_ref().is_some_and(|p| p.name == name)).map(|i| i as PortId)
+    }
+
+    /// Ids in use (the highest plus one).
+    pub fn len(&self) -> usize {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.snapshot().is_empty()
+    }
+
+    pub(crate) fn set(&self, id: PortId, info: Option<Arc<PortInfo>>) {
+        let mut t = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let i = id as usize;
+        if t.len() <= i {
+            t.resize_with(i + 1, || None);
+        }
+        t[i] = info;
+        while t.last().is_some_and(Option::is_none) {
+            t.pop();
+        }
+    }
+}
