@@ -88,13 +88,13 @@ impl Switch {
     pub fn fdb_json(&self) -> serde_json::Value {
         let dp = &self.dataplane;
         let now = dp.start.elapsed().as_secs() as u32;
-        let entries: Vec<_> = dp
-            .fdb
+        let fdb = dp.fdb.get();
+        let entries: Vec<_> = fdb
             .entries(now)
             .into_iter()
             .map(|(mac, port, age)| json!({"mac": mac.to_string(), "port": dp.ports.get(port).map(|p| p.name.clone()), "age_seconds": age}))
             .collect();
-        json!({"capacity": dp.fdb.capacity(), "entries": entries})
+        json!({"capacity": fdb.capacity(), "entries": entries})
     }
 
     pub fn plugins_json(&self) -> serde_json::Value {
@@ -115,7 +115,8 @@ impl Switch {
     /// (matched by name; an AF_XDP port's sockets are opened before anything changes and a
     /// removed one's closed once every worker has let go of it), a sim port's settings (its
     /// queues replaced), `mtu`, the plugin chains (always recompiled from their files, which
-    /// may have changed even when the config did not), `workers[].idle`, `fdb.aging_seconds`.
+    /// may have changed even when the config did not), `workers[].idle`, `fdb.capacity` (a new table with the
+    /// learned entries copied in) and `fdb.aging_seconds`.
     /// Workers take every change of one reload together between two rounds, so the ports it
     /// does not touch lose no frame. Any other changed key refuses the whole reload, naming
     /// each such key with its place in the file; the running config stays.
@@ -195,6 +196,14 @@ impl Switch {
                 if a.idle.value != b.idle.value {
                     cmds.push(Command::SetIdle(b.idle.value));
                 }
+                let cpu = |x: &crate::config::WorkerSection| x.cpu.as_ref().map(|c| c.value);
+                if cpu(a) != cpu(b) {
+                    cmds.push(Command::Pin(cpu(b)));
+                    applied.push(match cpu(b) {
+                        Some(c) => format!("workers[{w}] pinned to cpu {c}"),
+                        None => format!("workers[{w}] unpinned"),
+                    });
+                }
             }
             extra.push(cmds);
         }
@@ -217,7 +226,16 @@ impl Switch {
         for &j in &replaced {
             applied.push(format!("port `{}` reopened with its new settings", new.ports[j].name.value));
         }
-        let late = dp.change_ports(changes, extra);
+        let mut late = dp.change_ports(changes, extra);
+        if old.fdb.capacity.value != new.fdb.capacity.value {
+            let r = dp.resize_fdb(new.fdb.capacity.value);
+            late = late.and(r);
+            applied.push(format!(
+                "fdb.capacity = {} (a table of {} entries, the learned ones copied over)",
+                new.fdb.capacity.value,
+                dp.fdb.get().capacity()
+            ));
+        }
         self.plugin_metrics.replace(table);
         let had_plugins = old.ports.iter().any(|p| !p.plugins.is_empty());
         for port in &new.ports {
@@ -238,7 +256,7 @@ impl Switch {
         }
         if old.fdb.aging_seconds.value != new.fdb.aging_seconds.value {
             // The FDB's ticks are seconds (the workers' clock is start.elapsed() in seconds).
-            dp.fdb.set_aging_ticks(new.fdb.aging_seconds.value);
+            dp.fdb.get().set_aging_ticks(new.fdb.aging_seconds.value);
             applied.push(format!("fdb.aging_seconds = {}", new.fdb.aging_seconds.value));
         }
         for (j, b) in new.ports.iter().enumerate() {

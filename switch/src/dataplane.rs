@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use wasmswitch_afxdp::UmemRegistration;
-use wasmswitch_core::fdb::Fdb;
+use wasmswitch_core::fdb::{CurrentFdb, Fdb};
 use wasmswitch_core::pipeline::{ForwardMode, Pipeline, PipelineOptions, PortSlot};
 use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, SharedPool};
 use wasmswitch_core::stats::WorkerStats;
@@ -42,6 +42,10 @@ pub enum Command {
     /// A port removed: its frames go back to the pool and the worker drops its queues.
     DetachPort(PortId),
     SetMaxFrame(PortId, usize),
+    /// A resized FDB (the entries of the old one copied in).
+    SetFdb(Arc<Fdb>),
+    /// Pin the worker to this CPU, or let it run anywhere.
+    Pin(Option<usize>),
 }
 
 /// A worker that has not finished a round for this long is reported by `/healthz`. The worst
@@ -112,7 +116,7 @@ pub struct WorkerHandle {
 /// The running datapath.
 pub struct Dataplane {
     pub pool: Arc<SharedPool>,
-    pub fdb: Arc<Fdb>,
+    pub fdb: Arc<CurrentFdb>,
     pub ports: PortTable,
     pub workers: Vec<WorkerHandle>,
     pub start: Instant,
@@ -244,6 +248,17 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
 }
 pub use wasmswitch_afxdp::sys::pin_to_cpu;
 
+/// Pins the calling worker to `cpu`, or unpins it; a failure is logged (the worker runs on).
+fn pin(cpu: Option<usize>) {
+    let r = match cpu {
+        Some(c) => pin_to_cpu(c),
+        None => wasmswitch_afxdp::sys::unpin(),
+    };
+    if let Err(e) = r {
+        log::warn!("{}: cannot pin to cpu {cpu:?}: {e}", std::thread::current().name().unwrap_or("worker"));
+    }
+}
+
 fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, mut idle: Idle) {
     let mut rounds: u64 = 0;
     let mut seen = 0u64;
@@ -269,6 +284,8 @@ fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, 
                     Command::AttachPort { port, slot, fresh } => pipe.attach_port(port, slot, fresh),
                     Command::DetachPort(p) => pipe.detach_port(p),
                     Command::SetMaxFrame(p, max) => pipe.set_max_frame(p, max),
+                    Command::SetFdb(fdb) => pipe.set_fdb(fdb),
+                    Command::Pin(cpu) => pin(cpu),
                 }
             }
             control.applied.store(generation, Ordering::Release);
@@ -297,7 +314,7 @@ fn interface_exists(name: &str) -> bool {
 /// Ages the FDB and watches AF_XDP interfaces: one that vanishes is reported and its port
 /// stopped on every worker (its FDB entries forgotten); the other ports keep forwarding.
 fn housekeeping_loop(
-    fdb: Arc<Fdb>,
+    fdb: Arc<CurrentFdb>,
     controls: Vec<Arc<WorkerControl>>,
     ports: PortTable,
     start: Instant,
@@ -314,6 +331,7 @@ fn housekeeping_loop(
                 c.progress_ms.store(now_ms, Ordering::Relaxed);
             }
         }
+        let fdb = fdb.get();
         fdb.age(start.elapsed().as_secs() as u32);
         for (p, info) in ports.snapshot() {
             let Some(name) = &info.interface else { continue };
@@ -393,10 +411,8 @@ impl Dataplane {
             let thread = std::thread::Builder::new()
                 .name(format!("worker-{w}"))
                 .spawn(move || {
-                    if let Some(cpu) = cpu {
-                        if let Err(e) = pin_to_cpu(cpu) {
-                            log::warn!("worker {w}: cannot pin to cpu {cpu}: {e}");
-                        }
+                    if cpu.is_some() {
+                        pin(cpu);
                     }
                     worker_loop(pipe, ctl, start, idle)
                 })
@@ -404,8 +420,9 @@ impl Dataplane {
             workers.push(WorkerHandle { stats, control, thread: Mutex::new(Some(thread)) });
         }
         let stop_housekeeping = Arc::new(AtomicBool::new(false));
+        let fdb = Arc::new(CurrentFdb::new(built.fdb));
         let housekeeping = {
-            let fdb = built.fdb.clone();
+            let fdb = fdb.clone();
             let stop = stop_housekeeping.clone();
             let controls: Vec<_> = workers.iter().map(|w: &WorkerHandle| w.control.clone()).collect();
             let ports = built.ports.clone();
@@ -420,7 +437,7 @@ impl Dataplane {
             retired: Mutex::new(Vec::new()),
             registration: Mutex::new(built.registration),
             pool: built.pool,
-            fdb: built.fdb,
+            fdb,
             ports: built.ports,
             workers,
             start,
@@ -490,7 +507,7 @@ impl Dataplane {
             let Some(h) = handles.get_mut(*id as usize).and_then(Option::take) else { continue };
             if late.is_empty() {
                 h.close();
-                self.fdb.flush_port(*id);
+                self.fdb.get().flush_port(*id);
             } else {
                 // A late worker may still poll the port: closed at stop instead.
                 self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(h);
@@ -509,6 +526,28 @@ impl Dataplane {
                 "worker(s) {late:?} did not apply the change within {} s; it is applied when they next complete a round",
                 APPLY_BOUND.as_secs()
             );
+        }
+        Ok(())
+    }
+
+    /// Replaces the FDB with one of `capacity` holding the current entries (see
+    /// [`Fdb::resized`]); entries learned by a worker in the old table while the copy is made
+    /// are learned again from the next frame they send.
+    pub fn resize_fdb(&self, capacity: usize) -> Result<()> {
+        let new = Arc::new(self.fdb.get().resized(capacity, self.start.elapsed().as_secs() as u32));
+        self.fdb.set(new.clone());
+        let sent: Vec<u64> =
+            self.workers.iter().map(|w| w.control.send_all(vec![Command::SetFdb(new.clone())])).collect();
+        let late: Vec<usize> = self
+            .workers
+            .iter()
+            .zip(sent)
+            .enumerate()
+            .filter(|(_, (w, g))| !w.control.wait_applied(*g, APPLY_BOUND))
+            .map(|(i, _)| i)
+            .collect();
+        if !late.is_empty() {
+            bail!("worker(s) {late:?} did not take the new FDB within {} s", APPLY_BOUND.as_secs());
         }
         Ok(())
     }

@@ -53,7 +53,7 @@ pub fn print_rates(dp: &Dataplane, seconds: Option<u64>) -> Result<()> {
                     (r1 - r0) as f64 / dt,
                     (t1 - t0) as f64 / dt,
                     (d1 - d0) as f64 / dt,
-                    if p == 0 { dp.fdb.len().to_string() } else { String::new() }
+                    if p == 0 { dp.fdb.get().len().to_string() } else { String::new() }
                 );
             }
             println!();

@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use wasmswitch_core::counter::Counter;
-use wasmswitch_core::fdb::Fdb;
+use wasmswitch_core::fdb::CurrentFdb;
 use wasmswitch_core::pool::{PoolStats, SharedPool};
 use wasmswitch_core::stats::{DropReason, WorkerStats};
 
@@ -29,7 +29,7 @@ pub struct SwitchCollector {
     pub ports: PortTable,
     pub workers: Vec<Arc<WorkerStats>>,
     pub pool: Arc<SharedPool>,
-    pub fdb: Arc<Fdb>,
+    pub fdb: Arc<CurrentFdb>,
     pub start: Instant,
     pub extra: Vec<Arc<dyn MetricsSource>>,
 }
@@ -363,13 +363,13 @@ impl Collector for SwitchCollector {
             e,
             "wasmswitch_fdb_entries",
             "MAC addresses in the forwarding database.",
-            &[(vec![], self.fdb.len() as i64)],
+            &[(vec![], self.fdb.get().len() as i64)],
         )?;
         gauge_family(
             e,
             "wasmswitch_fdb_capacity",
             "Forwarding database capacity.",
-            &[(vec![], self.fdb.capacity() as i64)],
+            &[(vec![], self.fdb.get().capacity() as i64)],
         )?;
         counter_family(
             e,
@@ -389,7 +389,12 @@ impl Collector for SwitchCollector {
             "Entries evicted from a full FDB bucket.",
             &self.worker_samples(|w| w.fdb_evicted.get()),
         )?;
-        counter_family(e, "wasmswitch_fdb_aged", "Entries removed by aging.", &[(vec![], self.fdb.stats.aged.get())])?;
+        counter_family(
+            e,
+            "wasmswitch_fdb_aged",
+            "Entries removed by aging.",
+            &[(vec![], self.fdb.get().stats.aged.get())],
+        )?;
         counter_family(
             e,
             "wasmswitch_flood_copies",

@@ -94,7 +94,7 @@ fn three_ports_unicast_isolation_flooding_and_no_hairpin() {
     }
     assert!(tx(&dp, 1) >= b2 + 3 && tx(&dp, 2) >= b3 + 3, "broadcast flooded to every other port");
     assert_eq!(tx(&dp, 0), b1, "nothing comes back out of the ingress port");
-    assert!(dp.fdb.len() >= 3);
+    assert!(dp.fdb.get().len() >= 3);
     dp.stop().expect("no frame leaked");
 }
 

@@ -252,17 +252,17 @@ fn reload_refuses_restart_keys_by_name_and_changes_nothing() {
     assert_eq!(cfg_of()["fdb"]["capacity"], 16384);
 
     // Two restart-only keys at once: both named with their line, nothing applied.
-    let changed = base.replace("  capacity: 16384", "  capacity: 32768").replace("  frames: 16384", "  frames: 20000");
+    let changed = base.replace("  mode: l2", "  mode: passthrough").replace("  frames: 16384", "  frames: 20000");
     std::fs::write(&cfg, &changed).unwrap();
     let line_of = |needle: &str| changed.lines().position(|l| l.contains(needle)).unwrap() + 1;
     let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
     assert_eq!(st, 422, "{body}");
-    let fdb_at = format!("sim.yaml:{}:", line_of("capacity: 32768"));
+    let mode_at = format!("sim.yaml:{}:", line_of("mode: passthrough"));
     let frames_at = format!("sim.yaml:{}:", line_of("frames: 20000"));
-    assert!(body.contains("fdb.capacity") && body.contains(&fdb_at), "{body}");
+    assert!(body.contains("switch.mode") && body.contains(&mode_at), "{body}");
     assert!(body.contains("pool.frames") && body.contains(&frames_at), "{body}");
     assert!(body.contains("nothing was changed"), "{body}");
-    assert_eq!(cfg_of()["fdb"]["capacity"], 16384, "the stored config is still the running one");
+    assert_eq!(cfg_of()["switch"]["mode"], "l2", "the stored config is still the running one");
 
     // A live key: applied and said so; the stored config follows.
     std::fs::write(&cfg, base.replace("  - idle: sleep", "  - idle: poll")).unwrap();
@@ -302,12 +302,26 @@ fn reload_refuses_restart_keys_by_name_and_changes_nothing() {
         .replace("aging_seconds: 300", "aging_seconds: 60")
         .replace("        rate_pps: 50000", "        rate_pps: 60000")
         .replace("        flows: 256", "        flows: 128");
-    std::fs::write(&cfg, flows).unwrap();
+    std::fs::write(&cfg, &flows).unwrap();
     let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
     assert_eq!(st, 200, "{body}");
     assert!(body.contains("port `p0` reopened with its new settings"), "{body}");
     assert!(body.contains("ports[0].sim.traffic.flows (256 -> 128)"), "{body}");
     assert_eq!(cfg_of()["ports"][0]["sim"]["traffic"]["flows"], 128);
+
+    // The FDB's capacity: a new table, the learned MACs copied over.
+    let learned =
+        |body: &str| serde_json::from_str::<serde_json::Value>(body).unwrap()["entries"].as_array().unwrap().len();
+    let before = learned(&http(port, "GET", "/api/v1/fdb").unwrap().1);
+    assert!(before > 0, "the sim traffic taught the FDB some MACs");
+    std::fs::write(&cfg, flows.replace("  capacity: 16384", "  capacity: 65536")).unwrap();
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("applied: fdb.capacity = 65536"), "{body}");
+    let (_, fdb) = http(port, "GET", "/api/v1/fdb").unwrap();
+    let after: serde_json::Value = serde_json::from_str(&fdb).unwrap();
+    assert_eq!(after["capacity"], 65536, "{fdb}");
+    assert!(learned(&fdb) >= before.min(64), "{before} entries before, {} after", learned(&fdb));
 
     // No change at all.
     let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();

@@ -184,5 +184,30 @@ fn a_reload_storm_of_sim_ports_loses_nothing_and_refuses_what_it_cannot_open() {
     let missed: u64 =
         sw.dataplane.ports.snapshot().iter().flat_map(|(_, p)| p.sim.iter().map(|s| s.rx_missed.get())).sum();
     assert_eq!(missed, 0, "no generated frame found a full ring");
+    // A worker pinned and unpinned live: the kernel's view of the thread follows.
+    dir.write(&sim_yaml(None).replace("queues: 2", "queues: 1").replacen(
+        "  - idle: sleep",
+        "  - idle: sleep\n    cpu: 0",
+        1,
+    ));
+    let r = sw.reload().unwrap_or_else(|e| panic!("{e}"));
+    assert!(r.contains("workers[0] pinned to cpu 0"), "{r}");
+    assert_eq!(cpus_allowed("worker-0"), "0");
+    dir.write(&sim_yaml(None).replace("queues: 2", "queues: 1"));
+    let r = sw.reload().unwrap_or_else(|e| panic!("{e}"));
+    assert!(r.contains("workers[0] unpinned"), "{r}");
+    assert_eq!(cpus_allowed("worker-0"), cpus_allowed("worker-1"), "back on every CPU, as the unpinned worker 1");
     sw.dataplane.stop_shared().expect("every frame is back");
+}
+
+/// `Cpus_allowed_list` of this process's thread called `name`.
+fn cpus_allowed(name: &str) -> String {
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        if std::fs::read_to_string(t.path().join("comm")).unwrap_or_default().trim() == name {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap();
+            let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap();
+            return line.split_whitespace().nth(1).unwrap().to_string();
+        }
+    }
+    panic!("no thread called {name}");
 }

@@ -255,6 +255,21 @@ pub fn xdp_link_create(prog: RawFd, ifindex: u32, flags: u32) -> io::Result<Owne
 
 // ---- threads ------------------------------------------------------------------------------
 
+/// Lets the calling thread run on every online CPU again (a worker whose `cpu` a reload took away).
+pub fn unpin() -> io::Result<()> {
+    // SAFETY: sysconf has no memory effects.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    // SAFETY: cpu_set_t is plain data (a bit array); all zeroes is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for cpu in 0..online.min(8 * std::mem::size_of::<libc::cpu_set_t>()) {
+        // SAFETY: CPU_SET writes one bit inside `set`; `cpu` is within its size.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // SAFETY: sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes of `set`.
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) })?;
+    Ok(())
+}
+
 /// Pins the calling thread to `cpu` (datapath workers, the benchmark generator). Lives here, the
 /// one crate of raw syscalls every datapath binary links.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {

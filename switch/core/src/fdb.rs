@@ -10,6 +10,7 @@
 //! Learning is shared across VLANs (SVL): one entry per MAC whatever its VLAN.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use crate::counter::Counter;
 use crate::port::PortId;
@@ -241,6 +242,40 @@ impl Fdb {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// A table of `capacity` with this one's aging time, entries (each with its last-seen
+    /// tick) and counters: what a reload that changes `fdb.capacity` swaps in. Entries that do
+    /// not fit a smaller table are dropped stalest first by the usual eviction.
+    pub fn resized(&self, capacity: usize, now: u32) -> Fdb {
+        let new = Fdb::new(capacity, self.aging_ticks());
+        let mut entries = self.entries(now);
+        // Stalest first, so the freshest win where buckets overflow.
+        entries.sort_by_key(|&(_, _, age)| std::cmp::Reverse(age));
+        for (mac, port, age) in entries {
+            new.learn(mac, port, now.wrapping_sub(age));
+        }
+        new.stats.aged.add(self.stats.aged.get());
+        new
+    }
+}
+
+/// The table the switch uses now, for the threads that are not workers (aging, metrics, API);
+/// a reload that changes the capacity puts a [`Fdb::resized`] one here and in every worker.
+#[derive(Debug)]
+pub struct CurrentFdb(RwLock<Arc<Fdb>>);
+
+impl CurrentFdb {
+    pub fn new(fdb: Arc<Fdb>) -> Self {
+        Self(RwLock::new(fdb))
+    }
+
+    pub fn get(&self) -> Arc<Fdb> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set(&self, fdb: Arc<Fdb>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = fdb;
+    }
 }
 
 #[cfg(test)]
@@ -318,6 +353,25 @@ mod tests {
         }
         for i in 0..4000u64 {
             assert_eq!(f.lookup(mac(i)), Some((i % 2) as PortId));
+        }
+    }
+
+    #[test]
+    fn a_resized_table_keeps_entries_ages_and_counters() {
+        let old = Fdb::new(64, 300);
+        for i in 0..40u64 {
+            old.learn(MacAddr::from_u64(0x0200_0000_0000 + i), (i % 3) as PortId, i as u32);
+        }
+        old.stats.aged.add(7);
+        let big = old.resized(4096, 100);
+        assert_eq!(big.entries(100), old.entries(100));
+        assert_eq!(big.stats.aged.get(), 7);
+        assert_eq!(big.aging_ticks(), 300);
+        let small = old.resized(8, 100);
+        assert!(small.len() <= small.capacity() && !small.is_empty());
+        // What was kept is what the old table said.
+        for (mac, port, age) in small.entries(100) {
+            assert!(old.entries(100).contains(&(mac, port, age)));
         }
     }
 }

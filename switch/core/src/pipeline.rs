@@ -197,6 +197,11 @@ impl Pipeline {
         self.rebuild_rx_list();
     }
 
+    /// Uses `fdb` from the next round on (a reload resized the table).
+    pub fn set_fdb(&mut self, fdb: Arc<Fdb>) {
+        self.fdb = fdb;
+    }
+
     /// Frames longer than `max` bytes are dropped as oversize on `port` from now on.
     pub fn set_max_frame(&mut self, port: PortId, max: usize) {
         if let Some(p) = self.ports.get_mut(port as usize) {

@@ -70,7 +70,7 @@ pub struct Plan {
 }
 
 /// True for changes a running switch applies on reload:
-/// - the plugin chains, `workers[i].idle`, `fdb.aging_seconds`;
+/// - the plugin chains, `workers[i].idle` and `.cpu`, `fdb.capacity` and `fdb.aging_seconds`;
 /// - a port added or removed (ports are matched by name), unless it is a sim port with
 ///   generated traffic (the other generators' destinations are fixed when they start);
 /// - a port's `mtu`;
@@ -78,11 +78,14 @@ pub struct Plan {
 ///   giving it traffic or taking its traffic away (that changes the others' destinations).
 pub fn applies_live(c: &Change) -> bool {
     let key = c.key.as_str();
-    if key == "fdb.aging_seconds" {
+    if key == "fdb.aging_seconds" || key == "fdb.capacity" {
         return true;
     }
     let Some(rest) = key.strip_prefix("ports[").and_then(|r| r.split_once(']')).map(|(_, r)| r) else {
-        return key.strip_prefix("workers[").and_then(|r| r.split_once(']')).is_some_and(|(_, r)| r == ".idle");
+        return key
+            .strip_prefix("workers[")
+            .and_then(|r| r.split_once(']'))
+            .is_some_and(|(_, r)| r == ".idle" || r == ".cpu");
     };
     if rest.is_empty() {
         let side = if c.old == "null" { &c.new } else { &c.old };
