@@ -38,7 +38,7 @@ impl Switch {
     pub fn start(path: &Path) -> Result<Switch> {
         let config = Config::load(path)?;
         let plugin_metrics = Arc::new(crate::plugins::PluginMetrics::default());
-        let dataplane = Dataplane::start_with_plugins(&config, path, Some(&plugin_metrics))?;
+        let dataplane = Dataplane::start_with_plugins(&config, Some(&plugin_metrics))?;
         Ok(Switch { path: path.to_owned(), config: Mutex::new(Arc::new(config)), dataplane, plugin_metrics })
     }
 
@@ -166,7 +166,7 @@ impl Switch {
         let id_of = |n: &str| ids.get(n).copied();
         // Plugins compiled and ports opened before anything changes: an error here leaves
         // everything as it was (opened ports are closed again when dropped).
-        let (mut stages, table) = crate::plugins::stages(&new, &self.path, &id_of).map_err(refuse)?;
+        let (mut stages, table) = crate::plugins::stages(&new, &id_of).map_err(refuse)?;
         let mut changes = PortChanges::default();
         for &j in added.iter().chain(&replaced) {
             let port = dp.open_port(&new, j, &id_of).map_err(refuse)?;

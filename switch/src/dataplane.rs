@@ -380,11 +380,10 @@ impl Dataplane {
     /// installed on every worker; their counters go to `plugin_metrics`.
     pub fn start_with_plugins(
         cfg: &Config,
-        file: &std::path::Path,
         plugin_metrics: Option<&crate::plugins::PluginMetrics>,
     ) -> Result<Dataplane> {
         let id_of = |name: &str| cfg.port_index(name).map(|i| i as PortId);
-        let (stages, table) = crate::plugins::stages(cfg, file, &id_of)?;
+        let (stages, table) = crate::plugins::stages(cfg, &id_of)?;
         if let Some(m) = plugin_metrics {
             m.replace(table);
         }

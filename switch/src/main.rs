@@ -77,7 +77,7 @@ fn main() -> ExitCode {
             let n: usize = c.ports.iter().map(|p| p.plugins.len()).sum();
             if n > 0 {
                 let engine = wasmswitch::plugins::engine()?;
-                wasmswitch::plugins::compile(&engine, &c, &config)?;
+                wasmswitch::plugins::compile(&engine, &c)?;
             }
             println!("{}: ok ({} ports, {} workers, {n} plugins)", config.display(), c.ports.len(), c.workers.len());
             Ok(())

@@ -17,10 +17,10 @@ use crate::config::{self, Config, PluginSection};
 use crate::metrics::{counter_family, gauge_family, MetricsSource};
 
 /// The host's view of a plugin section.
-pub fn spec(cfg: &Config, file: &Path, s: &PluginSection) -> PluginSpec {
+pub fn spec(s: &PluginSection) -> PluginSpec {
     PluginSpec {
         name: s.name.value.clone(),
-        path: cfg.plugin_path(file, &s.path.value),
+        path: s.file.clone(),
         config: s.config.clone(),
         header_bytes: s.header_bytes.value,
         on_error: match s.on_error {
@@ -52,13 +52,12 @@ pub fn engine() -> Result<Arc<PluginEngine>> {
 
 /// Compiles (or loads from cache) and initialises every plugin of `cfg`; the first error names
 /// the port and plugin.
-pub fn compile(engine: &Arc<PluginEngine>, cfg: &Config, file: &Path) -> Result<CompiledChains> {
+pub fn compile(engine: &Arc<PluginEngine>, cfg: &Config) -> Result<CompiledChains> {
     let mut chains = Vec::new();
     for port in &cfg.ports {
         let mut chain = Vec::new();
         for s in &port.plugins {
-            let f =
-                engine.compile(&spec(cfg, file, s)).map_err(|e| anyhow::anyhow!("port `{}`: {e}", port.name.value))?;
+            let f = engine.compile(&spec(s)).map_err(|e| anyhow::anyhow!("port `{}`: {e}", port.name.value))?;
             chain.push(f);
         }
         chains.push(chain);
@@ -73,11 +72,10 @@ pub type Stages = Vec<Vec<(PortId, Option<Box<dyn VerdictStage>>)>>;
 /// path; no engine at all when there are none) and instantiates every worker's stage for every
 /// configured port, addressed by id through `id_of`. Ports without plugins get `None`, which
 /// clears a chain a reload took away. The counters of the new stages are in the table.
-pub fn stages(cfg: &Config, file: &Path, id_of: &dyn Fn(&str) -> Option<PortId>) -> Result<(Stages, StatsTable)> {
+pub fn stages(cfg: &Config, id_of: &dyn Fn(&str) -> Option<PortId>) -> Result<(Stages, StatsTable)> {
     let workers = cfg.workers.len();
     let mut table = Vec::new();
-    let chains =
-        if cfg.ports.iter().any(|p| !p.plugins.is_empty()) { Some(compile(&engine()?, cfg, file)?) } else { None };
+    let chains = if cfg.ports.iter().any(|p| !p.plugins.is_empty()) { Some(compile(&engine()?, cfg)?) } else { None };
     let mut stages: Stages = (0..workers).map(|_| Vec::new()).collect();
     for (w, out) in stages.iter_mut().enumerate() {
         for (index, port) in cfg.ports.iter().enumerate() {

@@ -232,7 +232,7 @@ fn acl_plugin_runs_in_the_daemon_datapath() {
     }
     let cfg = wasmswitch::config::Config::load(&path).unwrap();
     let m = wasmswitch::plugins::PluginMetrics::default();
-    let mut dp = wasmswitch::dataplane::Dataplane::start_with_plugins(&cfg, &path, Some(&m)).unwrap();
+    let mut dp = wasmswitch::dataplane::Dataplane::start_with_plugins(&cfg, Some(&m)).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(800));
     let policy = wasmswitch_core::stats::DropReason::Policy as usize;
     let dropped: u64 = dp.workers.iter().map(|w| w.stats.ports[0].drops[policy].get()).sum();

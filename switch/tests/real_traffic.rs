@@ -184,7 +184,7 @@ fn acl_plugin_denies_one_tcp_port_with_real_connections() {
     let first_port_end = yaml.find("  - name: h2").unwrap();
     yaml.insert_str(first_port_end, &plugin);
     let cfg = Config::parse(&yaml, &repo("switch/tests/real_traffic.yaml")).unwrap();
-    let mut dp = Dataplane::start_with_plugins(&cfg, &repo("switch/tests/real_traffic.yaml"), None).unwrap();
+    let mut dp = Dataplane::start_with_plugins(&cfg, None).unwrap();
     let (_allowed, _denied) = (Iperf3Server::start(h2, 5201), Iperf3Server::start(h2, 5202));
     let (bytes, _) = tcp(h1, &h2.ip, 5201).unwrap_or_else(|e| panic!("TCP to the allowed port 5201: {e}"));
     assert!(bytes > 1 << 20, "allowed port moved {bytes} bytes");

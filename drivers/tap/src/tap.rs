@@ -7,6 +7,8 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use wasmswitch_core::wire::MacAddr;
+
 use crate::error::TapError;
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
@@ -36,38 +38,26 @@ impl TapConfig {
     }
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff` and checks it is usable as an interface address.
+/// Parses `aa:bb:cc:dd:ee:ff` (the one MAC parser, `wasmswitch_core::wire::MacAddr`'s) and
+/// checks it is usable as an interface address.
 pub fn parse_mac(s: &str) -> Result<[u8; 6], TapError> {
-    let bad = |why| TapError::BadMac { mac: s.to_string(), why };
-    let mut mac = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in mac.iter_mut() {
-        let p = parts.next().ok_or_else(|| bad("expected six hex bytes separated by ':'"))?;
-        if p.len() != 2 {
-            return Err(bad("expected six hex bytes separated by ':'"));
-        }
-        *b = u8::from_str_radix(p, 16).map_err(|_| bad("not a hex byte"))?;
-    }
-    if parts.next().is_some() {
-        return Err(bad("expected six hex bytes separated by ':'"));
-    }
-    check_mac(&mac)?;
-    Ok(mac)
+    let mac: MacAddr = s
+        .parse()
+        .map_err(|_| TapError::BadMac { mac: s.to_string(), why: "expected six hex bytes separated by ':'" })?;
+    check_mac(mac)?;
+    Ok(mac.0)
 }
 
-fn fmt_mac(m: &[u8; 6]) -> String {
-    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
-}
-
-fn check_mac(mac: &[u8; 6]) -> Result<(), TapError> {
-    if mac[0] & 1 != 0 {
+/// Checks that `mac` can be an interface's own address: unicast and not all zeros.
+pub fn check_mac(mac: MacAddr) -> Result<(), TapError> {
+    if mac.is_group() {
         return Err(TapError::BadMac {
-            mac: fmt_mac(mac),
+            mac: mac.to_string(),
             why: "multicast/broadcast bit set: an interface address must be unicast",
         });
     }
-    if mac == &[0; 6] {
-        return Err(TapError::BadMac { mac: fmt_mac(mac), why: "all zeros" });
+    if mac == MacAddr::default() {
+        return Err(TapError::BadMac { mac: mac.to_string(), why: "all zeros" });
     }
     Ok(())
 }
@@ -122,7 +112,7 @@ impl TapDevice {
     /// MAC and MTU. The link stays down until [`set_up`](Self::set_up).
     pub fn create(cfg: &TapConfig) -> Result<Self, TapError> {
         check_name(&cfg.name)?;
-        check_mac(&cfg.mac)?;
+        check_mac(MacAddr(cfg.mac))?;
         if !(68..=65535).contains(&cfg.mtu) {
             return Err(TapError::BadMtu { mtu: cfg.mtu, max: 65535 });
         }
@@ -228,7 +218,7 @@ impl TapDevice {
     }
 
     pub fn set_mac(&mut self, mac: [u8; 6]) -> Result<(), TapError> {
-        check_mac(&mac)?;
+        check_mac(MacAddr(mac))?;
         let mut ifr = ifreq(&self.name);
         // SAFETY: sockaddr is plain data; all-zero is valid.
         let mut sa: libc::sockaddr = unsafe { std::mem::zeroed() };

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_saphyr::{Location, Spanned};
+use wasmswitch_core::wire::MacAddr;
 
 /// A configuration error with its position in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,11 +60,46 @@ pub struct SwitchSection {
 pub struct MetricsSection {
     /// Address of the HTTP endpoint (`/metrics`, `/healthz`, `/api/v1/...`); localhost by default.
     #[serde(default = "default_listen")]
-    pub listen: Spanned<String>,
+    pub listen: Spanned<Listen>,
 }
 
-fn default_listen() -> Spanned<String> {
-    Spanned::new("127.0.0.1:9187".into(), Location::UNKNOWN, Location::UNKNOWN)
+fn default_listen() -> Spanned<Listen> {
+    unknown(Listen(SocketAddr::from(([127, 0, 0, 1], 9187))))
+}
+
+/// A socket address written `IP:PORT`, parsed when the file is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listen(pub SocketAddr);
+
+impl Serialize for Listen {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Listen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map(Listen).map_err(|_| {
+            serde::de::Error::custom(format!("`{text}` is not an address: expected IP:PORT such as 127.0.0.1:9187"))
+        })
+    }
+}
+
+/// A MAC address written `02:ee:00:00:00:01`, parsed when the file is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mac(pub MacAddr);
+
+impl Serialize for Mac {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Mac {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map(Mac).map_err(serde::de::Error::custom)
+    }
 }
 
 impl Default for MetricsSection {
@@ -209,6 +245,9 @@ pub struct PluginSection {
     pub name: Spanned<String>,
     /// The component (`.wasm`), relative to the config file's folder unless absolute.
     pub path: Spanned<String>,
+    /// `path` resolved against the config file's folder when the file is loaded.
+    #[serde(skip)]
+    pub file: PathBuf,
     /// Text handed to the plugin's `init` (each plugin documents its format).
     #[serde(default)]
     pub config: String,
@@ -367,7 +406,7 @@ pub struct HostSection {
     pub tap: Spanned<String>,
     /// MAC address of the TAP (the host's own address on the switch).
     #[serde(default = "default_host_mac")]
-    pub mac: Spanned<String>,
+    pub mac: Spanned<Mac>,
     #[serde(default = "default_mtu")]
     pub mtu: Spanned<u32>,
     /// Host worker threads (one TAP queue each).
@@ -384,8 +423,8 @@ pub struct HostSection {
 fn default_host_name() -> Spanned<String> {
     Spanned::new("host".into(), Location::UNKNOWN, Location::UNKNOWN)
 }
-fn default_host_mac() -> Spanned<String> {
-    Spanned::new("02:ee:00:00:00:01".into(), Location::UNKNOWN, Location::UNKNOWN)
+fn default_host_mac() -> Spanned<Mac> {
+    unknown(Mac(MacAddr([0x02, 0xee, 0, 0, 0, 1])))
 }
 fn one_usize() -> Spanned<usize> {
     Spanned::new(1, Location::UNKNOWN, Location::UNKNOWN)
@@ -498,20 +537,15 @@ impl Config {
             let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((0, 0));
             ConfigError { file: path.to_owned(), line, column, message: plain_message(&e, text, line) }
         })?;
+        for port in &mut cfg.ports {
+            for pl in &mut port.plugins {
+                pl.file = resolve(path, &pl.path.value);
+            }
+        }
         cfg.check(path)?;
         cfg.source = text.to_owned();
         cfg.file = path.to_owned();
         Ok(cfg)
-    }
-
-    /// A plugin path from the config, resolved against the config file's folder.
-    pub fn plugin_path(&self, config_file: &Path, p: &str) -> PathBuf {
-        let p = Path::new(p);
-        if p.is_absolute() {
-            p.to_owned()
-        } else {
-            config_file.parent().unwrap_or(Path::new(".")).join(p)
-        }
     }
 
     /// Port index by name (the host port, if any, comes after the configured ports).
@@ -523,7 +557,7 @@ impl Config {
     }
 
     pub fn listen_addr(&self) -> SocketAddr {
-        self.metrics.listen.value.parse().expect("checked in Config::check")
+        self.metrics.listen.value.0
     }
 
     fn check(&self, path: &Path) -> Result<(), ConfigError> {
@@ -552,15 +586,6 @@ impl Config {
             return Err(err(
                 self.ports[range::PORTS.1].name.referenced,
                 format!("too many ports ({}): at most {}", self.ports.len(), range::PORTS.1),
-            ));
-        }
-        if self.metrics.listen.value.parse::<SocketAddr>().is_err() {
-            return Err(err(
-                self.metrics.listen.referenced,
-                format!(
-                    "metrics.listen `{}` is not an address: expected IP:PORT such as 127.0.0.1:9187",
-                    self.metrics.listen.value
-                ),
             ));
         }
         let fs = self.pool.frame_size.value;
@@ -669,9 +694,9 @@ impl Config {
                         ),
                     ));
                 }
-                let file = self.plugin_path(path, &pl.path.value);
+                let file = &pl.file;
                 // stat, not open: a FIFO here must not block the check.
-                match std::fs::metadata(&file) {
+                match std::fs::metadata(file) {
                     Ok(m) if m.is_file() => {}
                     Ok(_) => {
                         return Err(err(
@@ -776,7 +801,7 @@ impl Config {
             if tap.is_empty() || tap.len() > 15 {
                 return Err(err(h.tap.referenced, format!("TAP name `{tap}` is not valid: expected 1-15 characters")));
             }
-            if let Err(e) = wasmswitch_tap::parse_mac(&h.mac.value) {
+            if let Err(e) = wasmswitch_tap::check_mac(h.mac.value.0) {
                 return Err(err(h.mac.referenced, format!("{e}")));
             }
             within(&err, "host.mtu", &h.mtu, mtu_range)?;
@@ -943,6 +968,16 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64) -> String {
     match key {
         Some(k) if msg.starts_with("expected ") => format!("wrong value for `{k}`: {msg}"),
         _ => msg.to_string(),
+    }
+}
+
+/// A path from the config, resolved against the config file's folder unless absolute.
+fn resolve(config_file: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        config_file.parent().unwrap_or(Path::new(".")).join(p)
     }
 }
 

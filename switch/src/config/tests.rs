@@ -121,6 +121,18 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "2:11",
         "not an address",
     ),
+    (
+        "host MAC that is not a MAC",
+        "ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: t0\n  mac: 02:zz:00:00:00:01\n",
+        "6:8",
+        "is not a MAC address",
+    ),
+    (
+        "host MAC that is multicast",
+        "ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: t0\n  mac: 01:00:5e:00:00:01\n",
+        "6:8",
+        "must be unicast",
+    ),
     ("not YAML", "ports: [unclosed\n  - : :\n", "2:5", "illegal placement"),
     ("no ports", "ports: []\n", "", "at least one port"),
     ("missing ports key", "workers:\n  - cpu: 0\n", "1:1", "missing field `ports`"),

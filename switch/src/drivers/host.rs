@@ -11,7 +11,7 @@ use crate::config::HostSection;
 pub fn open(ctx: &OpenCtx<'_>, h: &HostSection) -> Result<OpenedPort> {
     let tap = TapDevice::create(&TapConfig {
         name: h.tap.value.clone(),
-        mac: wasmswitch_tap::parse_mac(&h.mac.value)?,
+        mac: h.mac.value.0 .0,
         mtu: h.mtu.value,
         queues: h.workers.value,
     })
