@@ -2,9 +2,14 @@
 //!
 //! Every scenario is measured in the same process, one after the other, so ratios between
 //! them are meaningful even on a noisy machine.
+//!
+//! `l2+native` runs a plugin's logic compiled natively, which needs the plugin crates linked
+//! in: this crate must not depend on the example plugins, so that scenario takes a
+//! [`NativeFactory`] from the binary that has them (`wasmswitch-bench-native`, in
+//! `benches/native`), through [`run_with`].
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -33,8 +38,8 @@ enum Stage {
     None,
     /// `--plugin FILE` through wasmtime.
     Wasm,
-    /// The same plugin's logic compiled natively (an example plugin, by file name), through
-    /// the same batch encoding: what the Wasm boundary and codegen add.
+    /// The same plugin's logic compiled natively (by the [`NativeFactory`]), through the same
+    /// batch encoding: what the Wasm boundary and codegen add.
     Native,
 }
 
@@ -89,23 +94,15 @@ const SCENARIOS: &[Scenario] = &[
     },
 ];
 
-/// The example plugins compiled into this binary, for the `l2+native` comparison.
-const NATIVE_PLUGINS: &[&str] = &["acl", "ratelimit", "port-security", "sampler"];
+/// Builds one `l2+native` stage: the plugin `name` (the `--plugin` file's stem) compiled
+/// natively, initialised with `config`, seeing `header_bytes` of each packet. An error for a
+/// plugin it has no native build of.
+pub type NativeFactory = fn(name: &str, config: &str, header_bytes: u16) -> Result<Box<dyn VerdictStage>>;
 
-fn native_stage(name: &str, config: &str, header_bytes: u16) -> Result<Box<dyn VerdictStage>> {
-    use wasmswitch_plugin_host::NativeStage;
-    let e = |m: String| anyhow::anyhow!("native {name}: init refused the config: {m}");
-    Ok(match name {
-        "acl" => Box::new(NativeStage::<acl::Acl>::new(config, header_bytes).map_err(e)?),
-        "ratelimit" => Box::new(NativeStage::<ratelimit::RateLimit>::new(config, header_bytes).map_err(e)?),
-        "port-security" => Box::new(NativeStage::<port_security::PortSecurity>::new(config, header_bytes).map_err(e)?),
-        "sampler" => Box::new(NativeStage::<sampler::Sampler>::new(config, header_bytes).map_err(e)?),
-        _ => bail!(
-            "no native build of `{name}`: l2+native exists for the example plugins ({})",
-            NATIVE_PLUGINS.join(", ")
-        ),
-    })
-}
+/// Why `l2+native` does not run without a [`NativeFactory`].
+const NO_NATIVE: &str = "scenario `l2+native` needs the example plugins compiled natively, which `wasmswitch` \
+                         does not link: run it with `wasmswitch-bench-native` (same options; built by \
+                         `cargo build --release -p wasmswitch-bench-native`)";
 
 /// `--plugin`: the component, its config text, its header bytes.
 pub struct PluginBench {
@@ -126,10 +123,13 @@ impl PluginBench {
     }
 
     /// One stage per port (each port gets its own instance, as in the daemon).
-    fn stages(&self, kind: Stage, ports: usize) -> Result<Vec<Box<dyn VerdictStage>>> {
+    fn stages(&self, kind: Stage, ports: usize, native: Option<NativeFactory>) -> Result<Vec<Box<dyn VerdictStage>>> {
         match kind {
             Stage::None => Ok(Vec::new()),
-            Stage::Native => (0..ports).map(|_| native_stage(&self.name(), &self.config, self.header_bytes)).collect(),
+            Stage::Native => {
+                let make = native.ok_or_else(|| anyhow::anyhow!(NO_NATIVE))?;
+                (0..ports).map(|_| make(&self.name(), &self.config, self.header_bytes)).collect()
+            }
             Stage::Wasm => {
                 if self.compiled.get().is_none() {
                     let mut spec = wasmswitch_plugin_host::PluginSpec::new(self.name(), &self.path);
@@ -164,6 +164,59 @@ pub struct BenchResult {
     pub seconds: f64,
     pub frame_size: usize,
     pub frames_leaked: usize,
+}
+
+/// The options of `wasmswitch bench`; `wasmswitch-bench-native` parses the same ones.
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// One JSON object per scenario per line.
+    #[arg(long)]
+    pub json: bool,
+    /// Scenario(s) to run (default: all that the other options allow): passthrough, l2,
+    /// l2-single-return, l2-no-recycle, l2+plugin (needs --plugin), l2+native (needs --plugin;
+    /// only in wasmswitch-bench-native).
+    #[arg(long = "scenario")]
+    pub scenarios: Vec<String>,
+    /// Measured seconds per scenario (after a 0.2 s warm-up).
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Frame size in bytes.
+    #[arg(long, default_value_t = 64)]
+    pub frame_size: usize,
+    /// Run the scenarios this many times, interleaved, and report each one's best run (the
+    /// ratios then compare runs made close together on a noisy machine).
+    #[arg(long, default_value_t = 1)]
+    pub rounds: u32,
+    /// A plugin component: adds `l2+plugin` (l2 with it on every port's ingress) and, in
+    /// wasmswitch-bench-native for the example plugins, `l2+native` (the same logic compiled
+    /// natively).
+    #[arg(long)]
+    pub plugin: Option<PathBuf>,
+    /// File whose text is the plugin's config (handed to `init`).
+    #[arg(long, requires = "plugin")]
+    pub plugin_config: Option<PathBuf>,
+    /// Header bytes the plugin sees per packet.
+    #[arg(long, default_value_t = 64)]
+    pub header_bytes: u16,
+}
+
+impl BenchArgs {
+    /// The options [`run_with`] takes: reads the `--plugin-config` file.
+    pub fn options(self) -> Result<BenchOptions> {
+        let BenchArgs { json, scenarios, seconds, frame_size, rounds, plugin, plugin_config, header_bytes } = self;
+        let plugin = match plugin {
+            Some(path) => {
+                let config = match plugin_config {
+                    Some(f) => std::fs::read_to_string(&f)
+                        .map_err(|e| anyhow::anyhow!("--plugin-config {}: {e}", f.display()))?,
+                    None => String::new(),
+                };
+                Some(PluginBench::new(path, config, header_bytes))
+            }
+            None => None,
+        };
+        Ok(BenchOptions { json, scenarios, seconds, frame_size, rounds, plugin })
+    }
 }
 
 pub struct BenchOptions {
@@ -290,9 +343,22 @@ fn with_stages(
     Ok(r)
 }
 
+/// Runs the benchmark without `l2+native`.
 pub fn run(opts: &BenchOptions) -> Result<Vec<BenchResult>> {
+    run_with(opts, None)
+}
+
+/// Runs the benchmark; `native` makes the `l2+native` scenario available.
+pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Vec<BenchResult>> {
     let chosen: Vec<&Scenario> = if opts.scenarios.is_empty() {
-        SCENARIOS.iter().filter(|s| s.stage == Stage::None || opts.plugin.is_some()).collect()
+        SCENARIOS
+            .iter()
+            .filter(|s| match s.stage {
+                Stage::None => true,
+                Stage::Wasm => opts.plugin.is_some(),
+                Stage::Native => opts.plugin.is_some() && native.is_some(),
+            })
+            .collect()
     } else {
         opts.scenarios
             .iter()
@@ -303,6 +369,10 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<BenchResult>> {
             })
             .collect::<Result<_>>()?
     };
+    // Before the --plugin check: without a factory, --plugin would not help.
+    if native.is_none() && chosen.iter().any(|s| s.stage == Stage::Native) {
+        bail!(NO_NATIVE);
+    }
     if let Some(s) = chosen.iter().find(|s| s.stage != Stage::None && opts.plugin.is_none()) {
         bail!("scenario `{}` needs --plugin FILE", s.name);
     }
@@ -318,7 +388,7 @@ pub fn run(opts: &BenchOptions) -> Result<Vec<BenchResult>> {
     for round in 1..=rounds {
         for (i, s) in chosen.iter().enumerate() {
             let stages = match &opts.plugin {
-                Some(p) => p.stages(s.stage, 4)?,
+                Some(p) => p.stages(s.stage, 4, native)?,
                 None => Vec::new(),
             };
             let r = with_stages(s.mode, opts.frame_size, s.alloc, s.bulk_return, stages, |pipe| {
