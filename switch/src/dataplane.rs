@@ -24,7 +24,7 @@ use wasmswitch_core::{PortId, Umem};
 use wasmswitch_sim::TrafficSpec;
 
 use crate::config::{Config, DriverKind, Idle, Mode, PortSection};
-use crate::drivers::{self, OpenCtx, OpenedPort, PortHandle, PortTable, MAX_PORT_IDS};
+use crate::drivers::{self, OpenCtx, OpenedPort, PortHandle, PortInfo, PortTable, MAX_PORT_IDS};
 use crate::plugins::Stages;
 
 /// A change a worker applies between two rounds.
@@ -46,6 +46,8 @@ pub enum Command {
     SetFdb(Arc<Fdb>),
     /// Pin the worker to this CPU, or let it run anywhere.
     Pin(Option<usize>),
+    /// New queues for a port whose interface came back (its plugins and counters stay).
+    ReplaceQueues(PortId, Vec<Box<dyn wasmswitch_core::PortQueue>>),
 }
 
 /// A worker that has not finished a round for this long is reported by `/healthz`. The worst
@@ -120,14 +122,44 @@ pub struct Dataplane {
     pub ports: PortTable,
     pub workers: Vec<WorkerHandle>,
     pub start: Instant,
-    umem: Arc<Umem>,
-    /// What closes each running port, by id; taken out when the port goes.
-    handles: Mutex<Vec<Option<PortHandle>>>,
-    /// Handles of removed ports that a worker was late to let go of; closed at stop.
-    retired: Mutex<Vec<PortHandle>>,
-    registration: Mutex<Option<UmemRegistration>>,
+    res: Arc<Resources>,
     housekeeping: Mutex<Option<JoinHandle<()>>>,
     stop_housekeeping: Arc<AtomicBool>,
+}
+
+/// What opening and closing ports needs, shared by reloads and the housekeeping thread (which
+/// re-attaches a port whose interface came back).
+struct Resources {
+    umem: Arc<Umem>,
+    pool: Arc<SharedPool>,
+    workers: usize,
+    /// What closes each running port, by id; taken out when the port goes.
+    handles: Mutex<Vec<Option<PortHandle>>>,
+    /// Handles of ports that a worker was late to let go of; closed at stop.
+    retired: Mutex<Vec<PortHandle>>,
+    registration: Mutex<Option<UmemRegistration>>,
+    /// Held while ports change (a reload's, or a re-attach), so the two never interleave.
+    changing: Mutex<()>,
+}
+
+impl Resources {
+    /// Puts `handle` in as port `id`'s, closing the one it replaces (every worker has let go of
+    /// it: `late` is false) or keeping that for stop.
+    fn replace_handle(&self, id: PortId, handle: Option<PortHandle>, late: bool) {
+        let old = {
+            let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+            let i = id as usize;
+            if handles.len() <= i {
+                handles.resize_with(i + 1, || None);
+            }
+            std::mem::replace(&mut handles[i], handle)
+        };
+        match old {
+            Some(h) if late => self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(h),
+            Some(h) => h.close(),
+            None => {}
+        }
+    }
 }
 
 /// The pipelines of every worker, before they get threads (the bench drives these directly).
@@ -286,6 +318,7 @@ fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, 
                     Command::SetMaxFrame(p, max) => pipe.set_max_frame(p, max),
                     Command::SetFdb(fdb) => pipe.set_fdb(fdb),
                     Command::Pin(cpu) => pin(cpu),
+                    Command::ReplaceQueues(p, queues) => pipe.replace_queues(p, queues),
                 }
             }
             control.applied.store(generation, Ordering::Release);
@@ -313,14 +346,20 @@ fn interface_exists(name: &str) -> bool {
 
 /// Ages the FDB and watches AF_XDP interfaces: one that vanishes is reported and its port
 /// stopped on every worker (its FDB entries forgotten); the other ports keep forwarding.
+/// An interface that comes back is re-attached: the port is opened on it again and every worker
+/// swaps in the new queues, keeping the port's plugins and counters.
 fn housekeeping_loop(
     fdb: Arc<CurrentFdb>,
     controls: Vec<Arc<WorkerControl>>,
     ports: PortTable,
+    res: Arc<Resources>,
     start: Instant,
     stop: Arc<AtomicBool>,
 ) {
     let mut last: Vec<u64> = controls.iter().map(|c| c.rounds()).collect();
+    // Failed re-attach attempts per port (retried every second, logged every 30th).
+    let mut failures: std::collections::HashMap<PortId, u64> = std::collections::HashMap::new();
+    let mut tick: u64 = 0;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
         let now_ms = start.elapsed().as_millis() as u64;
@@ -333,19 +372,78 @@ fn housekeeping_loop(
         }
         let fdb = fdb.get();
         fdb.age(start.elapsed().as_secs() as u32);
+        tick += 1;
         for (p, info) in ports.snapshot() {
             let Some(name) = &info.interface else { continue };
-            if info.gone.load(Ordering::Relaxed) || interface_exists(name) {
-                continue;
+            let gone = info.gone.load(Ordering::Relaxed);
+            match (gone, interface_exists(name)) {
+                (false, false) => {
+                    info.gone.store(true, Ordering::Relaxed);
+                    info.gone_events.fetch_add(1, Ordering::Relaxed);
+                    log::error!(
+                        "interface {name} disappeared: port `{}` stopped, the other ports keep forwarding; it is re-attached when {name} comes back",
+                        info.name
+                    );
+                    for c in &controls {
+                        c.send(Command::SetPortUp(p, false));
+                    }
+                    fdb.flush_port(p);
+                }
+                (true, true) if tick.is_multiple_of(10) => match reattach(&res, &controls, &ports, p, &info) {
+                    Ok(()) => {
+                        failures.remove(&p);
+                        log::info!("interface {name} is back: port `{}` re-attached", info.name);
+                    }
+                    Err(e) => {
+                        let n = failures.entry(p).or_default();
+                        if n.is_multiple_of(30) {
+                            log::warn!(
+                                "interface {name} is back but port `{}` cannot be re-attached yet: {e:#}",
+                                info.name
+                            );
+                        }
+                        *n += 1;
+                    }
+                },
+                _ => {}
             }
-            info.gone.store(true, Ordering::Relaxed);
-            log::error!("interface {name} disappeared: port `{}` stopped, the other ports keep forwarding", info.name);
-            for c in &controls {
-                c.send(Command::SetPortUp(p, false));
-            }
-            fdb.flush_port(p);
         }
     }
+}
+
+/// Opens port `p` again on its interface (which came back) and gives every worker its new
+/// queues. Nothing happens if a reload changed the port meanwhile.
+fn reattach(
+    res: &Resources,
+    controls: &[Arc<WorkerControl>],
+    ports: &PortTable,
+    p: PortId,
+    info: &Arc<PortInfo>,
+) -> Result<()> {
+    let _changing = res.changing.lock().unwrap_or_else(|e| e.into_inner());
+    if !ports.get(p).is_some_and(|now| Arc::ptr_eq(&now, info)) {
+        return Ok(());
+    }
+    let section = info.reopen.as_ref().context("the port has no interface to reopen")?;
+    let mut opened = {
+        let mut registration = res.registration.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ctx =
+            OpenCtx { umem: &res.umem, pool: &res.pool, workers: res.workers, registration: &mut registration };
+        // The MTU only sets `max_frame`, which the workers' slots keep.
+        drivers::afxdp::open(&mut ctx, &info.name, section, 0)?
+    };
+    let sent: Vec<u64> = controls
+        .iter()
+        .enumerate()
+        .map(|(w, c)| c.send_all(vec![Command::ReplaceQueues(p, std::mem::take(&mut opened.queues[w]))]))
+        .collect();
+    let late = !controls.iter().zip(sent).all(|(c, g)| c.wait_applied(g, APPLY_BOUND));
+    res.replace_handle(p, Some(opened.handle), late);
+    let new = opened.info;
+    new.gone_events.store(info.gone_events.load(Ordering::Relaxed), Ordering::Relaxed);
+    new.back_events.store(info.back_events.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    ports.set(p, Some(Arc::new(new)));
+    Ok(())
 }
 
 /// How long a reload waits for every worker to apply a port change. The worst round the
@@ -418,6 +516,15 @@ impl Dataplane {
                 .context("cannot start a worker thread")?;
             workers.push(WorkerHandle { stats, control, thread: Mutex::new(Some(thread)) });
         }
+        let res = Arc::new(Resources {
+            umem: built.umem,
+            pool: built.pool.clone(),
+            workers: workers.len(),
+            handles: Mutex::new(built.handles),
+            retired: Mutex::new(Vec::new()),
+            registration: Mutex::new(built.registration),
+            changing: Mutex::new(()),
+        });
         let stop_housekeeping = Arc::new(AtomicBool::new(false));
         let fdb = Arc::new(CurrentFdb::new(built.fdb));
         let housekeeping = {
@@ -425,16 +532,14 @@ impl Dataplane {
             let stop = stop_housekeeping.clone();
             let controls: Vec<_> = workers.iter().map(|w: &WorkerHandle| w.control.clone()).collect();
             let ports = built.ports.clone();
+            let res = res.clone();
             std::thread::Builder::new()
                 .name("housekeeping".into())
-                .spawn(move || housekeeping_loop(fdb, controls, ports, start, stop))
+                .spawn(move || housekeeping_loop(fdb, controls, ports, res, start, stop))
                 .context("cannot start the housekeeping thread")?
         };
         Ok(Dataplane {
-            umem: built.umem,
-            handles: Mutex::new(built.handles),
-            retired: Mutex::new(Vec::new()),
-            registration: Mutex::new(built.registration),
+            res,
             pool: built.pool,
             fdb,
             ports: built.ports,
@@ -455,11 +560,11 @@ impl Dataplane {
     /// Opens configured port `index` of `cfg` (a port a reload adds), its sim traffic addressed
     /// through `id_of`. Nothing reaches the workers until [`Dataplane::change_ports`].
     pub fn open_port(&self, cfg: &Config, index: usize, id_of: &dyn Fn(&str) -> Option<PortId>) -> Result<OpenedPort> {
-        let mut registration = self.registration.lock().unwrap_or_else(|e| e.into_inner());
+        let mut registration = self.res.registration.lock().unwrap_or_else(|e| e.into_inner());
         let mut ctx = OpenCtx {
-            umem: &self.umem,
-            pool: &self.pool,
-            workers: self.workers.len(),
+            umem: &self.res.umem,
+            pool: &self.res.pool,
+            workers: self.res.workers,
             registration: &mut registration,
         };
         open_port(&mut ctx, cfg, index, id_of)
@@ -481,6 +586,7 @@ impl Dataplane {
     /// added port is polled only with its plugins in place, and the ports not named keep
     /// forwarding throughout. Removed ports are closed once every worker has let go of them.
     pub fn change_ports(&self, mut changes: PortChanges, mut extra: Vec<Vec<Command>>) -> Result<()> {
+        let _changing = self.res.changing.lock().unwrap_or_else(|e| e.into_inner());
         for id in &changes.remove {
             self.ports.set(*id, None);
         }
@@ -501,23 +607,15 @@ impl Dataplane {
                 late.push(w);
             }
         }
-        let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
         for id in &changes.remove {
-            let Some(h) = handles.get_mut(*id as usize).and_then(Option::take) else { continue };
+            // A late worker may still poll the port: then its handle is closed at stop.
+            self.res.replace_handle(*id, None, !late.is_empty());
             if late.is_empty() {
-                h.close();
                 self.fdb.get().flush_port(*id);
-            } else {
-                // A late worker may still poll the port: closed at stop instead.
-                self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(h);
             }
         }
         for a in changes.add {
-            let i = a.id as usize;
-            if handles.len() <= i {
-                handles.resize_with(i + 1, || None);
-            }
-            handles[i] = Some(a.port.handle);
+            self.res.replace_handle(a.id, Some(a.port.handle), !late.is_empty());
             self.ports.set(a.id, Some(Arc::new(a.port.info)));
         }
         if !late.is_empty() {
@@ -605,8 +703,8 @@ impl Dataplane {
         // Workers closed their sockets: dropping the AF_XDP ports detaches the XDP programs.
         // Host workers stop after the datapath workers and drain the rings between them; the
         // TAP goes away with its last descriptor.
-        let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|e| e.into_inner()));
-        let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        let handles = std::mem::take(&mut *self.res.handles.lock().unwrap_or_else(|e| e.into_inner()));
+        let retired = std::mem::take(&mut *self.res.retired.lock().unwrap_or_else(|e| e.into_inner()));
         for h in handles.into_iter().flatten().chain(retired) {
             h.close();
         }

@@ -237,6 +237,21 @@ impl Collector for SwitchCollector {
                 }
             }
         }
+        let mut events = Vec::new();
+        for (_, info) in ports.iter().filter(|(_, i)| i.interface.is_some()) {
+            for (event, c) in [("gone", &info.gone_events), ("back", &info.back_events)] {
+                events.push((
+                    vec![("port", info.name.clone()), ("event", event.to_string())],
+                    c.load(std::sync::atomic::Ordering::Relaxed),
+                ));
+            }
+        }
+        counter_family(
+            e,
+            "wasmswitch_port_interface_events",
+            "Times a port's interface disappeared (gone) and the port was re-attached when it came back (back).",
+            &events,
+        )?;
         counter_family(
             e,
             "wasmswitch_port_interface_dropped",

@@ -211,3 +211,56 @@ fn cpus_allowed(name: &str) -> String {
     }
     panic!("no thread called {name}");
 }
+
+fn sh(args: &[&str]) {
+    let out = std::process::Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Waits up to 10 s for `cond`.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < Duration::from_secs(10), "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_port_whose_interface_vanishes_is_re_attached_when_it_comes_back() {
+    if !require_lab("a_port_whose_interface_vanishes_is_re_attached_when_it_comes_back") {
+        return;
+    }
+    let lab = Lab::create(&format!("wv{}", std::process::id() % 10_000), 3, 1, 42).unwrap();
+    let (h1, h2, h3) = (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2]);
+    let dir = Scratch::new("vanish");
+    let sw = Switch::start(&dir.write(&lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep"))).unwrap();
+    assert!(h3.ping(&h1.ip, 2).unwrap(), "h3 reaches h1");
+    let info = |name: &str| sw.dataplane.ports.get(sw.dataplane.ports.id_of(name).unwrap()).unwrap();
+    for round in 1..=2u64 {
+        // The veth goes (its peer in h3's namespace with it).
+        sh(&["ip", "link", "del", &h3.switch_if]);
+        eventually("the port is marked gone", || info("h3").gone.load(std::sync::atomic::Ordering::Relaxed));
+        assert!(h1.ping(&h2.ip, 2).unwrap(), "round {round}: the other ports keep forwarding");
+        assert_eq!(sw.ports_json()["ports"][2]["up"], false);
+        // An interface of the same name comes back, as a container restart would make it.
+        let pid = h3.pid().to_string();
+        sh(&["ip", "link", "add", &h3.switch_if, "type", "veth", "peer", "name", "eth0", "netns", &pid]);
+        sh(&["ip", "link", "set", &h3.switch_if, "up"]);
+        for args in [
+            vec!["ip", "link", "set", "eth0", "address", &h3.mac],
+            vec!["ip", "addr", "add", &format!("{}/24", h3.ip), "dev", "eth0"],
+            vec!["ip", "link", "set", "eth0", "up"],
+        ] {
+            h3.must(&args).unwrap();
+        }
+        eventually("the port is re-attached", || {
+            info("h3").back_events.load(std::sync::atomic::Ordering::Relaxed) == round
+        });
+        assert!(xdp_attached(&h3.switch_if), "round {round}: the XDP program is on the new {}", h3.switch_if);
+        assert_eq!(sw.ports_json()["ports"][2]["up"], true);
+        assert!(h3.ping(&h1.ip, 3).unwrap(), "round {round}: h3 reaches h1 again through the re-attached port");
+        assert_eq!(info("h3").gone_events.load(std::sync::atomic::Ordering::Relaxed), round);
+    }
+    sw.dataplane.stop_shared().expect("every frame is back, those of the vanished sockets included");
+}

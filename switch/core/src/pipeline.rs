@@ -202,6 +202,25 @@ impl Pipeline {
         self.fdb = fdb;
     }
 
+    /// Gives `port` new queues (its interface came back), keeping its stage and counters: the
+    /// old queues' frames go back to the pool (as [`Pipeline::detach_port`]) and the port is up
+    /// again when it has queues.
+    pub fn replace_queues(&mut self, port: PortId, queues: Vec<Box<dyn PortQueue>>) {
+        let Some(slot) = self.ports.get_mut(port as usize) else { return };
+        let mut old = std::mem::replace(&mut slot.queues, queues);
+        slot.up = !slot.queues.is_empty();
+        let mut bulk = if self.opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() };
+        for queue in old.iter_mut() {
+            queue.complete(&mut self.pool, &mut bulk);
+        }
+        bulk.flush(&mut self.pool);
+        for queue in old.iter_mut() {
+            queue.release_all(&mut self.pool);
+        }
+        drop(old);
+        self.rebuild_rx_list();
+    }
+
     /// Frames longer than `max` bytes are dropped as oversize on `port` from now on.
     pub fn set_max_frame(&mut self, port: PortId, max: usize) {
         if let Some(p) = self.ports.get_mut(port as usize) {

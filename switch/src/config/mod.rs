@@ -381,6 +381,10 @@ pub struct AfxdpSection {
     /// on veth and tun, left alone on NICs), `complete`, or `keep` (never touch a frame).
     #[serde(default)]
     pub partial_checksums: PartialChecksums,
+    /// Attach even to `lo` or to the interface that carries `metrics.listen`'s address (the
+    /// switch would take the host's own traffic, the control API's included).
+    #[serde(default)]
+    pub allow_control_interface: bool,
 }
 
 #[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -750,6 +754,18 @@ impl Config {
                             format!("interface name `{ifname}` is not valid: expected 1-15 characters"),
                         ));
                     }
+                    let listen = self.listen_addr().ip();
+                    let carries_api = !listen.is_unspecified() && interfaces_with(listen).iter().any(|i| i == ifname);
+                    if (ifname == "lo" || carries_api) && !a.value.allow_control_interface {
+                        return Err(err(
+                            a.value.interface.referenced,
+                            format!(
+                                "port `{name}`: interface {ifname} carries {}: attaching to it would take the host's own traffic{}; set `allow_control_interface: true` in this `afxdp:` section if that is what you want",
+                                if ifname == "lo" { "the host's loopback traffic".to_string() } else { format!("the control API's address {listen}") },
+                                if listen.is_loopback() || carries_api { ", the control API's included" } else { "" }
+                            ),
+                        ));
+                    }
                     if let Some(q) = &a.value.queues {
                         let (lo, hi) = range::AFXDP_QUEUES_LEN;
                         if !(lo..=hi).contains(&q.value.len()) {
@@ -969,6 +985,47 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64) -> String {
         Some(k) if msg.starts_with("expected ") => format!("wrong value for `{k}`: {msg}"),
         _ => msg.to_string(),
     }
+}
+
+/// Names of the interfaces that have address `ip` (getifaddrs).
+fn interfaces_with(ip: std::net::IpAddr) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, valid until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr points to a sockaddr whose family says which struct it is.
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        let addr = match family {
+            libc::AF_INET => {
+                // SAFETY: AF_INET means a sockaddr_in.
+                let a = unsafe { *ifa.ifa_addr.cast::<libc::sockaddr_in>() };
+                std::net::IpAddr::from(a.sin_addr.s_addr.to_ne_bytes())
+            }
+            libc::AF_INET6 => {
+                // SAFETY: AF_INET6 means a sockaddr_in6.
+                let a = unsafe { *ifa.ifa_addr.cast::<libc::sockaddr_in6>() };
+                std::net::IpAddr::from(a.sin6_addr.s6_addr)
+            }
+            _ => continue,
+        };
+        if addr == ip {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            out.push(unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned());
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
 }
 
 /// A path from the config, resolved against the config file's folder unless absolute.

@@ -133,6 +133,12 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "6:8",
         "must be unicast",
     ),
+    (
+        "the loopback interface",
+        "ports:\n  - name: p0\n    driver: afxdp\n    afxdp:\n      interface: lo\n",
+        "5:18",
+        "interface lo carries the host's loopback traffic",
+    ),
     ("not YAML", "ports: [unclosed\n  - : :\n", "2:5", "illegal placement"),
     ("no ports", "ports: []\n", "", "at least one port"),
     ("missing ports key", "workers:\n  - cpu: 0\n", "1:1", "missing field `ports`"),
@@ -407,4 +413,13 @@ fn a_plugin_path_that_is_not_a_regular_file_is_refused_without_opening_it() {
 fn a_config_that_is_not_a_regular_file_is_refused() {
     let e = Config::load(Path::new("/dev/zero")).unwrap_err();
     assert!(e.to_string().contains("not a regular file"), "{e}");
+}
+
+#[test]
+fn the_control_interface_can_be_allowed_explicitly() {
+    let yaml = "ports:\n  - name: p0\n    driver: afxdp\n    afxdp:\n      interface: lo\n      allow_control_interface: true\n";
+    parse(yaml).unwrap();
+    // An interface that carries metrics.listen's address is refused as `lo` is.
+    let e = parse("metrics:\n  listen: 127.0.0.1:9300\nports:\n  - name: p0\n    driver: afxdp\n    afxdp:\n      interface: lo\n").unwrap_err();
+    assert!(e.message.contains("the control API's included") && e.message.contains("allow_control_interface"), "{e}");
 }

@@ -57,6 +57,11 @@ pub struct PortInfo {
     pub interface: Option<String>,
     /// Set once the interface has disappeared and the port was stopped.
     pub gone: AtomicBool,
+    /// Times the interface disappeared, and times the port was re-attached when it came back.
+    pub gone_events: AtomicU64,
+    pub back_events: AtomicU64,
+    /// How to open the port again on an interface of the same name (AF_XDP).
+    pub reopen: Option<crate::config::AfxdpSection>,
     /// Host port (TAP) counters.
     pub tap: Option<Arc<TapStats>>,
 }
@@ -75,6 +80,9 @@ impl PortInfo {
             complete_partial_checksums: false,
             interface: None,
             gone: AtomicBool::new(false),
+            gone_events: AtomicU64::new(0),
+            back_events: AtomicU64::new(0),
+            reopen: None,
             tap: None,
         }
     }
