@@ -36,7 +36,11 @@ pub struct Switch {
 
 impl Switch {
     pub fn start(path: &Path) -> Result<Switch> {
-        let config = Config::load(path)?;
+        Self::start_with(path, Config::load(path)?)
+    }
+
+    /// Starts the switch on `config`, loaded from `path`.
+    pub fn start_with(path: &Path, config: Config) -> Result<Switch> {
         let plugin_metrics = Arc::new(crate::plugins::PluginMetrics::default());
         let dataplane = Dataplane::start_with_plugins(&config, Some(&plugin_metrics))?;
         Ok(Switch { path: path.to_owned(), config: Mutex::new(Arc::new(config)), dataplane, plugin_metrics })
@@ -390,7 +394,11 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 /// Runs the daemon until SIGINT or SIGTERM, then drains the workers and checks every frame
 /// came back. SIGHUP reloads.
 pub fn run(path: &Path) -> Result<()> {
-    let switch = Arc::new(Switch::start(path)?);
+    let config = Config::load(path)?;
+    let user = config.user.as_ref().map(|u| u.value.as_str());
+    let dropped = crate::privileges::drop_privileges(user).context("cannot drop privileges")?;
+    log::info!("{dropped}");
+    let switch = Arc::new(Switch::start_with(path, config)?);
     let config = switch.config();
     let addr = config.listen_addr();
     log::info!(

@@ -13,3 +13,4 @@ pub mod drivers;
 pub mod lab;
 pub mod metrics;
 pub mod plugins;
+pub mod privileges;

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,33 +12,6 @@ use common::*;
 use wasmswitch::daemon::Switch;
 use wasmswitch::demo::lab_yaml;
 use wasmswitch::lab::{Lab, LabHost};
-
-/// A scratch folder for config files, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("wasmswitch-live-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
-    }
-
-    /// Writes the config (atomically: a reload never reads half a file).
-    fn write(&self, yaml: &str) -> PathBuf {
-        let tmp = self.0.join("switch.yaml.tmp");
-        let path = self.0.join("switch.yaml");
-        std::fs::write(&tmp, yaml).unwrap();
-        std::fs::rename(&tmp, &path).unwrap();
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Total drops of every reason on the port called `name`, summed over workers.
 fn drops(sw: &Switch, name: &str) -> u64 {

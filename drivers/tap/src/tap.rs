@@ -135,7 +135,10 @@ impl TapDevice {
                 let e = io::Error::last_os_error();
                 return Err(match e.raw_os_error() {
                     Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ENXIO) => TapError::NoTunDevice,
-                    Some(libc::EPERM) | Some(libc::EACCES) => TapError::PermissionDenied { name: name.clone() },
+                    // The device file's mode, not a capability (Debian's default is 0666).
+                    Some(libc::EPERM) | Some(libc::EACCES) => {
+                        TapError::io("opening /dev/net/tun (its file mode does not let this user open it)", name, e)
+                    }
                     _ => TapError::io("opening /dev/net/tun", name, e),
                 });
             }

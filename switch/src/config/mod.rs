@@ -457,6 +457,10 @@ pub struct Config {
     pub ports: Vec<PortSection>,
     #[serde(default)]
     pub host: Option<HostSection>,
+    /// The user the daemon runs as once it has dropped its privileges (see `privileges.rs`);
+    /// it stays the one that started it when absent.
+    #[serde(default)]
+    pub user: Option<Spanned<String>>,
     /// The file's text and name, kept to locate the keys a reload changes.
     #[serde(skip)]
     pub source: String,
@@ -832,6 +836,11 @@ impl Config {
                         h.ring_size.value
                     ),
                 ));
+            }
+        }
+        if let Some(u) = &self.user {
+            if let Err(e) = crate::privileges::lookup(&u.value) {
+                return Err(err(u.referenced, format!("user: {e:#}")));
             }
         }
         let needed = self.frames_needed();

@@ -85,3 +85,36 @@ pub fn die_with_test(cmd: &mut std::process::Command) {
     // syscall, allocating nothing.
     unsafe { cmd.pre_exec(hook) };
 }
+
+/// A scratch folder (world-readable, for daemons that drop to another user), removed on drop.
+pub struct Scratch(pub std::path::PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("wasmswitch-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+
+    /// Writes `switch.yaml` atomically (a reload never reads half a file) and returns its path.
+    pub fn write(&self, yaml: &str) -> std::path::PathBuf {
+        let tmp = self.path("switch.yaml.tmp");
+        let path = self.path("switch.yaml");
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
