@@ -7,18 +7,29 @@
 //! closes idle keep-alive connections), a connection lives at most [`Limits::connection`],
 //! at most [`Limits::max_connections`] are open at once, and shutdown waits at most
 //! [`Limits::shutdown_grace`] for requests in flight.
+//!
+//! Access ([`guard`], one layer over every route, so an endpoint added later is covered
+//! without doing anything): a request whose `Host` is not this server (DNS rebinding: a web
+//! page's script reaching the loopback listener under its own domain name) is refused with 421.
+//! A mutating request (any method but GET and HEAD) is refused with 403 if it carries an
+//! `Origin` (a browser sent it), with 401 unless it carries the configured bearer token
+//! (`control.token_file`), and with 413 if its body is over [`MAX_BODY_BYTES`]; each one is
+//! logged with the peer, method, path and status.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
@@ -49,12 +60,20 @@ pub trait Control: Send + Sync + 'static {
     fn config_json(&self) -> serde_json::Value;
     /// Starts a reload on the control thread; the receiver gets its result.
     fn start_reload(&self) -> Result<oneshot::Receiver<ReloadResult>, ReloadBusy>;
+    /// The token mutating requests must carry (`control.token_file` of the running config),
+    /// or `None` when none is configured.
+    fn token(&self) -> Option<crate::config::Token>;
 }
 
 #[derive(Clone)]
 pub struct ApiState {
     pub control: Arc<dyn Control>,
+    /// The address the server listens on: a `Host` naming it is this server.
+    pub listen: SocketAddr,
 }
+
+/// Largest request body a mutating endpoint accepts (reload takes none).
+pub const MAX_BODY_BYTES: usize = 4096;
 
 pub fn router(state: ApiState) -> Router {
     Router::new()
@@ -65,7 +84,140 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/plugins", get(plugins))
         .route("/api/v1/config", get(config))
         .route("/api/v1/reload", post(reload))
+        // Over every route and every method, unmatched ones included.
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// The access checks of the module doc, then the route.
+async fn guard(State(s): State<ApiState>, req: Request, next: Next) -> Response {
+    let mutating = !matches!(*req.method(), Method::GET | Method::HEAD);
+    if !mutating {
+        if let Err(why) = host_allowed(&req, s.listen) {
+            return refuse(StatusCode::MISDIRECTED_REQUEST, &why);
+        }
+        return next.run(req).await;
+    }
+    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.to_string());
+    let peer = peer.unwrap_or_else(|| "unknown peer".into());
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let (response, why) = match check_mutation(&s, req).await {
+        Ok(req) => (next.run(req).await, None),
+        Err((code, why)) => (refuse(code, &why), Some(why)),
+    };
+    let status = response.status();
+    match why {
+        None if status.is_success() => log::info!("control API: {peer} {method} {path}: {status}"),
+        None => log::warn!("control API: {peer} {method} {path}: {status}"),
+        Some(why) => log::warn!("control API: {peer} {method} {path}: {status}: refused: {why}"),
+    }
+    response
+}
+
+/// Host, Origin, token and body size of a mutating request; the request (its body read into
+/// memory) if it may go on.
+async fn check_mutation(s: &ApiState, req: Request) -> Result<Request, (StatusCode, String)> {
+    host_allowed(&req, s.listen).map_err(|why| (StatusCode::MISDIRECTED_REQUEST, why))?;
+    if req.headers().contains_key(header::ORIGIN) {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "a request with an Origin header (from a web page) may not change the switch".into(),
+        ));
+    }
+    if let Some(token) = s.control.token() {
+        authorized(req.headers(), token.as_bytes()).map_err(|why| (StatusCode::UNAUTHORIZED, why))?;
+    }
+    let too_big =
+        || (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {MAX_BODY_BYTES} bytes (or broke off)"));
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_big());
+    }
+    // Read with the bound (a chunked body declares no length), so a handler never sees more.
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| too_big())?;
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
+}
+
+/// A JSON error, with the challenge a 401 must carry.
+fn refuse(code: StatusCode, why: &str) -> Response {
+    let body = Json(json!({"status": "error", "error": why}));
+    if code == StatusCode::UNAUTHORIZED {
+        return (code, [(header::WWW_AUTHENTICATE, "Bearer realm=\"wasmswitch\"")], body).into_response();
+    }
+    (code, body).into_response()
+}
+
+/// Whether the request carries `Authorization: Bearer <token>`.
+fn authorized(headers: &HeaderMap, token: &[u8]) -> Result<(), String> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err("this request needs an `Authorization: Bearer <token>` header (control.token_file)".into());
+    };
+    let bytes = value.as_bytes();
+    let sent = match bytes.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => bytes[7..].trim_ascii(),
+        _ => return Err("the Authorization header is not `Bearer <token>`".into()),
+    };
+    if equal_in_constant_time(sent, token) {
+        Ok(())
+    } else {
+        Err("wrong token".into())
+    }
+}
+
+/// Compares the SHA-256 digests of `a` and `b` without an early exit, so the time taken says
+/// nothing about how much of a guess was right, nor about the token's length.
+fn equal_in_constant_time(a: &[u8], b: &[u8]) -> bool {
+    let (x, y) = (Sha256::digest(a), Sha256::digest(b));
+    let diff = x.iter().zip(y.iter()).fold(0u8, |acc, (p, q)| acc | (p ^ q));
+    std::hint::black_box(diff) == 0
+}
+
+/// Whether the request names this server: its `Host` (and the authority of an absolute-form
+/// URI, if any) is `localhost`, a loopback address, the listen address, or, when listening on
+/// every address, any IP address. A domain name other than `localhost` is refused: that is
+/// how a DNS-rebinding page reaches a loopback listener. Any port is accepted (port forwards).
+fn host_allowed(req: &Request, listen: SocketAddr) -> Result<(), String> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let host = match (hosts.next(), hosts.next()) {
+        (Some(h), None) => h.to_str().map_err(|_| "the Host header is not text".to_string())?,
+        (None, _) => return Err("the request has no Host header".into()),
+        (Some(_), Some(_)) => return Err("the request has more than one Host header".into()),
+    };
+    for name in std::iter::once(host).chain(req.uri().authority().map(|a| a.as_str())) {
+        if !names_this_server(name, listen) {
+            return Err(format!("Host `{name}` does not name this server (expected localhost or an address of it)"));
+        }
+    }
+    Ok(())
+}
+
+fn names_this_server(authority: &str, listen: SocketAddr) -> bool {
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((h, "")) => (h, None),
+            Some((h, p)) => match p.strip_prefix(':') {
+                Some(p) => (h, Some(p)),
+                None => return false,
+            },
+            None => return false,
+        },
+        None => match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    if port.is_some_and(|p| p.parse::<u16>().is_err()) {
+        return false;
+    }
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    match host.parse::<IpAddr>() {
+        Ok(ip) => ip.is_loopback() || ip == listen.ip() || listen.ip().is_unspecified(),
+        Err(_) => false,
+    }
 }
 
 async fn metrics(State(s): State<ApiState>) -> Response {
@@ -153,7 +305,7 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut sh
             // Reap finished connection tasks so the set does not grow.
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
         };
-        let (stream, _) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(x) => x,
             Err(e) => {
                 // EMFILE and the like: back off instead of spinning.
@@ -184,7 +336,8 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut sh
             }
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        // The peer, for the log of mutating requests.
+        let service = TowerToHyperService::new(router.clone().layer(Extension(ConnectInfo(peer))));
         let mut stop = shutdown.clone();
         let evict = evict.clone();
         conns.spawn(async move {
@@ -216,4 +369,53 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut sh
 
 async fn drain(conns: &mut JoinSet<()>) {
     while conns.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_of_this_server_pass_the_host_check() {
+        let lo: SocketAddr = "127.0.0.1:9187".parse().unwrap();
+        for ok in ["localhost", "LOCALHOST:9187", "127.0.0.1", "127.0.0.1:8080", "[::1]", "[::1]:9187", "127.0.0.2:1"] {
+            assert!(names_this_server(ok, lo), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:9187",
+            "localhost.evil.example",
+            "10.0.0.1:9187",
+            "::1",
+            "[::1",
+            "[::1]x",
+            "localhost:x",
+            "localhost:99999",
+            "",
+        ] {
+            assert!(!names_this_server(bad, lo), "{bad}");
+        }
+        let one: SocketAddr = "10.0.0.1:9187".parse().unwrap();
+        assert!(names_this_server("10.0.0.1:9187", one) && !names_this_server("10.0.0.2", one));
+        let any: SocketAddr = "0.0.0.0:9187".parse().unwrap();
+        assert!(names_this_server("192.0.2.7:9187", any) && names_this_server("[2001:db8::1]", any));
+        assert!(!names_this_server("switch.example:9187", any), "a domain name is what DNS rebinding uses");
+    }
+
+    #[test]
+    fn only_the_exact_bearer_token_is_authorized() {
+        let with = |v: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in v {
+                h.append(header::AUTHORIZATION, v.parse().unwrap());
+            }
+            authorized(&h, b"s3cret")
+        };
+        assert!(with(&["Bearer s3cret"]).is_ok() && with(&["bearer  s3cret "]).is_ok());
+        for bad in [&[][..], &["Bearer s3cre"], &["Bearer s3cret2"], &["Basic s3cret"], &["s3cret"], &["Bearer"]] {
+            assert!(with(bad).is_err(), "{bad:?}");
+        }
+        assert!(with(&["Bearer s3cret", "Bearer s3cret"]).is_err(), "one Authorization header");
+        assert!(equal_in_constant_time(b"a", b"a") && !equal_in_constant_time(b"a", b"b"));
+    }
 }

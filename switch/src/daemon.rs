@@ -356,6 +356,10 @@ impl Control for Daemon {
         serde_json::to_value(&*self.switch.config()).unwrap_or_default()
     }
 
+    fn token(&self) -> Option<crate::config::Token> {
+        self.switch.config().control.token.clone()
+    }
+
     fn start_reload(&self) -> Result<oneshot::Receiver<ReloadResult>, ReloadBusy> {
         if self.stopping.load(Ordering::Acquire) {
             return Err(ReloadBusy::ShuttingDown);
@@ -429,7 +433,7 @@ pub fn run(path: &Path) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the control runtime")?;
-    let state = ApiState { control: daemon.clone() };
+    let state = ApiState { control: daemon.clone(), listen: addr };
     let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr)
             .await

@@ -417,3 +417,127 @@ fn the_worst_plugin_the_config_permits_stalls_neither_health_nor_shutdown() {
     assert!(secs < 2.0, "SIGTERM took {secs:.2} s");
     assert!(log.contains("all 16384 frames are back in the pool"), "{log}");
 }
+
+// ---------------------------------------------------------------- authentication
+
+/// A token file in `dir` with `mode`.
+fn write_token(dir: &Scratch, text: &str, mode: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.path("token");
+    std::fs::write(&p, text).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    p
+}
+
+/// configs/sim.yaml on `port` with `control.token_file: token` (relative: next to the config).
+fn sim_yaml_with_token(port: u16) -> String {
+    format!("{}control:\n  token_file: token\n", sim_yaml(port))
+}
+
+#[test]
+fn mutating_requests_need_the_token_and_a_local_host_and_no_origin() {
+    let dir = Scratch::new("auth");
+    let port = free_port();
+    let token = write_token(&dir, "first-token\n", 0o600);
+    let cfg = dir.path("sim.yaml");
+    std::fs::write(&cfg, sim_yaml_with_token(port)).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    let post = |headers: &[&str]| http_with(port, "POST", "/api/v1/reload", headers, b"").unwrap();
+
+    let r = post(&[]);
+    assert_eq!(r.status, 401, "no token: {r:?}");
+    assert!(r.head.to_ascii_lowercase().contains("www-authenticate: bearer"), "{r:?}");
+    let r = post(&["Authorization: Bearer wrong-token"]);
+    assert_eq!(r.status, 401, "wrong token: {r:?}");
+    assert!(r.body.contains("wrong token"), "{r:?}");
+    assert_eq!(post(&["Authorization: Basic Zmlyc3QtdG9rZW4="]).status, 401);
+    let r = post(&["Authorization: Bearer first-token"]);
+    assert_eq!(r.status, 200, "right token: {r:?}");
+    assert!(r.body.contains("\"status\":\"ok\""), "{r:?}");
+
+    // A browser's request (it sends Origin) is refused even with the token.
+    let r = post(&["Authorization: Bearer first-token", "Origin: http://127.0.0.1"]);
+    assert_eq!(r.status, 403, "{r:?}");
+    // DNS rebinding: a foreign name in Host, on a mutating request and on a read.
+    let r = post(&["Authorization: Bearer first-token", "Host: attacker.example:80"]);
+    assert_eq!(r.status, 421, "{r:?}");
+    let r = http_with(port, "GET", "/api/v1/config", &["Host: attacker.example"], b"").unwrap();
+    assert_eq!(r.status, 421, "{r:?}");
+    // Local names pass.
+    for host in ["Host: 127.0.0.1", &format!("Host: localhost:{port}"), "Host: [::1]:9"] {
+        assert_eq!(http_with(port, "GET", "/healthz", &[host], b"").unwrap().status, 200, "{host}");
+    }
+
+    // Reads stay open; the served config names the file but not the token.
+    let (st, body) = http(port, "GET", "/metrics").unwrap();
+    assert_eq!(st, 200);
+    assert!(body.contains("wasmswitch_"), "{body}");
+    let (st, body) = http(port, "GET", "/api/v1/config").unwrap();
+    assert_eq!(st, 200);
+    assert!(body.contains("token_file") && !body.contains("first-token"), "{body}");
+
+    // Bodies are bounded, declared or chunked.
+    let big = vec![b'x'; 5000];
+    let r = http_with(port, "POST", "/api/v1/reload", &["Authorization: Bearer first-token"], &big).unwrap();
+    assert_eq!(r.status, 413, "{r:?}");
+    let mut chunked = format!("{:x}\r\n", big.len()).into_bytes();
+    chunked.extend_from_slice(&big);
+    chunked.extend_from_slice(b"\r\n0\r\n\r\n");
+    let headers = ["Authorization: Bearer first-token", "Transfer-Encoding: chunked"];
+    assert_eq!(http_with(port, "POST", "/api/v1/reload", &headers, &chunked).unwrap().status, 413);
+
+    // A token rewritten in place is picked up by a reload (the file is re-read then).
+    std::fs::write(&token, "second-token").unwrap();
+    assert_eq!(post(&["Authorization: Bearer first-token"]).status, 200);
+    assert_eq!(post(&["Authorization: Bearer first-token"]).status, 401);
+    assert_eq!(post(&["Authorization: Bearer second-token"]).status, 200);
+
+    // SIGHUP needs no token.
+    signal(&child, libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, ok, log) = terminate(child);
+    assert!(ok, "{log}");
+    assert!(log.contains("SIGHUP: reloading"), "{log}");
+    assert!(log.matches("reload: applied").count() >= 4, "three HTTP reloads and SIGHUP's: {log}");
+    // Every mutating request is logged with its peer, path and outcome.
+    assert!(log.contains("control API: 127.0.0.1:"), "{log}");
+    assert!(log.contains("POST /api/v1/reload: 401 Unauthorized: refused: wrong token"), "{log}");
+    assert!(log.contains("POST /api/v1/reload: 200 OK"), "{log}");
+    assert!(log.contains("POST /api/v1/reload: 403 Forbidden"), "{log}");
+    assert!(log.contains("POST /api/v1/reload: 413 Payload Too Large"), "{log}");
+    assert!(!log.contains("first-token") && !log.contains("second-token"), "the log shows a token: {log}");
+}
+
+#[test]
+fn check_refuses_a_shared_token_file_and_an_open_listener_without_one() {
+    let dir = Scratch::new("authcheck");
+    let port = free_port();
+    let cfg = dir.path("sim.yaml");
+    let check = || {
+        let out = Command::new(bin()).args(["check", "-c"]).arg(&cfg).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let yaml = sim_yaml_with_token(port);
+    let line = yaml.lines().count();
+    std::fs::write(&cfg, &yaml).unwrap();
+    write_token(&dir, "tok", 0o640);
+    let (ok, err) = check();
+    assert!(!ok, "a group-readable token file passed: {err}");
+    let at = format!("{}:{line}:15: control.token_file: ", cfg.display());
+    assert!(err.contains(&at) && err.contains("mode 0640") && err.contains("chmod 600"), "expected `{at}`: {err}");
+    write_token(&dir, "tok", 0o600);
+    let (ok, err) = check();
+    assert!(ok, "{err}");
+
+    // Listening beyond loopback without a token is refused at metrics.listen.
+    let open = sim_yaml(port).replace("127.0.0.1:", "0.0.0.0:");
+    std::fs::write(&cfg, &open).unwrap();
+    let (ok, err) = check();
+    assert!(!ok, "{err}");
+    let at = format!("{}:7:11: metrics.listen 0.0.0.0:{port} is not a loopback address", cfg.display());
+    assert!(err.contains(&at) && err.contains("control.token_file"), "expected `{at}`: {err}");
+    // With a token it is allowed.
+    std::fs::write(&cfg, format!("{open}control:\n  token_file: token\n")).unwrap();
+    let (ok, err) = check();
+    assert!(ok, "{err}");
+}

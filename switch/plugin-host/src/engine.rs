@@ -6,7 +6,8 @@ use super::*;
 /// Engine-wide settings.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
-    /// Where compiled plugins are cached (`<sha256>.cwasm`); `None` disables the cache.
+    /// Where compiled plugins are cached (`<sha256>.cwasm`, see [`verified_payload`]); `None`
+    /// disables the cache.
     /// Loading an entry runs the native code in it: the directory must be writable only by
     /// the daemon's user (entries are written atomically, tmp + rename).
     pub cache_dir: Option<PathBuf>,
@@ -27,6 +28,7 @@ pub struct PluginEngine {
     pub(crate) linker: Linker<HostState>,
     pub(crate) opts: EngineOptions,
     pub(crate) stop: Arc<AtomicBool>,
+    cache_discarded: AtomicU64,
 }
 
 impl Drop for PluginEngine {
@@ -85,16 +87,17 @@ impl PluginEngine {
                 }
             })
             .map_err(|e| format!("epoch thread: {e}"))?;
-        Ok(Arc::new(Self { engine, linker, opts, stop }))
+        Ok(Arc::new(Self { engine, linker, opts, stop, cache_discarded: AtomicU64::new(0) }))
     }
 
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
-    /// Cache file for `bytes` under this engine's configuration: sha256 over the component
-    /// and wasmtime's own compatibility hash (version, target, settings).
-    pub(crate) fn cache_path(&self, bytes: &[u8]) -> Option<PathBuf> {
+    /// The cache key of `bytes` under this engine's configuration: SHA-256 over wasmtime's
+    /// compatibility hash (its version, the target and every setting that affects the
+    /// generated code), a format tag and the component itself.
+    fn cache_key(&self, bytes: &[u8]) -> [u8; 32] {
         struct ShaHasher(Sha256);
         impl Hasher for ShaHasher {
             fn finish(&self) -> u64 {
@@ -104,31 +107,53 @@ impl PluginEngine {
                 self.0.update(b);
             }
         }
-        let dir = self.opts.cache_dir.as_ref()?;
         let mut h = ShaHasher(Sha256::new());
         std::hash::Hash::hash(&self.engine.precompile_compatibility_hash(), &mut h);
-        h.0.update(b"wasmswitch-plugin-cache-v1");
+        h.0.update(CACHE_MAGIC);
         h.0.update(bytes);
-        let hex: String = h.0.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        Some(dir.join(format!("{hex}.cwasm")))
+        h.0.finalize().into()
+    }
+
+    /// Cache file for the key: `<hex key>.cwasm` in the cache directory.
+    pub(crate) fn cache_path(&self, key: &[u8; 32]) -> Option<PathBuf> {
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        Some(self.opts.cache_dir.as_ref()?.join(format!("{hex}.cwasm")))
+    }
+
+    /// Cache entries found invalid (wrong key, corrupt, unreadable, refused by wasmtime),
+    /// deleted and recompiled since this engine started.
+    pub fn cache_discarded(&self) -> u64 {
+        self.cache_discarded.load(Ordering::Relaxed)
     }
 
     pub(crate) fn load_component(&self, spec: &PluginSpec, bytes: &[u8]) -> Result<(Component, bool), PluginError> {
-        let cached = self.cache_path(bytes);
-        if let Some(p) = cached.as_ref().filter(|p| p.exists()) {
+        let key = self.cache_key(bytes);
+        let cached = self.cache_path(&key);
+        if let Some(p) = cached.as_ref().filter(|p| p.symlink_metadata().is_ok()) {
             // Read into memory rather than `deserialize_file`: that one mmaps the file, and a
             // cache entry truncated under a live plugin would then SIGBUS the switch.
-            let loaded = std::fs::read(p).map_err(|e| e.to_string()).and_then(|data| {
-                // SAFETY: the bytes are a file this process (or an earlier run) wrote with
-                // `Component::serialize` into the daemon's own cache directory, under a name
-                // that includes wasmtime's compatibility hash; wasmtime also checks the
-                // header and version. The cache directory must be writable only by the
-                // daemon's user (see `EngineOptions::cache_dir`).
-                unsafe { Component::deserialize(&self.engine, &data) }.map_err(|e| wt(&e))
+            let loaded = read_regular_file(p, MAX_CACHE_ENTRY_BYTES).map_err(|e| e.to_string()).and_then(|data| {
+                let payload = verified_payload(&data, &key)?;
+                // SAFETY: `Component::deserialize` runs the native code it is given, so only
+                // our own `Component::serialize` output may reach it. `payload` passed
+                // `verified_payload`: the entry names this component's key (component bytes,
+                // wasmtime version and codegen settings), so an entry of another plugin or
+                // another engine configuration copied or renamed here is refused, and its
+                // payload digest matches, so a truncated or corrupted one is too. This
+                // does not stop someone who can write the cache directory from forging an
+                // entry: it must be writable only by the daemon's user (see
+                // `EngineOptions::cache_dir`). wasmtime checks its own header and version.
+                unsafe { Component::deserialize(&self.engine, payload) }.map_err(|e| wt(&e))
             });
             match loaded {
                 Ok(c) => return Ok((c, true)),
-                Err(e) => log::warn!("plugin `{}`: ignoring cache entry {}: {e}", spec.name, p.display()),
+                Err(e) => {
+                    self.cache_discarded.fetch_add(1, Ordering::Relaxed);
+                    log::warn!("plugin `{}`: discarding cache entry {}: {e}; recompiling", spec.name, p.display());
+                    if let Err(e) = std::fs::remove_file(p) {
+                        log::warn!("plugin `{}`: cannot delete cache entry {}: {e}", spec.name, p.display());
+                    }
+                }
             }
         }
         let c = Component::new(&self.engine, bytes).map_err(|e| {
@@ -136,8 +161,13 @@ impl PluginEngine {
         })?;
         if let Some(p) = cached {
             match c.serialize() {
-                Ok(data) => {
+                Ok(payload) => {
                     let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+                    let mut data = Vec::with_capacity(CACHE_HEADER_BYTES + payload.len());
+                    data.extend_from_slice(CACHE_MAGIC);
+                    data.extend_from_slice(&key);
+                    data.extend_from_slice(&Sha256::digest(&payload));
+                    data.extend_from_slice(&payload);
                     if std::fs::write(&tmp, data).and_then(|_| std::fs::rename(&tmp, &p)).is_err() {
                         let _ = std::fs::remove_file(&tmp);
                         log::warn!("plugin `{}`: could not write cache entry {}", spec.name, p.display());
@@ -217,6 +247,31 @@ impl PluginEngine {
     pub fn check(self: &Arc<Self>, spec: &PluginSpec) -> Result<(), PluginError> {
         self.compile(spec).map(|_| ())
     }
+}
+
+/// Tags a cache entry of this format; also hashed into the key, so entries of an older
+/// format get other names and are never read.
+const CACHE_MAGIC: &[u8; 16] = b"wasmswitch-cwsm2";
+/// Magic, the key the entry was written for, SHA-256 of the payload.
+const CACHE_HEADER_BYTES: usize = 16 + 32 + 32;
+/// Largest cache entry read (compiled code is a few times the component's size).
+const MAX_CACHE_ENTRY_BYTES: u64 = 4 * MAX_PLUGIN_BYTES;
+
+/// The serialized component in a cache entry, if the entry is of this format, was written for
+/// `key` and its payload is intact. The file name alone proves nothing: an entry copied over
+/// another's name would otherwise run the other plugin's code.
+fn verified_payload<'a>(data: &'a [u8], key: &[u8; 32]) -> Result<&'a [u8], String> {
+    if data.len() < CACHE_HEADER_BYTES || &data[..16] != CACHE_MAGIC {
+        return Err("not a cache entry of this version".into());
+    }
+    let (written_for, digest, payload) = (&data[16..48], &data[48..80], &data[CACHE_HEADER_BYTES..]);
+    if written_for != key {
+        return Err("it was written for another component or engine configuration".into());
+    }
+    if digest != Sha256::digest(payload).as_slice() {
+        return Err("its contents do not match their digest (truncated or corrupted)".into());
+    }
+    Ok(payload)
 }
 
 /// Largest plugin file accepted (a component is typically tens to hundreds of KiB).

@@ -102,6 +102,55 @@ fn compiled_code_is_cached_across_engines() {
     assert!(!e2.compile(&s).unwrap().from_cache());
 }
 
+/// The cache entries in `dir` (file names).
+fn cache_entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    v.sort();
+    v
+}
+
+/// A cache entry copied over another plugin's name is not trusted by its name: the plugin
+/// runs its own code, and the entry is counted, deleted and rewritten.
+#[test]
+fn a_cache_entry_copied_over_another_is_refused() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cache-swap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let opts = || EngineOptions { cache_dir: Some(dir.clone()), ..Default::default() };
+    // A: the ACL denying everything; B: the rate limiter, which passes the first frames.
+    let a = spec("acl", examples().join("acl.wasm"), "default deny");
+    let b = spec("rl", examples().join("ratelimit.wasm"), "rate=1000 burst=1000");
+    let e1 = PluginEngine::new(opts()).unwrap();
+    drop(e1.compile(&a).unwrap());
+    let a_entry = cache_entries(&dir);
+    assert_eq!(a_entry.len(), 1, "{a_entry:?}");
+    drop(e1.compile(&b).unwrap());
+    let b_entry: Vec<_> = cache_entries(&dir).into_iter().filter(|p| *p != a_entry[0]).collect();
+    assert_eq!(b_entry.len(), 1, "{b_entry:?}");
+    std::fs::copy(&b_entry[0], &a_entry[0]).unwrap();
+
+    let e2 = PluginEngine::new(opts()).unwrap();
+    let f = e2.compile(&a).unwrap();
+    assert!(!f.from_cache(), "the swapped entry must not be loaded");
+    assert_eq!(e2.cache_discarded(), 1);
+    let mut st = f.instantiate(0).unwrap();
+    let udp = harness::udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2);
+    assert_eq!(TestBatch::new(&[udp.clone(), udp.clone()], 0).run(&mut st), vec![Verdict::Drop; 2], "A's verdicts");
+    assert_eq!(st.stats().named.get("acl_denied"), Some(2), "A's own counter");
+    assert_eq!(st.stats().named.get("ratelimit_limited"), None);
+    // B's entry is untouched and still B's; A's was rewritten and now loads.
+    let e3 = PluginEngine::new(opts()).unwrap();
+    assert!(e3.compile(&a).unwrap().from_cache());
+    assert!(e3.compile(&b).unwrap().from_cache());
+    assert_eq!(e3.cache_discarded(), 0);
+    // A truncated entry is refused by its payload digest.
+    let data = std::fs::read(&a_entry[0]).unwrap();
+    std::fs::write(&a_entry[0], &data[..data.len() - 1]).unwrap();
+    let e4 = PluginEngine::new(opts()).unwrap();
+    assert!(!e4.compile(&a).unwrap().from_cache());
+    assert_eq!(e4.cache_discarded(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 // ---------------------------------------------------------------- hostile plugins
 
 fn frames(n: usize) -> Vec<Vec<u8>> {

@@ -71,6 +71,8 @@ pub struct Plan {
 
 /// True for changes a running switch applies on reload:
 /// - the plugin chains, `workers[i].idle` and `.cpu`, `fdb.capacity` and `fdb.aging_seconds`;
+/// - `control.token_file` (the API reads the token of the running config; the file is re-read
+///   at every reload, so a reload also picks up a token rewritten in place);
 /// - a port added or removed (ports are matched by name), unless it is a sim port with
 ///   generated traffic (the other generators' destinations are fixed when they start);
 /// - a port's `mtu`;
@@ -78,7 +80,7 @@ pub struct Plan {
 ///   giving it traffic or taking its traffic away (that changes the others' destinations).
 pub fn applies_live(c: &Change) -> bool {
     let key = c.key.as_str();
-    if key == "fdb.aging_seconds" || key == "fdb.capacity" {
+    if key == "fdb.aging_seconds" || key == "fdb.capacity" || key == "control.token_file" {
         return true;
     }
     let Some(rest) = key.strip_prefix("ports[").and_then(|r| r.split_once(']')).map(|(_, r)| r) else {

@@ -108,6 +108,81 @@ impl Default for MetricsSection {
     }
 }
 
+/// Who may change the switch through the control API.
+#[derive(Deserialize, Serialize, Debug, Clone, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ControlSection {
+    /// File holding the bearer token that mutating API requests must carry, relative to the
+    /// config file's folder unless absolute; no token is required when absent.
+    #[serde(default)]
+    pub token_file: Option<Spanned<String>>,
+    /// The token read from `token_file` when the file is loaded (never serialized: the
+    /// config is served by `/api/v1/config`).
+    #[serde(skip)]
+    pub token: Option<Token>,
+}
+
+/// The API token: printable ASCII, redacted from `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(Vec<u8>);
+
+impl Token {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+/// Largest token file accepted.
+pub const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+
+/// Reads the token from `path`: a regular file of at most [`MAX_TOKEN_FILE_BYTES`], readable
+/// by its owner only, holding printable ASCII (surrounding whitespace is trimmed).
+fn read_token(path: &Path) -> Result<Token, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let shown = path.display();
+    // O_NONBLOCK + fstat: a FIFO put here is refused, not waited on.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if !meta.file_type().is_file() {
+        return Err(format!("{shown} is not a regular file"));
+    }
+    if meta.len() > MAX_TOKEN_FILE_BYTES {
+        return Err(format!("{shown} is {} bytes: at most {MAX_TOKEN_FILE_BYTES}", meta.len()));
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{shown} is readable or writable by others (mode {:04o}): make it owner-only with `chmod 600`",
+            mode & 0o7777
+        ));
+    }
+    let mut data = Vec::new();
+    file.take(MAX_TOKEN_FILE_BYTES + 1).read_to_end(&mut data).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if data.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(format!("{shown} grew past {MAX_TOKEN_FILE_BYTES} bytes"));
+    }
+    let token = data.trim_ascii();
+    if token.is_empty() {
+        return Err(format!("{shown} is empty: write a token into it"));
+    }
+    // A client must be able to send it in an Authorization header.
+    if !token.iter().all(|b| (0x21..=0x7e).contains(b)) {
+        return Err(format!("{shown}: the token must be printable ASCII without spaces (e.g. base64)"));
+    }
+    Ok(Token(token.to_vec()))
+}
+
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSection {
@@ -449,6 +524,8 @@ pub struct Config {
     #[serde(default)]
     pub metrics: MetricsSection,
     #[serde(default)]
+    pub control: ControlSection,
+    #[serde(default)]
     pub pool: PoolSection,
     #[serde(default)]
     pub fdb: FdbSection,
@@ -551,6 +628,15 @@ impl Config {
             }
         }
         cfg.check(path)?;
+        if let Some(f) = &cfg.control.token_file {
+            let token = read_token(&resolve(path, &f.value)).map_err(|message| ConfigError {
+                file: path.to_owned(),
+                line: f.referenced.line(),
+                column: f.referenced.column(),
+                message: format!("control.token_file: {message}"),
+            })?;
+            cfg.control.token = Some(token);
+        }
         cfg.source = text.to_owned();
         cfg.file = path.to_owned();
         Ok(cfg)
@@ -594,6 +680,15 @@ impl Config {
             return Err(err(
                 self.ports[range::PORTS.1].name.referenced,
                 format!("too many ports ({}): at most {}", self.ports.len(), range::PORTS.1),
+            ));
+        }
+        let listen = self.listen_addr();
+        if !listen.ip().is_loopback() && self.control.token_file.is_none() {
+            return Err(err(
+                self.metrics.listen.referenced,
+                format!(
+                    "metrics.listen {listen} is not a loopback address: the control API can reload the switch, so set control.token_file to require a token"
+                ),
             ));
         }
         let fs = self.pool.frame_size.value;

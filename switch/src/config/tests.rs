@@ -1,4 +1,4 @@
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -186,14 +186,78 @@ fn cross_mode_parses() {
     assert_eq!(c.switch.mode, Mode::Cross);
 }
 
+/// A token file with `mode` holding `text`, in a folder of this test process.
+fn token_file(name: &str, text: &str, mode: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("wasmswitch-config-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    p
+}
+
+#[test]
+fn the_token_is_read_trimmed_and_never_shown() {
+    let f = token_file("good", "  s3cret-token==\n", 0o600);
+    let c = parse(&format!("control:\n  token_file: {}\n{GOOD}", f.display())).unwrap();
+    assert_eq!(c.control.token.as_ref().unwrap().as_bytes(), b"s3cret-token==");
+    assert!(!format!("{c:?}").contains("s3cret"), "Debug shows the token");
+    assert!(!serde_json::to_string(&c).unwrap().contains("s3cret"), "the served config shows the token");
+    // Another token file is applied by a reload.
+    let g = token_file("other", "t2", 0o600);
+    let d = parse(&format!("control:\n  token_file: {}\n{GOOD}", g.display())).unwrap();
+    let plan = diff::plan(&c, &d);
+    assert!(plan.restart.is_empty() && plan.live.len() == 1, "{plan:?}");
+    assert_eq!((plan.live[0].key.as_str(), plan.live[0].at.as_str()), ("control.token_file", "test.yaml:2:15"));
+}
+
+#[test]
+fn a_token_file_that_is_not_private_small_and_filled_is_refused_at_its_key() {
+    let big = "x".repeat(5000);
+    let cases = [
+        (token_file("group", "tok", 0o640), "mode 0640", "chmod 600"),
+        (token_file("world", "tok", 0o604), "mode 0604", "chmod 600"),
+        (token_file("empty", " \n", 0o600), "is empty", ""),
+        (token_file("big", &big, 0o600), "5000 bytes: at most 4096", ""),
+        (token_file("spaces", "two words", 0o600), "printable ASCII", ""),
+        (PathBuf::from("/dev/null"), "not a regular file", ""),
+        (PathBuf::from("/nonexistent/token"), "cannot read /nonexistent/token", ""),
+    ];
+    for (f, fragment, hint) in cases {
+        let e = parse(&format!("{GOOD}control:\n  token_file: {}\n", f.display())).unwrap_err();
+        assert_eq!((e.line, e.column), (8, 15), "{e}");
+        let shown = e.to_string();
+        assert!(shown.starts_with("test.yaml:8:15: control.token_file: "), "{shown}");
+        assert!(shown.contains(fragment) && shown.contains(hint), "expected `{fragment}` in {shown}");
+    }
+}
+
+#[test]
+fn a_non_loopback_listen_needs_a_token() {
+    let yaml = format!("metrics:\n  listen: 0.0.0.0:9187\n{GOOD}");
+    let e = parse(&yaml).unwrap_err();
+    assert_eq!((e.line, e.column), (2, 11), "{e}");
+    assert!(e.message.contains("metrics.listen 0.0.0.0:9187 is not a loopback address"), "{e}");
+    assert!(e.message.contains("control.token_file"), "{e}");
+    let f = token_file("remote", "tok", 0o400);
+    parse(&format!("{yaml}control:\n  token_file: {}\n", f.display())).unwrap();
+    parse(&format!("metrics:\n  listen: \"[::1]:9187\"\n{GOOD}")).unwrap();
+}
+
 /// Every key written out, none left to a default.
 fn full_yaml() -> String {
     let plugin = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    // Written once: tests run in parallel, and a rewrite would be empty for a moment.
+    static TOKEN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let token = TOKEN.get_or_init(|| token_file("full", "tok", 0o600)).display();
     format!(
         "switch:
   mode: l2
 metrics:
   listen: 127.0.0.1:9300
+control:
+  token_file: {token}
 pool:
   frames: 65536
   frame_size: 2048
@@ -394,8 +458,8 @@ fn the_plan_sorts_keys_into_live_and_restart() {
     let keys = |v: &[diff::Change]| v.iter().map(|c| c.key.clone()).collect::<Vec<_>>();
     assert_eq!(keys(&plan.live), ["workers[0].idle"]);
     assert_eq!(keys(&plan.restart), ["pool.cache"]);
-    assert_eq!(plan.restart[0].at, "test.yaml:8:10");
-    assert_eq!(plan.restart[0].to_string(), "test.yaml:8:10: pool.cache (128 -> 256)");
+    assert_eq!(plan.restart[0].at, "test.yaml:10:10");
+    assert_eq!(plan.restart[0].to_string(), "test.yaml:10:10: pool.cache (128 -> 256)");
     // Writing a default out is not a change.
     let plan = diff::plan(&parse(GOOD).unwrap(), &parse(&format!("fdb:\n  capacity: 16384\n{GOOD}")).unwrap());
     assert!(plan.live.is_empty() && plan.restart.is_empty(), "{plan:?}");

@@ -25,15 +25,44 @@ pub fn free_port() -> u16 {
 
 /// A minimal HTTP/1.1 request; returns (status, body).
 pub fn http(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    http_with(port, method, path, &[], b"").map(|r| (r.status, r.body))
+}
+
+/// A response as [`http_with`] reads it.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    /// The head's header lines, as sent.
+    pub head: String,
+    pub body: String,
+}
+
+/// An HTTP/1.1 request with extra header lines (`"Name: value"`) and a body. `Host: localhost`
+/// and `Content-Length` are added unless `headers` has a `Host` (or `Transfer-Encoding`, for a
+/// body the caller has chunked).
+pub fn http_with(port: u16, method: &str, path: &str, headers: &[&str], body: &[u8]) -> std::io::Result<Reply> {
+    let has = |name: &str| headers.iter().any(|h| h.to_ascii_lowercase().starts_with(&format!("{name}:")));
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !has("host") {
+        req += "Host: localhost\r\n";
+    }
+    if !has("transfer-encoding") && !has("content-length") {
+        req += &format!("Content-Length: {}\r\n", body.len());
+    }
+    for h in headers {
+        req += &format!("{h}\r\n");
+    }
+    req += "\r\n";
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")?;
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
     let mut raw = String::new();
     s.read_to_string(&mut raw)?;
     let status = raw.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let (head, body) = raw.split_once("\r\n\r\n").map(|(h, b)| (h.to_string(), b.to_string())).unwrap_or_default();
     // Bodies may be chunked; tests only search them, so leave the chunk sizes in.
-    Ok((status, body))
+    Ok(Reply { status, head, body })
 }
 
 /// Waits until `/healthz` answers 200.
