@@ -338,10 +338,11 @@ fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, 
 }
 
 /// True when the kernel still has an interface called `name`.
-fn interface_exists(name: &str) -> bool {
-    let Ok(c) = std::ffi::CString::new(name) else { return false };
+/// The index of the interface called `name` now (0: there is none).
+fn if_index(name: &str) -> u32 {
+    let Ok(c) = std::ffi::CString::new(name) else { return 0 };
     // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
-    unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
+    unsafe { libc::if_nametoindex(c.as_ptr()) }
 }
 
 /// Ages the FDB and watches AF_XDP interfaces: one that vanishes is reported and its port
@@ -376,8 +377,10 @@ fn housekeeping_loop(
         for (p, info) in ports.snapshot() {
             let Some(name) = &info.interface else { continue };
             let gone = info.gone.load(Ordering::Relaxed);
-            match (gone, interface_exists(name)) {
-                (false, false) => {
+            let now = if_index(name);
+            // Deleted and re-created between two looks: the same name, another interface.
+            match (gone, now != 0 && now == info.ifindex, now != 0) {
+                (false, false, _) => {
                     info.gone.store(true, Ordering::Relaxed);
                     info.gone_events.fetch_add(1, Ordering::Relaxed);
                     log::error!(
@@ -389,7 +392,7 @@ fn housekeeping_loop(
                     }
                     fdb.flush_port(p);
                 }
-                (true, true) if tick.is_multiple_of(10) => match reattach(&res, &controls, &ports, p, &info) {
+                (true, _, true) if tick.is_multiple_of(10) => match reattach(&res, &controls, &ports, p, &info) {
                     Ok(()) => {
                         failures.remove(&p);
                         log::info!("interface {name} is back: port `{}` re-attached", info.name);

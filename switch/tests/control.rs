@@ -333,26 +333,6 @@ fn a_fifo_in_place_of_the_config_is_refused_without_blocking() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
 }
 
-/// A component of the plugin world whose `process` spins forever (the worst plugin there is).
-fn spinning_plugin() -> Vec<u8> {
-    let core = r#"(module
-  (memory (export "memory") 1)
-  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 1024))
-  (func (export "init") (param i32 i32) (result i32)
-    (i32.store8 (i32.const 16) (i32.const 0))
-    (i32.const 16))
-  (func (export "process") (param i32 i32) (result i32)
-    (loop $l (br $l))
-    (unreachable))
-)"#;
-    let mut resolve = wit_parser::Resolve::default();
-    let pkg = resolve.push_dir(repo("wit")).unwrap().0;
-    let world = resolve.select_world(&[pkg], None).unwrap();
-    let mut module = wat::parse_str(core).unwrap();
-    wit_component::embed_component_metadata(&mut module, &resolve, world, wit_component::StringEncoding::UTF8).unwrap();
-    wit_component::ComponentEncoder::default().module(&module).unwrap().validate(true).encode().unwrap()
-}
-
 /// The issue's plugin (deadline 1 s, unbounded faults) is refused now; the worst one the config
 /// still permits (10 ms, 100 faults) on two ports must not stall /healthz or SIGTERM, and the
 /// port without a plugin keeps forwarding.

@@ -73,6 +73,7 @@ pub fn open(ctx: &mut OpenCtx<'_>, name: &str, a: &AfxdpSection, mtu: u32) -> Re
     info.complete_partial_checksums = d.complete_partial_checksums;
     info.afxdp = xp.queue_stats();
     info.interface = Some(a.interface.value.clone());
+    info.ifindex = xp.ifindex();
     info.reopen = Some(a.clone());
     Ok(OpenedPort { info, queues: per_worker, max_frame: max_frame(mtu), handle: PortHandle::Afxdp(xp) })
 }

@@ -53,8 +53,11 @@ pub struct PortInfo {
     pub afxdp: Vec<QueueMonitor>,
     /// Whether ingress completes TCP/UDP checksums left to offload (AF_XDP profile or override).
     pub complete_partial_checksums: bool,
-    /// The kernel interface behind the port (AF_XDP), watched for disappearance.
+    /// The kernel interface behind the port (AF_XDP) and its index when the port was opened,
+    /// watched for disappearance (an interface deleted and re-created keeps its name but gets
+    /// a new index).
     pub interface: Option<String>,
+    pub ifindex: u32,
     /// Set once the interface has disappeared and the port was stopped.
     pub gone: AtomicBool,
     /// Times the interface disappeared, and times the port was re-attached when it came back.
@@ -79,6 +82,7 @@ impl PortInfo {
             afxdp: Vec::new(),
             complete_partial_checksums: false,
             interface: None,
+            ifindex: 0,
             gone: AtomicBool::new(false),
             gone_events: AtomicU64::new(0),
             back_events: AtomicU64::new(0),

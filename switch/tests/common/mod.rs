@@ -147,3 +147,31 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A plugin component whose `process` runs the WAT `body` (e.g. `(loop $l (br $l))` to spin,
+/// `(unreachable)` to trap) and whose `init` accepts any config.
+pub fn plugin_with_process(body: &str) -> Vec<u8> {
+    let core = format!(
+        r#"(module
+  (memory (export "memory") 1)
+  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 1024))
+  (func (export "init") (param i32 i32) (result i32)
+    (i32.store8 (i32.const 16) (i32.const 0))
+    (i32.const 16))
+  (func (export "process") (param i32 i32) (result i32)
+    {body}
+    (unreachable))
+)"#
+    );
+    let mut resolve = wit_parser::Resolve::default();
+    let pkg = resolve.push_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit")).unwrap().0;
+    let world = resolve.select_world(&[pkg], None).unwrap();
+    let mut module = wat::parse_str(core).unwrap();
+    wit_component::embed_component_metadata(&mut module, &resolve, world, wit_component::StringEncoding::UTF8).unwrap();
+    wit_component::ComponentEncoder::default().module(&module).unwrap().validate(true).encode().unwrap()
+}
+
+/// A plugin that spins in every batch call (stopped by its deadline each time).
+pub fn spinning_plugin() -> Vec<u8> {
+    plugin_with_process("(loop $l (br $l))")
+}
