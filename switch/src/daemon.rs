@@ -399,6 +399,12 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 /// came back. SIGHUP reloads.
 pub fn run(path: &Path) -> Result<()> {
     let config = Config::load(path)?;
+    // Bound before privileges drop, so a port below 1024 works without keeping
+    // cap_net_bind_service, and before any port opens, so a taken address fails fast.
+    let listen = config.listen_addr();
+    let std_listener =
+        std::net::TcpListener::bind(listen).with_context(|| format!("cannot listen on {listen} (metrics.listen)"))?;
+    std_listener.set_nonblocking(true)?;
     let user = config.user.as_ref().map(|u| u.value.as_str());
     let dropped = crate::privileges::drop_privileges(user).context("cannot drop privileges")?;
     log::info!("{dropped}");
@@ -435,9 +441,7 @@ pub fn run(path: &Path) -> Result<()> {
         .context("cannot start the control runtime")?;
     let state = ApiState { control: daemon.clone(), listen: addr };
     let served = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr} (metrics.listen)"))?;
+        let listener = tokio::net::TcpListener::from_std(std_listener).context("the control API's socket")?;
         log::info!("metrics and control API on http://{addr}/metrics");
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod dataplane;

@@ -1,16 +1,45 @@
 //! The `wasmswitch` command.
 
+use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use wasmswitch::client::{self, Ask, Target};
 use wasmswitch::{bench, config::Config, daemon, demo};
 
 #[derive(Parser)]
 #[command(name = "wasmswitch", version, about = "A multi-queue AF_XDP software switch with WebAssembly policy plugins")]
 struct Cli {
+    /// Log lines as text or as one JSON object per line (for a log shipper).
+    #[arg(long, value_enum, default_value = "text", global = true)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// How the client commands find a running daemon.
+#[derive(clap::Args)]
+struct ClientArgs {
+    /// The daemon's config file: its `metrics.listen` and `control.token_file` are used.
+    #[arg(short, long)]
+    config: Option<PathBuf>,
+    /// The daemon's address (default: from `-c`, else 127.0.0.1:9187).
+    #[arg(long)]
+    addr: Option<SocketAddr>,
+    /// A file holding the API token (default: `control.token_file` of `-c`).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -30,6 +59,16 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Build a lab (network namespaces on veth pairs), switch it through AF_XDP, ping across,
     /// print live per-port rates, then remove everything. Without root: the sim lab.
+    /// Ask a running daemon whether it is healthy, with its ports.
+    Status(ClientArgs),
+    /// A running daemon's ports and their counters.
+    Ports(ClientArgs),
+    /// A running daemon's MAC table.
+    Fdb(ClientArgs),
+    /// A running daemon's plugins and their counters.
+    Plugins(ClientArgs),
+    /// Make a running daemon re-read its config (applied, or refused naming each key).
+    Reload(ClientArgs),
     Demo {
         /// Stop after this many seconds (default: until Ctrl-C).
         #[arg(long)]
@@ -41,8 +80,23 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
+    let mut logger = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+    if let LogFormat::Json = cli.log_format {
+        logger.format(|buf, r| {
+            let line = serde_json::json!({
+                "ts": buf.timestamp_millis().to_string(),
+                "level": r.level().as_str(),
+                "target": r.target(),
+                "msg": r.args().to_string(),
+            });
+            writeln!(buf, "{line}")
+        });
+    }
+    logger.init();
+    let ask = |a: ClientArgs, ask: Ask| {
+        Target::new(a.config.as_deref(), a.addr, a.token_file.as_deref()).and_then(|t| client::run(&t, ask, a.json))
+    };
     let result = match cli.command {
         Command::Run { config } => daemon::run(&config),
         Command::Check { config } => Config::load(&config).map_err(anyhow::Error::from).and_then(|c| {
@@ -57,6 +111,11 @@ fn main() -> ExitCode {
         }),
         Command::Bench(args) => args.options().and_then(|o| bench::run(&o)).map(|_| ()),
         Command::Demo { seconds, sim } => demo::run(seconds, sim),
+        Command::Status(a) => ask(a, Ask::Status),
+        Command::Ports(a) => ask(a, Ask::Ports),
+        Command::Fdb(a) => ask(a, Ask::Fdb),
+        Command::Plugins(a) => ask(a, Ask::Plugins),
+        Command::Reload(a) => ask(a, Ask::Reload),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

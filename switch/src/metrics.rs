@@ -441,6 +441,18 @@ impl Collector for SwitchCollector {
             "Seconds since the datapath started.",
             &[(vec![], self.start.elapsed().as_secs() as i64)],
         )?;
+        gauge_family(
+            e,
+            "wasmswitch_build_info",
+            "The running build (value is always 1).",
+            &[(
+                vec![
+                    ("version", env!("CARGO_PKG_VERSION").to_string()),
+                    ("profile", if cfg!(debug_assertions) { "debug" } else { "release" }.to_string()),
+                ],
+                1,
+            )],
+        )?;
         for x in &self.extra {
             x.encode(e)?;
         }

@@ -98,7 +98,7 @@ fn abuse(port: u16) -> Vec<TcpStream> {
 }
 
 fn reload(port: u16) -> (u16, String) {
-    http(port, "POST", "/api/v1/reload").unwrap_or((0, String::new()))
+    http_within(port, "POST", "/api/v1/reload", Duration::from_secs(60)).unwrap_or_else(|e| (0, e.to_string()))
 }
 
 #[test]
@@ -152,18 +152,18 @@ fn soak_under_faults_leaks_nothing_and_ends_forwarding() {
             // Plugin faults: a trapping plugin on h3 in and out, and a changed acl rule.
             2 => {
                 dir.write(&yaml(&lab, port, &tap, 5000 + (rounds % 900) as u16, rounds % 2 == 0));
-                match reload(port).0 {
-                    200 => reloads_ok += 1,
-                    _ => reloads_refused += 1,
+                match reload(port) {
+                    (200, _) => reloads_ok += 1,
+                    (st, body) => panic!("reload answered {st}: {body}"),
                 }
             }
             // A reload storm: the first runs, the rest are refused as busy or run after it.
             3 => {
                 for _ in 0..8 {
-                    match reload(port).0 {
-                        200 => reloads_ok += 1,
-                        409 => reloads_refused += 1,
-                        st => panic!("reload answered {st}"),
+                    match reload(port) {
+                        (200, _) => reloads_ok += 1,
+                        (409, _) => reloads_refused += 1,
+                        (st, body) => panic!("reload answered {st}: {body}"),
                     }
                 }
             }

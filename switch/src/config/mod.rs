@@ -143,7 +143,7 @@ pub const MAX_TOKEN_FILE_BYTES: u64 = 4096;
 
 /// Reads the token from `path`: a regular file of at most [`MAX_TOKEN_FILE_BYTES`], readable
 /// by its owner only, holding printable ASCII (surrounding whitespace is trimmed).
-fn read_token(path: &Path) -> Result<Token, String> {
+pub fn read_token(path: &Path) -> Result<Token, String> {
     use std::io::Read;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let shown = path.display();

@@ -41,6 +41,22 @@ pub struct Reply {
 /// and `Content-Length` are added unless `headers` has a `Host` (or `Transfer-Encoding`, for a
 /// body the caller has chunked).
 pub fn http_with(port: u16, method: &str, path: &str, headers: &[&str], body: &[u8]) -> std::io::Result<Reply> {
+    http_full(port, method, path, headers, body, Duration::from_secs(5))
+}
+
+/// [`http`] waiting up to `timeout` for the answer (a reload on a busy machine takes a while).
+pub fn http_within(port: u16, method: &str, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
+    http_full(port, method, path, &[], b"", timeout).map(|r| (r.status, r.body))
+}
+
+fn http_full(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: &[u8],
+    timeout: Duration,
+) -> std::io::Result<Reply> {
     let has = |name: &str| headers.iter().any(|h| h.to_ascii_lowercase().starts_with(&format!("{name}:")));
     let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
     if !has("host") {
@@ -54,7 +70,7 @@ pub fn http_with(port: u16, method: &str, path: &str, headers: &[&str], body: &[
     }
     req += "\r\n";
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_read_timeout(Some(timeout))?;
     s.write_all(req.as_bytes())?;
     s.write_all(body)?;
     let mut raw = String::new();

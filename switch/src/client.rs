@@ -1,0 +1,238 @@
+//! `wasmswitch status | ports | fdb | plugins | reload`: a client for a running daemon's control
+//! API. The address and token come from the daemon's config file (`-c`) or from flags; output is
+//! a table, or the API's JSON with `--json`.
+//!
+//! A minimal HTTP/1.1 client over a `TcpStream` (one request per connection): the API is local
+//! and small, and this keeps an HTTP client stack out of the binary.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use crate::config::Config;
+
+/// Where the daemon listens and the token its mutating endpoints want.
+pub struct Target {
+    pub addr: SocketAddr,
+    token: Option<Vec<u8>>,
+}
+
+impl Target {
+    /// From the config file when given (its `metrics.listen` and `control.token_file`), then
+    /// the flags (which win), else the default address without a token.
+    pub fn new(config: Option<&Path>, addr: Option<SocketAddr>, token_file: Option<&Path>) -> Result<Target> {
+        let cfg = config.map(Config::load).transpose()?;
+        let addr = addr.or_else(|| cfg.as_ref().map(Config::listen_addr)).unwrap_or(([127, 0, 0, 1], 9187).into());
+        let token = match token_file {
+            Some(f) => Some(
+                crate::config::read_token(f).map_err(|e| anyhow::anyhow!("--token-file: {e}"))?.as_bytes().to_vec(),
+            ),
+            None => cfg.and_then(|c| c.control.token).map(|t| t.as_bytes().to_vec()),
+        };
+        Ok(Target { addr, token })
+    }
+
+    /// One request; (status, body). Reloads may compile plugins for a while: `timeout` says how
+    /// long to wait for the answer.
+    fn request(&self, method: &str, path: &str, timeout: Duration) -> Result<(u16, String)> {
+        let mut s = TcpStream::connect_timeout(&self.addr, Duration::from_secs(3))
+            .with_context(|| format!("cannot reach the daemon at {} (is it running? see `-c`/`--addr`)", self.addr))?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(Duration::from_secs(3)))?;
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
+        if method != "GET" {
+            if let Some(t) = &self.token {
+                req += &format!("Authorization: Bearer {}\r\n", String::from_utf8_lossy(t));
+            }
+            req += "Content-Length: 0\r\n";
+        }
+        req += "\r\n";
+        s.write_all(req.as_bytes())?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).context("reading the answer")?;
+        parse_response(&raw)
+    }
+
+    fn get_json(&self, path: &str) -> Result<Value> {
+        let (st, body) = self.request("GET", path, Duration::from_secs(10))?;
+        if st != 200 {
+            bail!("GET {path}: {st} {body}");
+        }
+        serde_json::from_str(&body).with_context(|| format!("GET {path}: not JSON"))
+    }
+}
+
+/// Status and body of an HTTP/1.1 response (plain or chunked body).
+fn parse_response(raw: &[u8]) -> Result<(u16, String)> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n").context("an incomplete HTTP answer")?;
+    let status: u16 = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("no HTTP status")?;
+    let chunked = head.lines().any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    if !chunked {
+        return Ok((status, body.to_string()));
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).context("a bad chunk size")?;
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out += &after[..n];
+        rest = after[n..].strip_prefix("\r\n").unwrap_or(&after[n..]);
+    }
+    Ok((status, out))
+}
+
+/// What the client asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ask {
+    Status,
+    Ports,
+    Fdb,
+    Plugins,
+    Reload,
+}
+
+/// Asks the daemon and prints the answer; an error (or a refused reload) is a failure.
+pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let s = |v: &Value| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+    match ask {
+        Ask::Status => {
+            let (st, health) = target.request("GET", "/healthz", Duration::from_secs(5))?;
+            let ports = target.get_json("/api/v1/ports")?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"healthy": st == 200, "health": health.trim(), "ports": ports["ports"]})
+                );
+            } else {
+                println!("wasmswitch at {}: {}", target.addr, if st == 200 { "healthy" } else { "UNHEALTHY" });
+                if st != 200 {
+                    println!("  {}", health.trim());
+                }
+                print_ports(&ports);
+            }
+            if st != 200 {
+                bail!("the daemon is not healthy");
+            }
+        }
+        Ask::Ports => {
+            let ports = target.get_json("/api/v1/ports")?;
+            if json {
+                println!("{ports}");
+            } else {
+                print_ports(&ports);
+            }
+        }
+        Ask::Fdb => {
+            let fdb = target.get_json("/api/v1/fdb")?;
+            if json {
+                println!("{fdb}");
+            } else {
+                let entries = fdb["entries"].as_array().cloned().unwrap_or_default();
+                println!("{} entries (capacity {})", entries.len(), n(&fdb["capacity"]));
+                println!("{:<18} {:<16} {:>8}", "mac", "port", "age (s)");
+                for e in &entries {
+                    println!("{:<18} {:<16} {:>8}", s(&e["mac"]), s(&e["port"]), n(&e["age_seconds"]));
+                }
+            }
+        }
+        Ask::Plugins => {
+            let plugins = target.get_json("/api/v1/plugins")?;
+            if json {
+                println!("{plugins}");
+            } else {
+                // One row per (port, plugin), summed over workers.
+                let mut rows: Vec<(String, String, u64, u64, u64, u64, u64)> = Vec::new();
+                for p in plugins["plugins"].as_array().into_iter().flatten() {
+                    let key = (s(&p["port"]), s(&p["plugin"]));
+                    let i = match rows.iter().position(|r| (r.0.clone(), r.1.clone()) == key) {
+                        Some(i) => i,
+                        None => {
+                            rows.push((key.0, key.1, 0, 0, 0, 0, 0));
+                            rows.len() - 1
+                        }
+                    };
+                    let r = &mut rows[i];
+                    r.2 += 1;
+                    r.3 += n(&p["batches"]);
+                    r.4 += n(&p["packets"]);
+                    r.5 += n(&p["faults"]);
+                    r.6 += u64::from(p["quarantined"].as_bool().unwrap_or(false));
+                }
+                println!(
+                    "{:<16} {:<16} {:>7} {:>12} {:>14} {:>8} {:>11}",
+                    "port", "plugin", "workers", "batches", "packets", "faults", "quarantined"
+                );
+                for (port, plugin, workers, batches, packets, faults, q) in rows {
+                    println!(
+                        "{port:<16} {plugin:<16} {workers:>7} {batches:>12} {packets:>14} {faults:>8} {:>11}",
+                        format!("{q}/{workers}")
+                    );
+                }
+            }
+        }
+        Ask::Reload => {
+            let (st, body) = target.request("POST", "/api/v1/reload", Duration::from_secs(300))?;
+            if json {
+                println!("{}", serde_json::json!({"status": st, "answer": body.trim()}));
+            } else {
+                println!("{}", body.trim());
+            }
+            match st {
+                200 => {}
+                401 => {
+                    bail!("reload refused: the daemon wants its token (`-c` with the daemon's config, or --token-file)")
+                }
+                _ => bail!("reload answered {st}"),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_ports(ports: &Value) {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    println!(
+        "{:>3} {:<16} {:<7} {:<16} {:>6} {:>4} {:>14} {:>14} {:>10}",
+        "id", "port", "driver", "mode", "queues", "up", "rx packets", "tx packets", "drops"
+    );
+    for p in ports["ports"].as_array().into_iter().flatten() {
+        println!(
+            "{:>3} {:<16} {:<7} {:<16} {:>6} {:>4} {:>14} {:>14} {:>10}",
+            n(&p["id"]),
+            p["name"].as_str().unwrap_or("?"),
+            p["driver"].as_str().unwrap_or("?"),
+            p["mode"].as_str().unwrap_or("?"),
+            n(&p["queues"]),
+            if p["up"].as_bool().unwrap_or(false) { "yes" } else { "no" },
+            n(&p["rx_packets"]),
+            n(&p["tx_packets"]),
+            n(&p["drops"]),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_response;
+
+    #[test]
+    fn plain_and_chunked_answers_parse() {
+        let plain = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+        assert_eq!(parse_response(plain).unwrap(), (200, "{}".to_string()));
+        let chunked = b"HTTP/1.1 422 X\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+        assert_eq!(parse_response(chunked).unwrap(), (422, "hello world".to_string()));
+        assert!(parse_response(b"HTTP/1.1 200").is_err());
+    }
+}
