@@ -12,6 +12,6 @@ case "$minutes" in ''|*[!0-9]*) echo "usage: scripts/soak.sh [MINUTES]" >&2; exi
 echo "soak: ${minutes} minute(s)"
 set +e
 WASMSWITCH_SOAK_SECONDS=$((minutes * 60)) cargo test --workspace --test soak -- --nocapture 2>&1 \
-  | grep -E '^soak |test result|panicked|FAILED|\.rs:[0-9]+'
+  | grep -A2 -E '^soak |test result|panicked|FAILED'
 rc=${PIPESTATUS[0]}
 exit "$rc"

@@ -54,8 +54,8 @@ pub fn open(ctx: &mut OpenCtx<'_>, name: &str, a: &AfxdpSection, mtu: u32) -> Re
     let workers = ctx.workers;
     let reg = ctx.registration.get_or_insert_with(|| UmemRegistration::new(ctx.umem.clone()));
     let mut xp = open_retrying(&spec(a), reg).with_context(|| format!("port `{name}`"))?;
+    // The driver logs its decision (profile, attach and bind mode) as it opens the port.
     let d = xp.decision().clone();
-    log::info!("port `{name}` on {}: {d}", a.interface.value);
     let mut queues: Vec<_> = xp.take_queues().into_iter().map(|(_, q)| q).collect();
     let nq = queues.len();
     if nq == 0 {
