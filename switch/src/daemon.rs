@@ -379,12 +379,19 @@ impl Control for Daemon {
 /// The control thread: runs reloads one after the other until the job channel closes.
 fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, jobs: mpsc::Receiver<Job>) {
     for reply in jobs {
+        crate::notify::reloading();
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.reload()))
             .unwrap_or_else(|_| Err("reload refused: it panicked (see the log); nothing was changed".into()));
         match &result {
             Ok(s) => log::info!("reload: {s}"),
             Err(e) => log::error!("{e}"),
         }
+        // Applied or refused, the switch runs on.
+        crate::notify::notify(if result.is_ok() {
+            "READY=1\nSTATUS=reloaded"
+        } else {
+            "READY=1\nSTATUS=reload refused"
+        });
         reloading.store(false, Ordering::Release);
         if let Some(reply) = reply {
             let _ = reply.send(result);
@@ -443,6 +450,7 @@ pub fn run(path: &Path) -> Result<()> {
     let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::from_std(std_listener).context("the control API's socket")?;
         log::info!("metrics and control API on http://{addr}/metrics");
+        crate::notify::notify("READY=1\nSTATUS=forwarding");
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
@@ -465,6 +473,7 @@ pub fn run(path: &Path) -> Result<()> {
                 }
             }
         }
+        crate::notify::notify("STOPPING=1");
         daemon.stopping.store(true, Ordering::Release);
         let _ = stop_tx.send(true);
         // The server bounds its own drain; this bound is the backstop.

@@ -13,5 +13,6 @@ pub mod demo;
 pub mod drivers;
 pub mod lab;
 pub mod metrics;
+pub mod notify;
 pub mod plugins;
 pub mod privileges;

@@ -103,3 +103,32 @@ fn json_logs_are_one_object_per_line() {
         "{err}"
     );
 }
+
+#[test]
+fn the_daemon_tells_systemd_when_it_is_ready_reloading_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = Scratch::new("notify");
+    let sock = dir.path("notify.sock");
+    let listener = UnixDatagram::bind(&sock).unwrap();
+    listener.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let port = free_port();
+    let cfg = dir.write(&format!("metrics:\n  listen: 127.0.0.1:{port}\nports:\n  - name: p0\n    driver: sim\n"));
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c", cfg.to_str().unwrap()]).env("NOTIFY_SOCKET", &sock).stderr(Stdio::null());
+    die_with_test(&mut cmd);
+    let mut daemon = cmd.spawn().unwrap();
+    let mut buf = [0u8; 256];
+    let mut next = || {
+        let n = listener.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert!(next().starts_with("READY=1"));
+    // Ready means serving: the API answers at once.
+    assert_eq!(http(port, "GET", "/healthz").unwrap().0, 200);
+    signal(&daemon, libc::SIGHUP);
+    assert!(next().starts_with("RELOADING=1\nMONOTONIC_USEC="));
+    assert_eq!(next(), "READY=1\nSTATUS=reloaded");
+    sigterm(&daemon);
+    assert_eq!(next(), "STOPPING=1");
+    assert!(daemon.wait().unwrap().success());
+}
