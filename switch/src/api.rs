@@ -72,6 +72,9 @@ pub struct ApiState {
     pub listen: SocketAddr,
 }
 
+/// How long a mutating request's body may take to arrive.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Largest request body a mutating endpoint accepts (reload takes none).
 pub const MAX_BODY_BYTES: usize = 4096;
 
@@ -135,17 +138,27 @@ async fn check_mutation(s: &ApiState, req: Request) -> Result<Request, (StatusCo
     }
     // Read with the bound (a chunked body declares no length), so a handler never sees more.
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| too_big())?;
+    // A body that is declared but does not come must not hold the connection (the header
+    // timeout covers only the head).
+    let bytes = tokio::time::timeout(BODY_READ_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES))
+        .await
+        .map_err(|_| {
+            (StatusCode::REQUEST_TIMEOUT, format!("the request body did not arrive within {BODY_READ_TIMEOUT:?}"))
+        })?
+        .map_err(|_| too_big())?;
     Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
 /// A JSON error, with the challenge a 401 must carry.
 fn refuse(code: StatusCode, why: &str) -> Response {
     let body = Json(json!({"status": "error", "error": why}));
+    // Closed after the answer: hyper would otherwise keep the connection (and its slot) to
+    // drain a body the request declared but never sends.
+    let close = (header::CONNECTION, "close");
     if code == StatusCode::UNAUTHORIZED {
-        return (code, [(header::WWW_AUTHENTICATE, "Bearer realm=\"wasmswitch\"")], body).into_response();
+        return (code, [(header::WWW_AUTHENTICATE, "Bearer realm=\"wasmswitch\""), close], body).into_response();
     }
-    (code, body).into_response()
+    (code, [close], body).into_response()
 }
 
 /// Whether the request carries `Authorization: Bearer <token>`.

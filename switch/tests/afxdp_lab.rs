@@ -128,11 +128,6 @@ fn traffic_on_both_queues_of_a_two_queue_veth_is_forwarded() {
     dp.stop().expect("no frame leaked");
 }
 
-fn xdp_attached(ifname: &str) -> bool {
-    let out = Command::new("ip").args(["-d", "link", "show", "dev", ifname]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
-}
-
 #[test]
 fn sigkill_leaves_no_xdp_program_and_a_new_daemon_starts() {
     if !require_lab("sigkill_leaves_no_xdp_program_and_a_new_daemon_starts") {

@@ -521,3 +521,36 @@ fn check_refuses_a_shared_token_file_and_an_open_listener_without_one() {
     let (ok, err) = check();
     assert!(ok, "{err}");
 }
+
+#[test]
+fn a_declared_body_that_never_comes_does_not_hold_the_connection() {
+    let (_dir, _cfg, port, child) = start_sim("body");
+    let t = Instant::now();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        b"POST /api/v1/reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nxx",
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut s, &mut answer);
+    let took = t.elapsed();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(took < Duration::from_secs(8), "answered and closed after {took:?}");
+    // A declared body over the limit is refused at once, and the connection closed.
+    let t = Instant::now();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        b"POST /api/v1/reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 999999\r\n\r\nxx",
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut s, &mut answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(t.elapsed() < Duration::from_secs(2), "closed after {:?}", t.elapsed());
+    let (_, ok, log) = terminate(child);
+    assert!(ok, "{log}");
+}

@@ -24,11 +24,6 @@ fn port_names(sw: &Switch) -> Vec<String> {
     sw.dataplane.ports.snapshot().into_iter().map(|(_, p)| p.name.clone()).collect()
 }
 
-fn xdp_attached(ifname: &str) -> bool {
-    let out = std::process::Command::new("ip").args(["-d", "link", "show", ifname]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).contains("xdp")
-}
-
 fn reload_ok(sw: &Switch, what: &str) -> String {
     let t = Instant::now();
     let r = sw.reload().unwrap_or_else(|e| panic!("{what}: {e}"));

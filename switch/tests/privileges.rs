@@ -29,11 +29,6 @@ fn caps(pid: u32, key: &str) -> u64 {
     u64::from_str_radix(&status(pid, key), 16).unwrap()
 }
 
-fn xdp_attached(ifname: &str) -> bool {
-    let out = Command::new("ip").args(["-d", "link", "show", ifname]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).contains("xdp")
-}
-
 fn spawn(mut cmd: Command, port: u16) -> Child {
     cmd.stderr(Stdio::piped());
     die_with_test(&mut cmd);

@@ -37,11 +37,6 @@ fn sh(args: &[&str]) -> bool {
     Command::new(args[0]).args(&args[1..]).output().is_ok_and(|o| o.status.success())
 }
 
-fn xdp_attached(ifname: &str) -> bool {
-    let out = Command::new("ip").args(["-d", "link", "show", ifname]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).contains("xdp")
-}
-
 /// The lab config: h1 behind `acl` (its deny rule on `deny_port`), h3 with `faulty` in its
 /// chain or not, a host port.
 fn yaml(lab: &Lab, port: u16, tap: &str, deny_port: u16, faulty: bool) -> String {
@@ -78,15 +73,18 @@ fn recreate(h: &LabHost) {
     }
 }
 
-/// Clients that misbehave: half a request line, garbage, a huge header, a body too large.
+/// Clients that misbehave: half a request line, garbage, a huge header, a body that never
+/// comes, a body too large.
 fn abuse(port: u16) -> Vec<TcpStream> {
     let mut held = Vec::new();
     for i in 0..20 {
         if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-            let _ = match i % 4 {
+            let _ = match i % 5 {
                 0 => s.write_all(b"GET /metr"),
                 1 => s.write_all(b"\x16\x03\x01garbage\r\n\r\n"),
                 2 => s.write_all(format!("GET / HTTP/1.1\r\nX: {}\r\n", "a".repeat(100_000)).as_bytes()),
+                // A body declared and never sent.
+                3 => s.write_all(b"POST /api/v1/reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nxx"),
                 _ => {
                     s.write_all(b"POST /api/v1/reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 999999\r\n\r\nxx")
                 }
@@ -117,7 +115,15 @@ fn soak_under_faults_leaks_nothing_and_ends_forwarding() {
     let port = free_port();
     let cfg = dir.write(&yaml(&lab, port, &tap, 5999, false));
     let mut cmd = Command::new(bin());
-    cmd.args(["run", "-c"]).arg(&cfg).env("WASMSWITCH_CACHE_DIR", dir.path("cache")).stderr(Stdio::piped());
+    let log_file = dir.path("daemon.log");
+    cmd.args(["run", "-c"])
+        .arg(&cfg)
+        .env("WASMSWITCH_CACHE_DIR", dir.path("cache"))
+        .stderr(std::fs::File::create(&log_file).unwrap());
+    let log_tail = || {
+        let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+        log[log.len().saturating_sub(4000)..].to_string()
+    };
     die_with_test(&mut cmd);
     let mut daemon = cmd.spawn().unwrap();
     wait_healthy(port, &mut daemon);
@@ -154,7 +160,7 @@ fn soak_under_faults_leaks_nothing_and_ends_forwarding() {
                 dir.write(&yaml(&lab, port, &tap, 5000 + (rounds % 900) as u16, rounds % 2 == 0));
                 match reload(port) {
                     (200, _) => reloads_ok += 1,
-                    (st, body) => panic!("reload answered {st}: {body}"),
+                    (st, body) => panic!("reload answered {st}: {body}\n{}", log_tail()),
                 }
             }
             // A reload storm: the first runs, the rest are refused as busy or run after it.
@@ -163,7 +169,7 @@ fn soak_under_faults_leaks_nothing_and_ends_forwarding() {
                     match reload(port) {
                         (200, _) => reloads_ok += 1,
                         (409, _) => reloads_refused += 1,
-                        (st, body) => panic!("reload answered {st}: {body}"),
+                        (st, body) => panic!("reload answered {st}: {body}\n{}", log_tail()),
                     }
                 }
             }
@@ -202,8 +208,7 @@ fn soak_under_faults_leaks_nothing_and_ends_forwarding() {
     let t = Instant::now();
     sigterm(&daemon);
     let status = daemon.wait().unwrap();
-    let mut log = String::new();
-    std::io::Read::read_to_string(daemon.stderr.as_mut().unwrap(), &mut log).unwrap();
+    let log = std::fs::read_to_string(&log_file).unwrap();
     assert!(t.elapsed() < Duration::from_secs(3), "SIGTERM took {:?}", t.elapsed());
     assert!(status.success(), "exit status {status}: {}", &log[log.len().saturating_sub(3000)..]);
     assert!(log.contains("frames are back in the pool"), "{}", &log[log.len().saturating_sub(3000)..]);

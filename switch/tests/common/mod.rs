@@ -191,3 +191,9 @@ pub fn plugin_with_process(body: &str) -> Vec<u8> {
 pub fn spinning_plugin() -> Vec<u8> {
     plugin_with_process("(loop $l (br $l))")
 }
+
+/// True while an XDP program is attached to `ifname`.
+pub fn xdp_attached(ifname: &str) -> bool {
+    let out = std::process::Command::new("ip").args(["-d", "link", "show", ifname]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).contains("xdp")
+}
