@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use serde::Serialize;
+use wasmswitch_core::counter::cycles;
 use wasmswitch_core::pipeline::Pipeline;
 use wasmswitch_core::pool::{check_no_leak, AllocMode};
 use wasmswitch_core::stats::WorkerStats;
@@ -41,9 +42,19 @@ enum Stage {
     /// The same plugin's logic compiled natively (by the [`NativeFactory`]), through the same
     /// batch encoding: what the Wasm boundary and codegen add.
     Native,
+    /// Not the pipeline at all: the least-work loop ([`floor`]).
+    Floor,
 }
 
 const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "floor",
+        mode: "l2",
+        alloc: AllocMode::Recycling,
+        bulk_return: true,
+        stage: Stage::Floor,
+        about: "least work: template copy, two MACs, FxHashMap learn + lookup, batch 64; no rings, parse or counters",
+    },
     Scenario {
         name: "passthrough",
         mode: "passthrough",
@@ -125,7 +136,7 @@ impl PluginBench {
     /// One stage per port (each port gets its own instance, as in the daemon).
     fn stages(&self, kind: Stage, ports: usize, native: Option<NativeFactory>) -> Result<Vec<Box<dyn VerdictStage>>> {
         match kind {
-            Stage::None => Ok(Vec::new()),
+            Stage::None | Stage::Floor => Ok(Vec::new()),
             Stage::Native => {
                 let make = native.ok_or_else(|| anyhow::anyhow!(NO_NATIVE))?;
                 (0..ports).map(|_| make(&self.name(), &self.config, self.header_bytes)).collect()
@@ -354,7 +365,7 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
         SCENARIOS
             .iter()
             .filter(|s| match s.stage {
-                Stage::None => true,
+                Stage::None | Stage::Floor => true,
                 Stage::Wasm => opts.plugin.is_some(),
                 Stage::Native => opts.plugin.is_some() && native.is_some(),
             })
@@ -373,7 +384,7 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
     if native.is_none() && chosen.iter().any(|s| s.stage == Stage::Native) {
         bail!(NO_NATIVE);
     }
-    if let Some(s) = chosen.iter().find(|s| s.stage != Stage::None && opts.plugin.is_none()) {
+    if let Some(s) = chosen.iter().find(|s| matches!(s.stage, Stage::Wasm | Stage::Native) && opts.plugin.is_none()) {
         bail!("scenario `{}` needs --plugin FILE", s.name);
     }
     if !(60..=1792).contains(&opts.frame_size) {
@@ -391,19 +402,24 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
                 Some(p) => p.stages(s.stage, 4, native)?,
                 None => Vec::new(),
             };
-            let r = with_stages(s.mode, opts.frame_size, s.alloc, s.bulk_return, stages, |pipe| {
-                measure(s.name, pipe, opts.seconds, opts.frame_size, |t| {
-                    if !opts.json {
-                        eprint!(
-                            "\r[round {round}/{rounds}, {}/{total}] {:<18} {t:4.1}s / {:.1}s",
-                            i + 1,
-                            s.name,
-                            opts.seconds
-                        );
-                        let _ = std::io::stderr().flush();
-                    }
-                })
-            })?;
+            let progress = |t: f64| {
+                if !opts.json {
+                    eprint!(
+                        "\r[round {round}/{rounds}, {}/{total}] {:<18} {t:4.1}s / {:.1}s",
+                        i + 1,
+                        s.name,
+                        opts.seconds
+                    );
+                    let _ = std::io::stderr().flush();
+                }
+            };
+            let r = if s.stage == Stage::Floor {
+                floor(opts.seconds, opts.frame_size, progress)
+            } else {
+                with_stages(s.mode, opts.frame_size, s.alloc, s.bulk_return, stages, |pipe| {
+                    measure(s.name, pipe, opts.seconds, opts.frame_size, progress)
+                })?
+            };
             if opts.json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
@@ -424,6 +440,85 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
     Ok(results)
 }
 
+/// The least work a switch can do per packet, as a yardstick for the pipeline: copy a 64-byte
+/// template into a frame taken from a free stack, read the two MACs, learn the source and look
+/// up the destination in an FxHashMap of 1024 MACs, give the frame back; batches of 64. No
+/// rings, no parse, no counters (the same traffic shape as the sim scenarios: 1024 MACs).
+fn floor(seconds: f64, frame_size: usize, mut progress: impl FnMut(f64)) -> BenchResult {
+    const FRAME: usize = 2048;
+    const FRAMES: usize = 4096;
+    let mut mem = vec![0u8; FRAME * FRAMES];
+    let mut free: Vec<u32> = (0..FRAMES as u32).collect();
+    let templates: Vec<[u8; 64]> = (0..1024u64)
+        .map(|i| {
+            let mut t = [0u8; 64];
+            let mac = |n: u64| (0x0200_0000_0000u64 | n).to_be_bytes();
+            t[0..6].copy_from_slice(&mac((i * 7 + 3) % 1024)[2..]);
+            t[6..12].copy_from_slice(&mac(i)[2..]);
+            t[12..14].copy_from_slice(&[0x08, 0x00]);
+            t
+        })
+        .collect();
+    let mut fdb: rustc_hash::FxHashMap<u64, u16> = rustc_hash::FxHashMap::default();
+    fdb.reserve(1024);
+    let mac_at = |b: &[u8]| u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
+    let mut batch = [0u32; 64];
+    let mut n: usize = 0;
+    let mut found: u64 = 0;
+    let mut round = |n: &mut usize| {
+        for slot in batch.iter_mut() {
+            let f = free.pop().expect("the batch returns every frame");
+            let off = f as usize * FRAME;
+            let t = &templates[*n % 1024];
+            mem[off..off + 64].copy_from_slice(t);
+            let frame = &mem[off..off + 64];
+            let (dst, src) = (mac_at(&frame[0..6]), mac_at(&frame[6..12]));
+            fdb.insert(src, (*n % 4) as u16);
+            found += fdb.get(&dst).map_or(0, |&p| u64::from(p) + 1);
+            *slot = f;
+            *n += 1;
+        }
+        free.extend_from_slice(&batch);
+    };
+    let warm = Instant::now();
+    while warm.elapsed() < Duration::from_millis(200) {
+        round(&mut n);
+    }
+    let (start, c0, n0) = (Instant::now(), cycles(), n);
+    let limit = Duration::from_secs_f64(seconds);
+    let mut last_progress = Instant::now();
+    loop {
+        for _ in 0..64 {
+            round(&mut n);
+        }
+        let el = start.elapsed();
+        if el >= limit {
+            break;
+        }
+        if last_progress.elapsed() > Duration::from_millis(250) {
+            progress(el.as_secs_f64());
+            last_progress = Instant::now();
+        }
+    }
+    let (secs, spent) = (start.elapsed().as_secs_f64(), cycles().wrapping_sub(c0));
+    // Keeps the lookups from being optimised away.
+    std::hint::black_box(found);
+    let packets = (n - n0) as u64;
+    BenchResult {
+        scenario: "floor".into(),
+        mpps: packets as f64 / secs / 1e6,
+        ns_per_pkt: secs * 1e9 / packets.max(1) as f64,
+        cycles_per_pkt: spent as f64 / packets.max(1) as f64,
+        packets,
+        tx_packets: packets,
+        drops: 0,
+        loss_pct: 0.0,
+        seconds: secs,
+        frame_size,
+        frames_leaked: FRAMES - free.len(),
+    }
+}
+
 fn print_table(results: &[BenchResult], plugin: Option<&str>) {
     println!(
         "{:<18} {:>8} {:>10} {:>12} {:>12} {:>8} {:>7}",
@@ -436,6 +531,9 @@ fn print_table(results: &[BenchResult], plugin: Option<&str>) {
         );
     }
     let get = |n: &str| results.iter().find(|r| r.scenario == n).map(|r| r.mpps);
+    if let (Some(l2), Some(f)) = (get("l2"), get("floor")) {
+        println!("l2 / floor                = {:.2}", l2 / f);
+    }
     if let (Some(l2), Some(pt)) = (get("l2"), get("passthrough")) {
         println!("l2 / passthrough          = {:.2}", l2 / pt);
     }

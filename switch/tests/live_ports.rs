@@ -204,30 +204,38 @@ fn a_port_whose_interface_vanishes_is_re_attached_when_it_comes_back() {
     let sw = Switch::start(&dir.write(&lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep"))).unwrap();
     assert!(h3.ping(&h1.ip, 2).unwrap(), "h3 reaches h1");
     let info = |name: &str| sw.dataplane.ports.get(sw.dataplane.ports.id_of(name).unwrap()).unwrap();
-    for round in 1..=2u64 {
-        // The veth goes (its peer in h3's namespace with it).
-        sh(&["ip", "link", "del", &h3.switch_if]);
-        eventually("the port is marked gone", || info("h3").gone.load(std::sync::atomic::Ordering::Relaxed));
-        assert!(h1.ping(&h2.ip, 2).unwrap(), "round {round}: the other ports keep forwarding");
-        assert_eq!(sw.ports_json()["ports"][2]["up"], false);
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    // h3 twice, then h1: the first port opened, whose socket the others' UMEM sharing was
+    // anchored on (the kernel unbinds a vanished interface's sockets).
+    for (round, (gone, others)) in [(h3, (h1, h2)), (h3, (h1, h2)), (h1, (h2, h3))].into_iter().enumerate() {
+        let round = round as u64 + 1;
+        let id = sw.dataplane.ports.id_of(&gone.name).unwrap() as usize;
+        let (gone_before, back_before) = (count(&info(&gone.name).gone_events), count(&info(&gone.name).back_events));
+        // The veth goes (its peer in the host's namespace with it).
+        sh(&["ip", "link", "del", &gone.switch_if]);
+        eventually("the port is marked gone", || info(&gone.name).gone.load(std::sync::atomic::Ordering::Relaxed));
+        assert!(others.0.ping(&others.1.ip, 2).unwrap(), "round {round}: the other ports keep forwarding");
+        assert_eq!(sw.ports_json()["ports"][id]["up"], false);
         // An interface of the same name comes back, as a container restart would make it.
-        let pid = h3.pid().to_string();
-        sh(&["ip", "link", "add", &h3.switch_if, "type", "veth", "peer", "name", "eth0", "netns", &pid]);
-        sh(&["ip", "link", "set", &h3.switch_if, "up"]);
+        let pid = gone.pid().to_string();
+        sh(&["ip", "link", "add", &gone.switch_if, "type", "veth", "peer", "name", "eth0", "netns", &pid]);
+        sh(&["ip", "link", "set", &gone.switch_if, "up"]);
         for args in [
-            vec!["ip", "link", "set", "eth0", "address", &h3.mac],
-            vec!["ip", "addr", "add", &format!("{}/24", h3.ip), "dev", "eth0"],
+            vec!["ip", "link", "set", "eth0", "address", &gone.mac],
+            vec!["ip", "addr", "add", &format!("{}/24", gone.ip), "dev", "eth0"],
             vec!["ip", "link", "set", "eth0", "up"],
         ] {
-            h3.must(&args).unwrap();
+            gone.must(&args).unwrap();
         }
-        eventually("the port is re-attached", || {
-            info("h3").back_events.load(std::sync::atomic::Ordering::Relaxed) == round
-        });
-        assert!(xdp_attached(&h3.switch_if), "round {round}: the XDP program is on the new {}", h3.switch_if);
-        assert_eq!(sw.ports_json()["ports"][2]["up"], true);
-        assert!(h3.ping(&h1.ip, 3).unwrap(), "round {round}: h3 reaches h1 again through the re-attached port");
-        assert_eq!(info("h3").gone_events.load(std::sync::atomic::Ordering::Relaxed), round);
+        eventually("the port is re-attached", || count(&info(&gone.name).back_events) == back_before + 1);
+        assert!(xdp_attached(&gone.switch_if), "round {round}: the XDP program is on the new {}", gone.switch_if);
+        assert_eq!(sw.ports_json()["ports"][id]["up"], true);
+        assert!(
+            gone.ping(&others.0.ip, 3).unwrap(),
+            "round {round}: {} is reached again through the re-attached port",
+            gone.name
+        );
+        assert_eq!(count(&info(&gone.name).gone_events), gone_before + 1);
     }
     sw.dataplane.stop_shared().expect("every frame is back, those of the vanished sockets included");
 }

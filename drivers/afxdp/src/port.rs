@@ -274,12 +274,24 @@ impl AfXdpPort {
             let mut st = reg.state.lock().unwrap_or_else(|e| e.into_inner());
             st.check_mode(iface, decision.bind)?;
             for &q in &decision.queues {
-                let anchor = st.sockets.iter().find_map(Weak::upgrade);
-                let binding = match &anchor {
-                    Some(a) => UmemBinding::Share(a.raw()),
-                    None => UmemBinding::Register(decision.bind),
+                let s = loop {
+                    let anchor = st.sockets.iter().find_map(Weak::upgrade);
+                    let binding = match &anchor {
+                        Some(a) => UmemBinding::Share(a.raw()),
+                        None => UmemBinding::Register(decision.bind),
+                    };
+                    match xsk::open_socket(umem, iface, ifindex, q, decision.rings, binding) {
+                        // The anchor's interface went away and the kernel unbound its socket
+                        // (it stays open until its port lets go): share another, or register
+                        // the UMEM anew when none is left.
+                        Err(SetupError::Bind(e)) if anchor.is_some() && e.raw_os_error() == Some(libc::EBADF) => {
+                            let dead = anchor.map(|a| a.raw());
+                            st.sockets.retain(|w| w.upgrade().is_some_and(|a| Some(a.raw()) != dead));
+                        }
+                        other => break other,
+                    }
                 };
-                let s = xsk::open_socket(umem, iface, ifindex, q, decision.rings, binding).map_err(|e| match e {
+                let s = s.map_err(|e| match e {
                     SetupError::Socket(e) => AfXdpError::sys(iface, "socket(AF_XDP)", e),
                     SetupError::UmemReg(e) => AfXdpError::sys(iface, "registering the UMEM (XDP_UMEM_REG)", e),
                     SetupError::Rings(e) => AfXdpError::sys(iface, "setting up the AF_XDP rings", e),
@@ -297,7 +309,6 @@ impl AfXdpPort {
                         _ => AfXdpError::sys(iface, "binding the AF_XDP socket", e),
                     },
                 })?;
-                drop(anchor);
                 if st.mode.is_none() {
                     st.mode = Some((decision.bind, format!("{iface} queue {q}")));
                 }
