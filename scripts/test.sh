@@ -56,5 +56,7 @@ stage "cargo clippy (workspace)" cargo clippy --workspace --all-targets -- -D wa
 stage "cargo test (plugin crates, native harness)" bash -c 'cd plugins && cargo test --workspace --no-fail-fast'
 stage "cargo clippy (plugins)" bash -c 'cd plugins && cargo clippy --workspace --all-targets -- -D warnings'
 stage "configs" check_configs
+# After the workspace tests: the Kubernetes ConfigMap is checked with the binary they built.
+stage "examples (systemd, prometheus, grafana, kubernetes)" env WASMSWITCH_BIN=target/debug/wasmswitch examples/check.sh
 summary
 exit $failed
