@@ -47,7 +47,7 @@ pub use codec::{decode_verdicts, encode_batch, NativeStage};
 pub use engine::{read_regular_file, EngineOptions, PluginEngine, MAX_PLUGIN_BYTES};
 pub use sandbox::HostState;
 pub use spec::{ErrorKind, OnError, PluginError, PluginSpec};
-pub use stage::{stage_from_file, PluginFactory, WasmStage};
+pub use stage::{stage_from_file, PluginFactory, WasmStage, INIT_DEADLINE};
 // The modules see each other's crate-visible items through `use super::*` (the public ones
 // come through the `pub use`s above).
 use sandbox::*;
