@@ -437,7 +437,7 @@ pub fn run(path: &Path) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the control runtime")?;
-    let state = ApiState { control: daemon.clone(), listen: addr };
+    let state = ApiState::new(daemon.clone(), addr);
     let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
