@@ -89,6 +89,20 @@ mod tests {
     }
 
     #[test]
+    fn log_gate_lets_a_burst_through_then_one_a_second() {
+        let stats = PluginStats::default();
+        let mut g = LogGate::new();
+        let through = (0..50).filter(|_| g.admit(&stats, "p", 0)).count();
+        assert_eq!((through, stats.log_suppressed.get(), g.suppressed), (10, 40, 40));
+        // Two seconds later: two lines; the first one ends the suppression.
+        g.last -= Duration::from_secs(2);
+        assert!(g.admit(&stats, "p", 0) && g.suppressed == 0);
+        assert!(g.admit(&stats, "p", 0));
+        assert!(!g.admit(&stats, "p", 0));
+        assert_eq!(stats.log_suppressed.get(), 41);
+    }
+
+    #[test]
     fn only_regular_files_within_the_limit_are_read() {
         let p = std::env::temp_dir().join(format!("wasmswitch-read-{}", std::process::id()));
         std::fs::write(&p, b"0123456789").unwrap();

@@ -98,9 +98,10 @@ pub(crate) const LOG_MAX_LEN: usize = 512;
 /// were dropped when it ends (at the next line let through).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LogGate {
-    tokens: f64,
-    last: Instant,
-    suppressed: u64,
+    pub(crate) tokens: f64,
+    pub(crate) last: Instant,
+    /// Lines dropped since the last one let through.
+    pub(crate) suppressed: u64,
 }
 
 impl LogGate {

@@ -250,6 +250,29 @@ fn fault_warnings_are_rate_limited_and_counted() {
     assert!(suppressed >= 90.0 - secs.ceil() && suppressed <= 90.0, "{suppressed} suppressed in {secs:.2}s");
 }
 
+/// A plugin logging on every packet gets its burst, then one line a second; the rest are
+/// counted, not written.
+#[test]
+fn plugin_log_lines_are_rate_limited_and_counted() {
+    let body = "(local.set $len (i32.const 0)) (loop $l (call $log (i32.const 2) (i32.const 64) (i32.const 16)) (local.set $len (i32.add (local.get $len) (i32.const 1))) (br_if $l (i32.lt_u (local.get $len) (i32.const 100)))) (call $ok (local.get $p))";
+    let core = guest(body).replacen(
+        "(module\n",
+        "(module\n  (import \"wasmswitch:plugin/host@0.2.0\" \"log\" (func $log (param i32 i32 i32)))\n",
+        1,
+    );
+    let mut st = engine()
+        .compile(&spec("chatty", write("chatty.wasm", &component(&core, None)), ""))
+        .unwrap()
+        .instantiate(0)
+        .unwrap();
+    let t = Instant::now();
+    assert_eq!(TestBatch::new(&frames(2), 0).run(&mut st), vec![Verdict::Pass; 2]);
+    let secs = t.elapsed().as_secs_f64();
+    let suppressed = st.stats().log_suppressed.get() as f64;
+    assert!(suppressed >= 90.0 - secs.ceil() && suppressed <= 90.0, "{suppressed} suppressed in {secs:.2}s");
+    assert_eq!(st.stats().faults_total(), 0);
+}
+
 /// `memory_limit` caps all of an instance's linear memories together: with two memories,
 /// each growth is checked against the sum.
 #[test]
