@@ -32,12 +32,14 @@ impl PluginFactory {
 
     /// A fresh instance, initialised. Instantiation (start functions) and `init` run under
     /// [`INIT_DEADLINE`] of CPU time, not the batch deadline: `init` may parse a large config
-    /// or build tables once, and then only the batch calls are time-critical.
+    /// or build tables once, and then only the batch calls are time-critical. `log` goes into
+    /// the instance, and comes back on failure: an init that logs and fails on every retry
+    /// stays under the same gate.
     pub(crate) fn new_instance(
         &self,
         worker: usize,
         stats: Arc<PluginStats>,
-        log: LogGate,
+        log: &mut LogGate,
     ) -> Result<Live, PluginError> {
         let spec = &self.spec;
         let now = Instant::now();
@@ -48,7 +50,7 @@ impl PluginFactory {
             worker,
             stats,
             limiter: Limiter::new(spec.memory_limit),
-            log,
+            log: *log,
             clock_base: now,
             deadline: DeadlineWatch { ticks: init_ticks, cpu_budget: INIT_DEADLINE, cpu_mark: None, extensions: 0 },
         };
@@ -56,6 +58,25 @@ impl PluginFactory {
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(init_ticks);
         store.epoch_deadline_callback(|mut cx| Ok(cx.data_mut().deadline.expired()));
+        let process = match self.start(&mut store) {
+            Ok(p) => p,
+            Err(e) => {
+                *log = store.data().log;
+                return Err(e);
+            }
+        };
+        // From here on, batch calls: the plugin's own deadline.
+        let st = store.data_mut();
+        st.limiter.denied = false;
+        st.deadline.ticks = deadline_ticks(spec.deadline, tick);
+        st.deadline.cpu_budget = spec.deadline;
+        Ok(Live { store, process })
+    }
+
+    /// Instantiates in `store` and runs `init`; the `process` export.
+    fn start(&self, store: &mut Store<HostState>) -> Result<Func, PluginError> {
+        let spec = &self.spec;
+        let init_ticks = store.data().deadline.ticks;
         let (cpu0, wall0) = (thread_cpu_time(), Instant::now());
         let ran = || {
             format!(
@@ -65,7 +86,7 @@ impl PluginFactory {
                 INIT_DEADLINE.as_millis()
             )
         };
-        let instance = self.pre.instantiate(&mut store).map_err(|e| {
+        let instance = self.pre.instantiate(&mut *store).map_err(|e| {
             let m = if store.data().limiter.denied {
                 format!("instantiation needs more than the {} byte memory limit", spec.memory_limit)
             } else if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
@@ -76,31 +97,26 @@ impl PluginFactory {
             err(spec, ErrorKind::Instantiate, m)
         })?;
         let init: InitFn = instance
-            .get_typed_func(&mut store, "init")
+            .get_typed_func(&mut *store, "init")
             .map_err(|e| err(spec, ErrorKind::WrongWorld, format!("export `init` has the wrong type: {}", wt(&e))))?;
         let process = instance
-            .get_func(&mut store, "process")
+            .get_func(&mut *store, "process")
             .ok_or_else(|| err(spec, ErrorKind::WrongWorld, "no `process` export"))?;
-        process.typed::<(&[u8],), (WasmList<u8>,)>(&store).map_err(|e| {
+        process.typed::<(&[u8],), (WasmList<u8>,)>(&*store).map_err(|e| {
             err(spec, ErrorKind::WrongWorld, format!("export `process` has the wrong type: {}", wt(&e)))
         })?;
         store.set_epoch_deadline(init_ticks);
         store.data_mut().deadline.arm();
-        match init.call(&mut store, (spec.config.as_str(),)) {
+        match init.call(&mut *store, (spec.config.as_str(),)) {
             Ok((Ok(()),)) => {}
             Ok((Err(msg),)) => return Err(err(spec, ErrorKind::Init, format!("init refused the config: {msg}"))),
             Err(e) => {
-                let (reason, why) = describe_fault(&e, &store);
+                let (reason, why) = describe_fault(&e, store);
                 let why = if reason == FaultReason::Deadline { format!("stopped: {}", ran()) } else { why };
                 return Err(err(spec, ErrorKind::Init, format!("init failed: {why}")));
             }
         }
-        // From here on, batch calls: the plugin's own deadline.
-        let st = store.data_mut();
-        st.limiter.denied = false;
-        st.deadline.ticks = deadline_ticks(spec.deadline, tick);
-        st.deadline.cpu_budget = spec.deadline;
-        Ok(Live { store, process })
+        Ok(process)
     }
 
     /// A stage for worker `worker` with fresh counters.
@@ -119,7 +135,7 @@ impl PluginFactory {
         worker: usize,
         stats: Arc<PluginStats>,
     ) -> Result<WasmStage, PluginError> {
-        let live = self.new_instance(worker, stats.clone(), LogGate::new())?;
+        let live = self.new_instance(worker, stats.clone(), &mut LogGate::new())?;
         Ok(WasmStage {
             factory: self.clone(),
             worker,
@@ -272,7 +288,7 @@ impl WasmStage {
 
     pub(crate) fn call(&mut self, batch: &BatchView<'_>, verdicts: &mut [Verdict]) {
         if self.live.is_none() {
-            match self.factory.new_instance(self.worker, self.stats.clone(), self.log) {
+            match self.factory.new_instance(self.worker, self.stats.clone(), &mut self.log) {
                 Ok(l) => {
                     self.stats.reinstantiations.inc();
                     self.live = Some(l);
