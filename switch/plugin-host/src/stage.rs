@@ -31,8 +31,10 @@ impl PluginFactory {
     }
 
     /// A fresh instance, initialised. Instantiation (start functions) and `init` run under
-    /// [`INIT_DEADLINE`] of CPU time, not the batch deadline: `init` may parse a large config
-    /// or build tables once, and then only the batch calls are time-critical. `log` goes into
+    /// `init_bound` of CPU time: [`INIT_DEADLINE`] off the data path (load, reload), where
+    /// `init` may parse a large config or build tables once; the batch deadline for the fresh
+    /// instance after a fault, made on the worker, so that a worker never waits longer for
+    /// a plugin than for one batch call. `log` goes into
     /// the instance, and comes back on failure: an init that logs and fails on every retry
     /// stays under the same gate.
     pub(crate) fn new_instance(
@@ -40,11 +42,12 @@ impl PluginFactory {
         worker: usize,
         stats: Arc<PluginStats>,
         log: &mut LogGate,
+        init_bound: Duration,
     ) -> Result<Live, PluginError> {
         let spec = &self.spec;
         let now = Instant::now();
         let tick = self.engine.opts.epoch_tick;
-        let init_ticks = deadline_ticks(INIT_DEADLINE, tick);
+        let init_ticks = deadline_ticks(init_bound, tick);
         let state = HostState {
             name: spec.name.as_str().into(),
             worker,
@@ -52,7 +55,7 @@ impl PluginFactory {
             limiter: Limiter::new(spec.memory_limit),
             log: *log,
             clock_base: now,
-            deadline: DeadlineWatch { ticks: init_ticks, cpu_budget: INIT_DEADLINE, cpu_mark: None, extensions: 0 },
+            deadline: DeadlineWatch { ticks: init_ticks, cpu_budget: init_bound, cpu_mark: None, extensions: 0 },
         };
         let mut store = Store::new(self.engine.engine(), state);
         store.limiter(|s| &mut s.limiter);
@@ -76,14 +79,19 @@ impl PluginFactory {
     /// Instantiates in `store` and runs `init`; the `process` export.
     fn start(&self, store: &mut Store<HostState>) -> Result<Func, PluginError> {
         let spec = &self.spec;
-        let init_ticks = store.data().deadline.ticks;
+        let (init_ticks, bound) = (store.data().deadline.ticks, store.data().deadline.cpu_budget);
         let (cpu0, wall0) = (thread_cpu_time(), Instant::now());
         let ran = || {
             format!(
-                "it ran {} ms of CPU time ({} ms wall); instantiation and init may use {} ms of CPU",
+                "it ran {} ms of CPU time ({} ms wall); instantiation and init may use {} ms of CPU{}",
                 thread_cpu_time().saturating_sub(cpu0).as_millis(),
                 wall0.elapsed().as_millis(),
-                INIT_DEADLINE.as_millis()
+                bound.as_millis(),
+                if bound < INIT_DEADLINE {
+                    " when remade on the worker after a fault (the batch deadline)"
+                } else {
+                    ""
+                }
             )
         };
         let instance = self.pre.instantiate(&mut *store).map_err(|e| {
@@ -135,7 +143,7 @@ impl PluginFactory {
         worker: usize,
         stats: Arc<PluginStats>,
     ) -> Result<WasmStage, PluginError> {
-        let live = self.new_instance(worker, stats.clone(), &mut LogGate::new())?;
+        let live = self.new_instance(worker, stats.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
         Ok(WasmStage {
             factory: self.clone(),
             worker,
@@ -151,9 +159,9 @@ impl PluginFactory {
     }
 }
 
-/// CPU time instantiation and `init` may use, on every instance (the check run at load, each
-/// worker's, and the fresh one after a fault, which runs on the worker: a slow init delays
-/// that worker's batches for as long).
+/// CPU time instantiation and `init` may use off the data path: the check run at load and
+/// each worker's instance, made by the control thread at start and on reload. The fresh
+/// instance after a fault is made on the worker, under the plugin's batch deadline.
 pub const INIT_DEADLINE: Duration = Duration::from_secs(1);
 
 pub(crate) fn deadline_ticks(deadline: Duration, tick: Duration) -> u64 {
@@ -288,7 +296,8 @@ impl WasmStage {
 
     pub(crate) fn call(&mut self, batch: &BatchView<'_>, verdicts: &mut [Verdict]) {
         if self.live.is_none() {
-            match self.factory.new_instance(self.worker, self.stats.clone(), &mut self.log) {
+            match self.factory.new_instance(self.worker, self.stats.clone(), &mut self.log, self.factory.spec.deadline)
+            {
                 Ok(l) => {
                     self.stats.reinstantiations.inc();
                     self.live = Some(l);

@@ -308,6 +308,21 @@ fn init_runs_under_its_own_deadline() {
     s.deadline = Duration::from_millis(1);
     let mut st = engine().compile(&s).expect("a slow init within its bound").instantiate(0).unwrap();
     assert_eq!(TestBatch::new(&frames(1), 0).run(&mut st), vec![Verdict::Pass]);
+    // After a fault the fresh instance is made on the worker, under the batch deadline: the
+    // worker never waits longer than for a batch call, and this init is too slow for that.
+    let trap = slow.replace(
+        "(func (export \"process\") (param $p i32) (param $len i32) (result i32)\n    (call $ok (local.get $p)))",
+        "(func (export \"process\") (param $p i32) (param $len i32) (result i32)\n    (unreachable))",
+    );
+    assert_ne!(trap, slow);
+    let mut s = spec("slow-init-trap", write("slow-init-trap.wasm", &component(&trap, None)), "");
+    s.deadline = Duration::from_millis(1);
+    let mut st = engine().compile(&s).unwrap().instantiate(0).unwrap();
+    let b = TestBatch::new(&frames(1), 0);
+    b.run(&mut st);
+    b.run(&mut st);
+    assert_eq!(st.stats().faults(FaultReason::Trap).get(), 1);
+    assert_eq!(st.stats().faults(FaultReason::Instantiate).get(), 1, "remade under the batch deadline");
     let spin = guest("(call $ok (local.get $p))").replace(init, &format!("{init} (loop $l (br $l))"));
     let t = Instant::now();
     let e = engine().compile(&spec("spin-init", write("spin-init.wasm", &component(&spin, None)), "")).err().unwrap();
