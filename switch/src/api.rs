@@ -70,6 +70,53 @@ pub struct ApiState {
     pub control: Arc<dyn Control>,
     /// The address the server listens on: a `Host` naming it is this server.
     pub listen: SocketAddr,
+    /// Rate limit of the refusal warnings.
+    pub refusals: Arc<RefusalLog>,
+}
+
+impl ApiState {
+    pub fn new(control: Arc<dyn Control>, listen: SocketAddr) -> Self {
+        Self { control, listen, refusals: Arc::default() }
+    }
+}
+
+/// How often a refusal of one kind (status and reason) is logged: a client retrying with a
+/// wrong token, or a page hammering the port, would otherwise fill the log.
+pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Kinds of refusal tracked apart; reasons may quote the request (its Host), so past this
+/// the rest of a status share one entry and the map stays bounded.
+const REFUSAL_KINDS: usize = 64;
+
+/// Per (status, reason): when a refusal was last logged, and how many were not logged since.
+#[derive(Debug, Default)]
+pub struct RefusalLog(std::sync::Mutex<std::collections::HashMap<(u16, String), (std::time::Instant, u64)>>);
+
+impl RefusalLog {
+    /// `None` when this refusal is not to be logged (counted instead); else how many of its
+    /// kind were not logged since the last line.
+    pub fn admit(&self, code: StatusCode, why: &str) -> Option<u64> {
+        let now = std::time::Instant::now();
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut key = (code.as_u16(), why.to_owned());
+        if !m.contains_key(&key) && m.len() >= REFUSAL_KINDS {
+            key.1.clear();
+        }
+        match m.get_mut(&key) {
+            Some((last, quiet)) if now.duration_since(*last) < REFUSAL_LOG_EVERY => {
+                *quiet += 1;
+                None
+            }
+            Some((last, quiet)) => {
+                *last = now;
+                Some(std::mem::take(quiet))
+            }
+            None => {
+                m.insert(key, (now, 0));
+                Some(0)
+            }
+        }
+    }
 }
 
 /// How long a mutating request's body may take to arrive.
@@ -112,7 +159,13 @@ async fn guard(State(s): State<ApiState>, req: Request, next: Next) -> Response 
     match why {
         None if status.is_success() => log::info!("control API: {peer} {method} {path}: {status}"),
         None => log::warn!("control API: {peer} {method} {path}: {status}"),
-        Some(why) => log::warn!("control API: {peer} {method} {path}: {status}: refused: {why}"),
+        Some(why) => match s.refusals.admit(status, &why) {
+            Some(0) => log::warn!("control API: {peer} {method} {path}: {status}: refused: {why}"),
+            Some(n) => log::warn!(
+                "control API: {peer} {method} {path}: {status}: refused: {why} (and {n} more refused with {status} since the last such line, not logged)"
+            ),
+            None => {}
+        },
     }
     response
 }
@@ -387,6 +440,23 @@ async fn drain(conns: &mut JoinSet<()>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_of_one_kind_are_logged_once_per_period() {
+        let l = RefusalLog::default();
+        assert_eq!(l.admit(StatusCode::UNAUTHORIZED, "wrong token"), Some(0));
+        assert_eq!(l.admit(StatusCode::UNAUTHORIZED, "wrong token"), None);
+        assert_eq!(l.admit(StatusCode::UNAUTHORIZED, "no header"), Some(0), "another reason");
+        assert_eq!(l.admit(StatusCode::FORBIDDEN, "wrong token"), Some(0), "another status");
+        // A period later the next line carries the count of those not logged.
+        l.0.lock().unwrap().get_mut(&(401, "wrong token".into())).unwrap().0 -= REFUSAL_LOG_EVERY;
+        assert_eq!(l.admit(StatusCode::UNAUTHORIZED, "wrong token"), Some(1));
+        // Reasons that quote the request cannot grow the map without bound.
+        for i in 0..1000 {
+            l.admit(StatusCode::MISDIRECTED_REQUEST, &format!("host h{i}"));
+        }
+        assert!(l.0.lock().unwrap().len() <= REFUSAL_KINDS + 1);
+    }
 
     #[test]
     fn only_names_of_this_server_pass_the_host_check() {

@@ -119,7 +119,8 @@ impl Switch {
     /// (matched by name; an AF_XDP port's sockets are opened before anything changes and a
     /// removed one's closed once every worker has let go of it), a sim port's settings (its
     /// queues replaced), `mtu`, the plugin chains (always recompiled from their files, which
-    /// may have changed even when the config did not), `workers[].idle`, `fdb.capacity` (a new table with the
+    /// may have changed even when the config did not; a plugin that stays on its port
+    /// keeps its counters and is let out of quarantine), `workers[].idle`, `fdb.capacity` (a new table with the
     /// learned entries copied in) and `fdb.aging_seconds`.
     /// Workers take every change of one reload together between two rounds, so the ports it
     /// does not touch lose no frame. Any other changed key refuses the whole reload, naming
@@ -170,7 +171,10 @@ impl Switch {
         let id_of = |n: &str| ids.get(n).copied();
         // Plugins compiled and ports opened before anything changes: an error here leaves
         // everything as it was (opened ports are closed again when dropped).
-        let (mut stages, table) = crate::plugins::stages(&new, &id_of).map_err(refuse)?;
+        // The running plugins' counters: a plugin that stays (same port and name) keeps
+        // counting into them, so /metrics never sees a counter go backwards.
+        let carried = self.plugin_metrics.table.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let (mut stages, table) = crate::plugins::stages(&new, &id_of, &carried).map_err(refuse)?;
         let mut changes = PortChanges::default();
         for &j in added.iter().chain(&replaced) {
             let port = dp.open_port(&new, j, &id_of).map_err(refuse)?;
@@ -446,7 +450,7 @@ pub fn run(path: &Path) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the control runtime")?;
-    let state = ApiState { control: daemon.clone(), listen: addr };
+    let state = ApiState::new(daemon.clone(), addr);
     let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::from_std(std_listener).context("the control API's socket")?;
         log::info!("metrics and control API on http://{addr}/metrics");

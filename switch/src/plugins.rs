@@ -1,6 +1,7 @@
 //! Plugin chains: YAML → compiled plugins (off the data path) → one chain stage per port per
 //! worker, swapped in at a batch boundary on reload.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,10 +72,17 @@ pub type Stages = Vec<Vec<(PortId, Option<Box<dyn VerdictStage>>)>>;
 /// The one plugin-install path, for start and reload: compiles `cfg`'s plugins (off the data
 /// path; no engine at all when there are none) and instantiates every worker's stage for every
 /// configured port, addressed by id through `id_of`. Ports without plugins get `None`, which
-/// clears a chain a reload took away. The counters of the new stages are in the table.
-pub fn stages(cfg: &Config, id_of: &dyn Fn(&str) -> Option<PortId>) -> Result<(Stages, StatsTable)> {
+/// clears a chain a reload took away. The counters of the new stages are in the table; a
+/// plugin whose (port, plugin name, worker) is in `carried` (the running stages' table, on
+/// reload) keeps counting into those counters, so they never go backwards.
+pub fn stages(
+    cfg: &Config,
+    id_of: &dyn Fn(&str) -> Option<PortId>,
+    carried: &StatsTable,
+) -> Result<(Stages, StatsTable)> {
     let workers = cfg.workers.len();
     let mut table = Vec::new();
+    let mut carried: Carried = carried.iter().map(|(p, n, w, s)| ((p.clone(), n.clone(), *w), s.clone())).collect();
     let chains = if cfg.ports.iter().any(|p| !p.plugins.is_empty()) { Some(compile(&engine()?, cfg)?) } else { None };
     let mut stages: Stages = (0..workers).map(|_| Vec::new()).collect();
     for (w, out) in stages.iter_mut().enumerate() {
@@ -82,7 +90,7 @@ pub fn stages(cfg: &Config, id_of: &dyn Fn(&str) -> Option<PortId>) -> Result<(S
             let name = &port.name.value;
             let id = id_of(name).with_context(|| format!("port `{name}` has no id"))?;
             let stage = match &chains {
-                Some(c) => c.instantiate(w, index, name, &mut table)?,
+                Some(c) => c.instantiate(w, index, name, &mut table, &mut carried)?,
                 None => None,
             };
             out.push((id, stage));
@@ -131,20 +139,30 @@ impl VerdictStage for ChainStage {
 /// Per-worker plugin counters, for the metrics collector: (port, plugin, worker, stats).
 pub type StatsTable = Vec<(String, String, usize, Arc<PluginStats>)>;
 
+/// The running stages' counters by (port, plugin, worker), taken by the reload's stages.
+pub type Carried = HashMap<(String, String, usize), Arc<PluginStats>>;
+
 impl CompiledChains {
     /// Worker `w`'s stage for configured port `index` (None when it has no plugins); the
-    /// plugins' counters are added to `table`.
+    /// plugins' counters are added to `table`. A plugin found in `carried` takes those
+    /// counters (each entry once: the worker that owns them is the only writer, and the
+    /// old stage stops running when this one is installed on the same worker).
     pub fn instantiate(
         &self,
         w: usize,
         index: usize,
         port_name: &str,
         table: &mut StatsTable,
+        carried: &mut Carried,
     ) -> Result<Option<Box<dyn VerdictStage>>> {
         let Some(chain) = self.chains.get(index).filter(|c| !c.is_empty()) else { return Ok(None) };
         let mut stages = Vec::new();
         for f in chain {
-            let st = f.instantiate(w).map_err(|e| anyhow::anyhow!("port `{port_name}`: {e}"))?;
+            let st = match carried.remove(&(port_name.to_string(), f.spec().name.clone(), w)) {
+                Some(stats) => f.instantiate_with_stats(w, stats),
+                None => f.instantiate(w),
+            }
+            .map_err(|e| anyhow::anyhow!("port `{port_name}`: {e}"))?;
             table.push((port_name.to_string(), st.name().to_string(), w, st.stats().clone()));
             stages.push(st);
         }
@@ -182,7 +200,7 @@ impl MetricsSource for PluginMetrics {
             vec![("port", port.to_string()), ("plugin", plugin.to_string()), ("worker", w.to_string())]
         };
         type Pick = fn(&PluginStats) -> u64;
-        let counters: [(&str, &str, Pick); 4] = [
+        let counters: [(&str, &str, Pick); 7] = [
             ("wasmswitch_plugin_batches", "Plugin batch calls.", |s| s.batches.get()),
             ("wasmswitch_plugin_packets", "Packets in plugin batch calls.", |s| s.packets.get()),
             (
@@ -193,6 +211,19 @@ impl MetricsSource for PluginMetrics {
             ("wasmswitch_plugin_call_cycles", "TSC cycles spent in plugin calls (encode, call, decode).", |s| {
                 s.call_cycles.get()
             }),
+            (
+                "wasmswitch_plugin_log_suppressed",
+                "Plugin log lines and fault warnings dropped by the per-worker rate limit.",
+                |s| s.log_suppressed.get(),
+            ),
+            ("wasmswitch_plugin_reinstantiations", "Fresh plugin instances made after faults.", |s| {
+                s.reinstantiations.get()
+            }),
+            (
+                "wasmswitch_plugin_quarantine_lifted",
+                "Quarantines lifted by a reload (the plugin runs again; its counters carry on).",
+                |s| s.quarantine_lifted.get(),
+            ),
         ];
         for (name, help, pick) in counters {
             let samples: Vec<_> = table.iter().map(|(p, n, w, s)| (labels(p, n, *w), pick(s))).collect();

@@ -252,14 +252,26 @@ fn plugin_hot_reload_applies_new_verdicts_without_restart() {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     };
+    let batches = |m: &str| -> f64 {
+        m.lines()
+            .filter(|l| l.starts_with("wasmswitch_plugin_batches_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let d1 = policy(&http(port, "GET", "/metrics").unwrap().1);
+    let m1 = http(port, "GET", "/metrics").unwrap().1;
+    let d1 = policy(&m1);
     assert!(d1 > 0.0, "acl drops before the reload");
+    for name in ["wasmswitch_plugin_log_suppressed_total{", "wasmswitch_plugin_quarantine_lifted_total{"] {
+        assert!(m1.contains(name), "{name} exported");
+    }
     std::fs::write(&cfg.0, text.replace("deny proto=udp dport=5001", "deny proto=tcp dport=22")).unwrap();
     let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
     assert_eq!(st, 200, "{body}");
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let d2 = policy(&http(port, "GET", "/metrics").unwrap().1);
+    let m2 = http(port, "GET", "/metrics").unwrap().1;
+    let d2 = policy(&m2);
+    assert!(batches(&m2) >= batches(&m1), "plugin counters carried over the reload, not reset");
     std::thread::sleep(std::time::Duration::from_millis(500));
     let d3 = policy(&http(port, "GET", "/metrics").unwrap().1);
     assert_eq!(d2, d3, "the new rules (no UDP deny) apply after the swap");

@@ -167,6 +167,56 @@ fn a_reload_storm_of_sim_ports_loses_nothing_and_refuses_what_it_cannot_open() {
     sw.dataplane.stop_shared().expect("every frame is back");
 }
 
+/// (worker, batches, packets, verdicts) of every plugin instance, by worker.
+fn plugin_totals(sw: &Switch) -> Vec<(usize, u64, u64, u64)> {
+    let t = sw.plugin_metrics.table.lock().unwrap();
+    let mut v: Vec<_> = t
+        .iter()
+        .map(|(_, _, w, s)| (*w, s.batches.get(), s.packets.get(), s.verdict_pass.get() + s.verdict_drop.get()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A reload that keeps a plugin (same port, same name) keeps its counters: Prometheus never
+/// sees a `wasmswitch_plugin_*_total` go backwards. A renamed plugin starts from zero.
+#[test]
+fn plugin_counters_survive_a_reload_of_the_same_plugin() {
+    let wasm = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/out/acl.wasm");
+    if !wasm.exists() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "plugins/out/acl.wasm missing");
+        eprintln!("skipped: build the plugins with plugins/build.sh");
+        return;
+    }
+    let dir = Scratch::new("plugin-reload");
+    let yaml = |name: &str| {
+        let plugin = format!(
+            "    plugins:\n      - name: {name}\n        path: {}\n        config: |\n          default allow\n          deny proto=tcp\n",
+            wasm.display()
+        );
+        sim_yaml(None).replacen("        to: [sink]\n", &format!("        to: [sink]\n{plugin}"), 1)
+    };
+    let sw = Switch::start(&dir.write(&yaml("acl"))).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = plugin_totals(&sw);
+    assert_eq!(before.len(), 2, "one instance per worker: {before:?}");
+    assert!(before.iter().all(|t| t.1 > 0), "traffic reached the plugin: {before:?}");
+    reload_ok(&sw, "the same plugin");
+    let after = plugin_totals(&sw);
+    for (b, a) in before.iter().zip(&after) {
+        assert!(a.0 == b.0 && a.1 >= b.1 && a.2 >= b.2 && a.3 >= b.3, "before {b:?}, after {a:?}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let later = plugin_totals(&sw);
+    let sum = |v: &[(usize, u64, u64, u64)]| v.iter().map(|t| t.2).sum::<u64>();
+    assert!(sum(&later) > sum(&after), "the new instances count into the same counters");
+    dir.write(&yaml("acl2"));
+    reload_ok(&sw, "a renamed plugin");
+    let renamed = sw.plugin_metrics.table.lock().unwrap().iter().map(|(_, _, _, s)| s.packets.get()).sum::<u64>();
+    assert!(renamed < sum(&later), "a renamed plugin has counters of its own ({renamed})");
+    sw.dataplane.stop_shared().expect("every frame is back");
+}
+
 /// `Cpus_allowed_list` of this process's thread called `name`.
 fn cpus_allowed(name: &str) -> String {
     for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {

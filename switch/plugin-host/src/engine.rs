@@ -239,7 +239,7 @@ impl PluginEngine {
         })?;
         let factory = Arc::new(PluginFactory { engine: self.clone(), spec: spec.clone(), pre, from_cache });
         // The check run: types of the exports, instantiation under the limits, init.
-        factory.new_instance(usize::MAX, Arc::default())?;
+        factory.new_instance(usize::MAX, Arc::default(), &mut LogGate::new(), INIT_DEADLINE)?;
         Ok(factory)
     }
 

@@ -47,7 +47,7 @@ pub use codec::{decode_verdicts, encode_batch, NativeStage};
 pub use engine::{read_regular_file, EngineOptions, PluginEngine, MAX_PLUGIN_BYTES};
 pub use sandbox::HostState;
 pub use spec::{ErrorKind, OnError, PluginError, PluginSpec};
-pub use stage::{stage_from_file, PluginFactory, WasmStage};
+pub use stage::{stage_from_file, PluginFactory, WasmStage, INIT_DEADLINE};
 // The modules see each other's crate-visible items through `use super::*` (the public ones
 // come through the `pub use`s above).
 use sandbox::*;
@@ -86,6 +86,20 @@ mod tests {
             assert!(matches!(w.expired(), UpdateDeadline::Continue(3)));
         }
         assert!(matches!(w.expired(), UpdateDeadline::Interrupt));
+    }
+
+    #[test]
+    fn log_gate_lets_a_burst_through_then_one_a_second() {
+        let stats = PluginStats::default();
+        let mut g = LogGate::new();
+        let through = (0..50).filter(|_| g.admit(&stats, "p", 0)).count();
+        assert_eq!((through, stats.log_suppressed.get(), g.suppressed), (10, 40, 40));
+        // Two seconds later: two lines; the first one ends the suppression.
+        g.last -= Duration::from_secs(2);
+        assert!(g.admit(&stats, "p", 0) && g.suppressed == 0);
+        assert!(g.admit(&stats, "p", 0));
+        assert!(!g.admit(&stats, "p", 0));
+        assert_eq!(stats.log_suppressed.get(), 41);
     }
 
     #[test]

@@ -25,9 +25,10 @@ pub struct HostState {
     pub(crate) worker: usize,
     pub(crate) stats: Arc<PluginStats>,
     pub(crate) limiter: Limiter,
-    /// Log token bucket: tokens, last refill.
-    pub(crate) log_tokens: f64,
-    pub(crate) log_last: Instant,
+    /// The plugin's log lines and the host's fault warnings for it, on this worker. Carried
+    /// over to the fresh instance after a fault, so a plugin that faults in a loop does not
+    /// get a fresh burst each time.
+    pub(crate) log: LogGate,
     pub(crate) clock_base: Instant,
     pub(crate) deadline: DeadlineWatch,
 }
@@ -85,27 +86,106 @@ pub(crate) fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-pub(crate) const LOG_BURST: f64 = 20.0;
-pub(crate) const LOG_PER_SEC: f64 = 10.0;
+/// Lines one plugin may log on one worker at once, then [`LOG_PER_SEC`] lines per second.
+pub(crate) const LOG_BURST: f64 = 10.0;
+pub(crate) const LOG_PER_SEC: f64 = 1.0;
 pub(crate) const LOG_MAX_LEN: usize = 512;
 
+/// A token bucket over one plugin's lines on one worker (its `log` calls and the host's fault
+/// warnings about it): a plugin logging per packet, or faulting on every batch, would
+/// otherwise write thousands of lines a second. Dropped lines are counted in
+/// `PluginStats::log_suppressed`; one line says when suppression starts and one how many
+/// were dropped when it ends (at the next line let through).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LogGate {
+    pub(crate) tokens: f64,
+    pub(crate) last: Instant,
+    /// Lines dropped since the last one let through.
+    pub(crate) suppressed: u64,
+}
+
+impl LogGate {
+    pub(crate) fn new() -> Self {
+        Self { tokens: LOG_BURST, last: Instant::now(), suppressed: 0 }
+    }
+
+    /// Whether a line about plugin `name` may be written now (the worker's thread only).
+    pub(crate) fn admit(&mut self, stats: &PluginStats, name: &str, worker: usize) -> bool {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * LOG_PER_SEC).min(LOG_BURST);
+        self.last = now;
+        if self.tokens < 1.0 {
+            if self.suppressed == 0 {
+                log::warn!(
+                    target: "wasmswitch::plugin",
+                    "plugin `{name}` (worker {worker}): too many log lines ({LOG_BURST} at once, then {LOG_PER_SEC}/s); suppressing, counted in wasmswitch_plugin_log_suppressed_total"
+                );
+            }
+            self.suppressed += 1;
+            stats.log_suppressed.inc();
+            return false;
+        }
+        self.tokens -= 1.0;
+        if self.suppressed > 0 {
+            log::warn!(target: "wasmswitch::plugin", "plugin `{name}` (worker {worker}): {} log lines suppressed", self.suppressed);
+            self.suppressed = 0;
+        }
+        true
+    }
+}
+
+/// Most table elements of one instance, all tables together (the function tables of real
+/// plugins hold hundreds).
+pub(crate) const MAX_TABLE_ELEMENTS: usize = 65_536;
+
+/// The store's limits. wasmtime asks per memory and per table; the sums here make
+/// `memory_limit` a cap on the whole instance (a component may have several memories, and
+/// each one under the limit could add up to a multiple of it).
 pub(crate) struct Limiter {
     pub(crate) max_memory: usize,
+    /// Bytes of every linear memory of the instance together. Memories never shrink and
+    /// live as long as the store, so this only grows.
+    pub(crate) memory_bytes: usize,
+    /// Elements of every table together.
+    pub(crate) table_elements: usize,
     /// Set when a memory.grow was refused during the current call.
     pub(crate) denied: bool,
 }
 
+impl Limiter {
+    pub(crate) fn new(max_memory: usize) -> Self {
+        Self { max_memory, memory_bytes: 0, table_elements: 0, denied: false }
+    }
+}
+
 impl wasmtime::ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.max_memory {
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        // wasmtime refuses a growth past the memory's declared maximum only after asking us;
+        // refuse it here, uncounted, so the sum stays exact (a plain -1, not a limit hit).
+        if maximum.is_some_and(|m| desired > m) {
+            return Ok(false);
+        }
+        let total = self.memory_bytes.saturating_add(desired.saturating_sub(current));
+        if total > self.max_memory {
             self.denied = true;
             return Ok(false);
         }
+        // A growth allowed here can still fail in the allocator; the sum then counts bytes
+        // the instance does not have, which errs on the safe side.
+        self.memory_bytes = total;
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= 65_536)
+    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if maximum.is_some_and(|m| desired > m) {
+            return Ok(false);
+        }
+        let total = self.table_elements.saturating_add(desired.saturating_sub(current));
+        if total > MAX_TABLE_ELEMENTS {
+            return Ok(false);
+        }
+        self.table_elements = total;
+        Ok(true)
     }
 
     fn instances(&self) -> usize {
@@ -122,16 +202,11 @@ impl wasmtime::ResourceLimiter for Limiter {
 }
 
 pub(crate) fn host_log(mut cx: StoreContextMut<'_, HostState>, (level, msg): (Level, WasmStr)) -> wasmtime::Result<()> {
-    let now = Instant::now();
     let s = cx.data_mut();
-    s.log_tokens = (s.log_tokens + now.duration_since(s.log_last).as_secs_f64() * LOG_PER_SEC).min(LOG_BURST);
-    s.log_last = now;
-    if s.log_tokens < 1.0 {
-        s.stats.log_suppressed.inc();
+    let (name, worker) = (s.name.clone(), s.worker);
+    if !s.log.admit(&s.stats, &name, worker) {
         return Ok(());
     }
-    s.log_tokens -= 1.0;
-    let (name, worker) = (s.name.clone(), s.worker);
     let text = msg.to_str(&cx)?;
     let mut end = text.len().min(LOG_MAX_LEN);
     while !text.is_char_boundary(end) {

@@ -30,55 +30,101 @@ impl PluginFactory {
         self.from_cache
     }
 
-    pub(crate) fn new_instance(&self, worker: usize, stats: Arc<PluginStats>) -> Result<Live, PluginError> {
+    /// A fresh instance, initialised. Instantiation (start functions) and `init` run under
+    /// `init_bound` of CPU time: [`INIT_DEADLINE`] off the data path (load, reload), where
+    /// `init` may parse a large config or build tables once; the batch deadline for the fresh
+    /// instance after a fault, made on the worker, so that a worker never waits longer for
+    /// a plugin than for one batch call. `log` goes into
+    /// the instance, and comes back on failure: an init that logs and fails on every retry
+    /// stays under the same gate.
+    pub(crate) fn new_instance(
+        &self,
+        worker: usize,
+        stats: Arc<PluginStats>,
+        log: &mut LogGate,
+        init_bound: Duration,
+    ) -> Result<Live, PluginError> {
         let spec = &self.spec;
         let now = Instant::now();
+        let tick = self.engine.opts.epoch_tick;
+        let init_ticks = deadline_ticks(init_bound, tick);
         let state = HostState {
             name: spec.name.as_str().into(),
             worker,
             stats,
-            limiter: Limiter { max_memory: spec.memory_limit, denied: false },
-            log_tokens: LOG_BURST,
-            log_last: now,
+            limiter: Limiter::new(spec.memory_limit),
+            log: *log,
             clock_base: now,
-            deadline: DeadlineWatch {
-                ticks: deadline_ticks(spec.deadline, self.engine.opts.epoch_tick),
-                cpu_budget: spec.deadline,
-                cpu_mark: None,
-                extensions: 0,
-            },
+            deadline: DeadlineWatch { ticks: init_ticks, cpu_budget: init_bound, cpu_mark: None, extensions: 0 },
         };
         let mut store = Store::new(self.engine.engine(), state);
         store.limiter(|s| &mut s.limiter);
-        let ticks = store.data().deadline.ticks;
-        store.set_epoch_deadline(ticks);
+        store.set_epoch_deadline(init_ticks);
         store.epoch_deadline_callback(|mut cx| Ok(cx.data_mut().deadline.expired()));
-        let instance = self.pre.instantiate(&mut store).map_err(|e| {
+        let process = match self.start(&mut store) {
+            Ok(p) => p,
+            Err(e) => {
+                *log = store.data().log;
+                return Err(e);
+            }
+        };
+        // From here on, batch calls: the plugin's own deadline.
+        let st = store.data_mut();
+        st.limiter.denied = false;
+        st.deadline.ticks = deadline_ticks(spec.deadline, tick);
+        st.deadline.cpu_budget = spec.deadline;
+        Ok(Live { store, process })
+    }
+
+    /// Instantiates in `store` and runs `init`; the `process` export.
+    fn start(&self, store: &mut Store<HostState>) -> Result<Func, PluginError> {
+        let spec = &self.spec;
+        let (init_ticks, bound) = (store.data().deadline.ticks, store.data().deadline.cpu_budget);
+        let (cpu0, wall0) = (thread_cpu_time(), Instant::now());
+        let ran = || {
+            format!(
+                "it ran {} ms of CPU time ({} ms wall); instantiation and init may use {} ms of CPU{}",
+                thread_cpu_time().saturating_sub(cpu0).as_millis(),
+                wall0.elapsed().as_millis(),
+                bound.as_millis(),
+                if bound < INIT_DEADLINE {
+                    " when remade on the worker after a fault (the batch deadline)"
+                } else {
+                    ""
+                }
+            )
+        };
+        let instance = self.pre.instantiate(&mut *store).map_err(|e| {
             let m = if store.data().limiter.denied {
                 format!("instantiation needs more than the {} byte memory limit", spec.memory_limit)
+            } else if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+                format!("instantiation stopped: {}", ran())
             } else {
                 wt(&e)
             };
             err(spec, ErrorKind::Instantiate, m)
         })?;
         let init: InitFn = instance
-            .get_typed_func(&mut store, "init")
+            .get_typed_func(&mut *store, "init")
             .map_err(|e| err(spec, ErrorKind::WrongWorld, format!("export `init` has the wrong type: {}", wt(&e))))?;
         let process = instance
-            .get_func(&mut store, "process")
+            .get_func(&mut *store, "process")
             .ok_or_else(|| err(spec, ErrorKind::WrongWorld, "no `process` export"))?;
-        process.typed::<(&[u8],), (WasmList<u8>,)>(&store).map_err(|e| {
+        process.typed::<(&[u8],), (WasmList<u8>,)>(&*store).map_err(|e| {
             err(spec, ErrorKind::WrongWorld, format!("export `process` has the wrong type: {}", wt(&e)))
         })?;
-        store.set_epoch_deadline(ticks);
+        store.set_epoch_deadline(init_ticks);
         store.data_mut().deadline.arm();
-        match init.call(&mut store, (spec.config.as_str(),)) {
+        match init.call(&mut *store, (spec.config.as_str(),)) {
             Ok((Ok(()),)) => {}
             Ok((Err(msg),)) => return Err(err(spec, ErrorKind::Init, format!("init refused the config: {msg}"))),
-            Err(e) => return Err(err(spec, ErrorKind::Init, format!("init failed: {}", describe_fault(&e, &store).1))),
+            Err(e) => {
+                let (reason, why) = describe_fault(&e, store);
+                let why = if reason == FaultReason::Deadline { format!("stopped: {}", ran()) } else { why };
+                return Err(err(spec, ErrorKind::Init, format!("init failed: {why}")));
+            }
         }
-        store.data_mut().limiter.denied = false;
-        Ok(Live { store, process })
+        Ok(process)
     }
 
     /// A stage for worker `worker` with fresh counters.
@@ -87,14 +133,17 @@ impl PluginFactory {
     }
 
     /// A stage that keeps counting into `stats` (e.g. the previous version's, across a
-    /// reload). Clears the quarantine flag.
+    /// reload, so the counters never go backwards). It starts unquarantined: at its first
+    /// batch it sets the `quarantined` gauge to 0 and, if the gauge was 1, counts a lifted
+    /// quarantine (on the worker, which owns the counters: the old stage may still run, and
+    /// even quarantine itself, until the new one is installed, or forever if the reload is
+    /// refused after this).
     pub fn instantiate_with_stats(
         self: &Arc<Self>,
         worker: usize,
         stats: Arc<PluginStats>,
     ) -> Result<WasmStage, PluginError> {
-        let live = self.new_instance(worker, stats.clone())?;
-        stats.quarantined.set(0);
+        let live = self.new_instance(worker, stats.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
         Ok(WasmStage {
             factory: self.clone(),
             worker,
@@ -102,11 +151,18 @@ impl PluginFactory {
             stats,
             faults: 0,
             quarantined: false,
+            fresh: true,
+            log: LogGate::new(),
             buf: Vec::new(),
             ticks: deadline_ticks(self.spec.deadline, self.engine.opts.epoch_tick),
         })
     }
 }
+
+/// CPU time instantiation and `init` may use off the data path: the check run at load and
+/// each worker's instance, made by the control thread at start and on reload. The fresh
+/// instance after a fault is made on the worker, under the plugin's batch deadline.
+pub const INIT_DEADLINE: Duration = Duration::from_secs(1);
 
 pub(crate) fn deadline_ticks(deadline: Duration, tick: Duration) -> u64 {
     (deadline.as_nanos().div_ceil(tick.as_nanos().max(1)) as u64).max(1) + 1
@@ -118,10 +174,45 @@ pub(crate) fn describe_fault(e: &wasmtime::Error, store: &Store<HostState>) -> (
     if trap == Some(wasmtime::Trap::Interrupt) {
         (FaultReason::Deadline, "deadline exceeded (the call used its deadline of CPU time)".into())
     } else if store.data().limiter.denied {
-        (FaultReason::Memory, format!("memory limit of {} bytes reached: {}", store.data().limiter.max_memory, wt(e)))
+        let l = &store.data().limiter;
+        (
+            FaultReason::Memory,
+            format!(
+                "memory limit of {} bytes reached ({} bytes in use): {}",
+                l.max_memory,
+                l.memory_bytes,
+                fault_text(e)
+            ),
+        )
     } else {
-        (FaultReason::Trap, wt(e))
+        (FaultReason::Trap, fault_text(e))
     }
+}
+
+/// Frames of a guest backtrace kept in a fault's message.
+pub(crate) const FAULT_FRAMES: usize = 3;
+
+/// A failed call in one line: the root cause and the innermost [`FAULT_FRAMES`] frames.
+/// wasmtime's full text is the whole backtrace over many lines, plus a note, for every fault.
+pub(crate) fn fault_text(e: &wasmtime::Error) -> String {
+    let cause = e.root_cause().to_string();
+    let mut s = cause.lines().next().unwrap_or("").to_string();
+    if let Some(bt) = e.downcast_ref::<wasmtime::WasmBacktrace>() {
+        let frames = bt.frames();
+        let names: Vec<String> = frames
+            .iter()
+            .take(FAULT_FRAMES)
+            .map(|f| f.func_name().map_or_else(|| format!("func[{}]", f.func_index()), str::to_owned))
+            .collect();
+        if !names.is_empty() {
+            s.push_str("; at ");
+            s.push_str(&names.join(" < "));
+        }
+        if frames.len() > FAULT_FRAMES {
+            s.push_str(&format!(" (+{} frames)", frames.len() - FAULT_FRAMES));
+        }
+    }
+    s
 }
 
 /// A plugin instance owned by one worker: a [`VerdictStage`] making one call per batch.
@@ -134,6 +225,10 @@ pub struct WasmStage {
     pub(crate) stats: Arc<PluginStats>,
     pub(crate) faults: u32,
     pub(crate) quarantined: bool,
+    /// Until the first batch (see [`PluginFactory::instantiate_with_stats`]).
+    pub(crate) fresh: bool,
+    /// The log gate while no instance is live (after a fault); see [`HostState::log`].
+    pub(crate) log: LogGate,
     /// The encoded batch, reused.
     pub(crate) buf: Vec<u8>,
     pub(crate) ticks: u64,
@@ -152,6 +247,12 @@ impl WasmStage {
         self.quarantined
     }
 
+    /// Bytes of all linear memories of the live instance together (what `memory_limit`
+    /// caps); `None` between a fault and the next batch.
+    pub fn memory_bytes(&self) -> Option<usize> {
+        self.live.as_ref().map(|l| l.store.data().limiter.memory_bytes)
+    }
+
     pub(crate) fn apply_policy(&self, verdicts: &mut [Verdict]) {
         self.stats.policy_packets.add(verdicts.len() as u64);
         if self.factory.spec.on_error == OnError::Drop {
@@ -163,13 +264,17 @@ impl WasmStage {
     }
 
     pub(crate) fn fault(&mut self, reason: FaultReason, why: &str, verdicts: &mut [Verdict]) {
-        self.live = None;
+        if let Some(live) = self.live.take() {
+            self.log = live.store.into_data().log;
+        }
         self.faults += 1;
         self.stats.faults(reason).inc();
         verdicts.fill(Verdict::Pass);
         self.apply_policy(verdicts);
         let spec = &self.factory.spec;
-        log::warn!(
+        // The quarantine line below is written whatever the gate says: it comes once.
+        if self.log.admit(&self.stats, &spec.name, self.worker) {
+            log::warn!(
             target: "wasmswitch::plugin",
             "plugin `{}` (worker {}): fault {}/{} ({}): {}; on_error {:?} applied to {} packets",
             spec.name,
@@ -180,7 +285,8 @@ impl WasmStage {
             why,
             spec.on_error,
             verdicts.len()
-        );
+            );
+        }
         if self.faults >= spec.max_faults {
             self.quarantined = true;
             self.stats.quarantined.set(1);
@@ -190,7 +296,8 @@ impl WasmStage {
 
     pub(crate) fn call(&mut self, batch: &BatchView<'_>, verdicts: &mut [Verdict]) {
         if self.live.is_none() {
-            match self.factory.new_instance(self.worker, self.stats.clone()) {
+            match self.factory.new_instance(self.worker, self.stats.clone(), &mut self.log, self.factory.spec.deadline)
+            {
                 Ok(l) => {
                     self.stats.reinstantiations.inc();
                     self.live = Some(l);
@@ -230,6 +337,13 @@ impl VerdictStage for WasmStage {
         }
         let verdicts = &mut verdicts[..n];
         let start = cycles();
+        if self.fresh {
+            self.fresh = false;
+            if self.stats.quarantined.get() != 0 {
+                self.stats.quarantine_lifted.inc();
+                self.stats.quarantined.set(0);
+            }
+        }
         self.stats.batches.inc();
         self.stats.packets.add(n as u64);
         if self.quarantined {

@@ -69,6 +69,9 @@ pub struct PluginStats {
     pub reinstantiations: Counter,
     /// Log lines dropped by the rate limiter.
     pub log_suppressed: Counter,
+    /// Quarantines lifted by a reload (the counters carry over; see
+    /// `PluginFactory::instantiate_with_stats`).
+    pub quarantine_lifted: Counter,
     /// TSC cycles spent in batch calls (encode + call + decode).
     pub call_cycles: Counter,
     /// The plugin's own counters.

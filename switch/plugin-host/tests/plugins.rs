@@ -219,10 +219,118 @@ fn trap_on_every_batch_is_quarantined_after_n_and_reload_clears_it() {
     assert_eq!(st.stats().faults(FaultReason::Trap).get(), 3, "no calls once quarantined");
     assert_eq!(st.stats().reinstantiations.get(), 2, "a fresh instance after each fault");
     assert_eq!(st.stats().batches.get(), 5);
-    // Reload: a new stage (same counters) is live again.
-    let st2 = f.instantiate_with_stats(0, st.stats().clone()).unwrap();
+    // Reload: a new stage (same counters) is live again; its first batch clears the gauge
+    // and counts the lifted quarantine, and the counters go on from where they were.
+    let mut st2 = f.instantiate_with_stats(0, st.stats().clone()).unwrap();
     assert!(!st2.is_quarantined());
+    assert_eq!(st2.stats().quarantine_lifted.get(), 0);
+    assert_eq!(b.run(&mut st2), vec![Verdict::Drop; 2]);
     assert_eq!(st2.stats().quarantined.get(), 0);
+    assert_eq!(st2.stats().quarantine_lifted.get(), 1);
+    assert_eq!((st2.stats().batches.get(), st2.stats().faults(FaultReason::Trap).get()), (6, 4));
+}
+
+/// The fault warnings of a plugin faulting on every batch are rate limited per worker (a
+/// burst, then one a second), also across the fresh instances made after each fault.
+#[test]
+fn fault_warnings_are_rate_limited_and_counted() {
+    let path = write("trap-often.wasm", &component(&guest("(unreachable)"), None));
+    let mut s = spec("noisy", path, "");
+    s.max_faults = 1000;
+    let mut st = engine().compile(&s).unwrap().instantiate(0).unwrap();
+    let b = TestBatch::new(&frames(1), 0);
+    let t = Instant::now();
+    for _ in 0..100 {
+        b.run(&mut st);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    assert_eq!(st.stats().faults(FaultReason::Trap).get(), 100);
+    let suppressed = st.stats().log_suppressed.get() as f64;
+    // 10 at once, then 1/s: 90 of 100 suppressed, less one per second the loop took.
+    assert!(suppressed >= 90.0 - secs.ceil() && suppressed <= 90.0, "{suppressed} suppressed in {secs:.2}s");
+}
+
+/// A plugin logging on every packet gets its burst, then one line a second; the rest are
+/// counted, not written.
+#[test]
+fn plugin_log_lines_are_rate_limited_and_counted() {
+    let body = "(local.set $len (i32.const 0)) (loop $l (call $log (i32.const 2) (i32.const 64) (i32.const 16)) (local.set $len (i32.add (local.get $len) (i32.const 1))) (br_if $l (i32.lt_u (local.get $len) (i32.const 100)))) (call $ok (local.get $p))";
+    let core = guest(body).replacen(
+        "(module\n",
+        "(module\n  (import \"wasmswitch:plugin/host@0.2.0\" \"log\" (func $log (param i32 i32 i32)))\n",
+        1,
+    );
+    let mut st = engine()
+        .compile(&spec("chatty", write("chatty.wasm", &component(&core, None)), ""))
+        .unwrap()
+        .instantiate(0)
+        .unwrap();
+    let t = Instant::now();
+    assert_eq!(TestBatch::new(&frames(2), 0).run(&mut st), vec![Verdict::Pass; 2]);
+    let secs = t.elapsed().as_secs_f64();
+    let suppressed = st.stats().log_suppressed.get() as f64;
+    assert!(suppressed >= 90.0 - secs.ceil() && suppressed <= 90.0, "{suppressed} suppressed in {secs:.2}s");
+    assert_eq!(st.stats().faults_total(), 0);
+}
+
+/// `memory_limit` caps all of an instance's linear memories together: with two memories,
+/// each growth is checked against the sum.
+#[test]
+fn two_memories_share_one_limit() {
+    // 40 pages (2.5 MiB) on each memory; under 4 MiB only the first growth fits. If the
+    // second one succeeds the call traps.
+    let body = "(drop (memory.grow (i32.const 40))) (if (i32.ne (memory.grow $m2 (i32.const 40)) (i32.const -1)) (then unreachable)) (call $ok (local.get $p))";
+    let core = guest(body).replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 1) (memory $m2 1)");
+    let mut s = spec("twomem", write("twomem.wasm", &component(&core, None)), "");
+    s.memory_limit = 4 << 20;
+    let mut st = engine().compile(&s).unwrap().instantiate(0).unwrap();
+    let b = TestBatch::new(&frames(2), 0);
+    for i in 0..3 {
+        assert_eq!(b.run(&mut st), vec![Verdict::Pass; 2], "batch {i}");
+        let used = st.memory_bytes().expect("live");
+        assert!(used <= s.memory_limit, "batch {i}: {used} bytes in use");
+    }
+    assert_eq!(st.memory_bytes(), Some(42 << 16), "1 + 40 pages and 1 page");
+    assert_eq!(st.stats().faults_total(), 0);
+}
+
+/// `init` gets its own CPU-time bound, not the batch deadline; an init over it is stopped
+/// with how long it ran.
+#[test]
+fn init_runs_under_its_own_deadline() {
+    let init = r#"(func (export "init") (param $p i32) (param $len i32) (result i32)"#;
+    // About 10-100 ms of CPU: far over the 1 ms batch deadline, well under init's 1 s.
+    let slow = guest("(call $ok (local.get $p))").replace(
+        init,
+        &format!("{init} (local $i i32) (local.set $i (i32.const 30000000)) (loop $l (local.set $i (i32.sub (local.get $i) (i32.const 1))) (br_if $l (local.get $i)))"),
+    );
+    let mut s = spec("slow-init", write("slow-init.wasm", &component(&slow, None)), "");
+    s.deadline = Duration::from_millis(1);
+    let mut st = engine().compile(&s).expect("a slow init within its bound").instantiate(0).unwrap();
+    assert_eq!(TestBatch::new(&frames(1), 0).run(&mut st), vec![Verdict::Pass]);
+    // After a fault the fresh instance is made on the worker, under the batch deadline: the
+    // worker never waits longer than for a batch call, and this init is too slow for that.
+    let trap = slow.replace(
+        "(func (export \"process\") (param $p i32) (param $len i32) (result i32)\n    (call $ok (local.get $p)))",
+        "(func (export \"process\") (param $p i32) (param $len i32) (result i32)\n    (unreachable))",
+    );
+    assert_ne!(trap, slow);
+    let mut s = spec("slow-init-trap", write("slow-init-trap.wasm", &component(&trap, None)), "");
+    s.deadline = Duration::from_millis(1);
+    let mut st = engine().compile(&s).unwrap().instantiate(0).unwrap();
+    let b = TestBatch::new(&frames(1), 0);
+    b.run(&mut st);
+    b.run(&mut st);
+    assert_eq!(st.stats().faults(FaultReason::Trap).get(), 1);
+    assert_eq!(st.stats().faults(FaultReason::Instantiate).get(), 1, "remade under the batch deadline");
+    let spin = guest("(call $ok (local.get $p))").replace(init, &format!("{init} (loop $l (br $l))"));
+    let t = Instant::now();
+    let e = engine().compile(&spec("spin-init", write("spin-init.wasm", &component(&spin, None)), "")).err().unwrap();
+    let took = t.elapsed();
+    assert_eq!(e.kind, ErrorKind::Init);
+    let msg = e.to_string();
+    assert!(msg.contains("ms of CPU time") && msg.contains("init may use 1000 ms of CPU"), "{msg}");
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(10), "stopped after {took:?}");
 }
 
 #[test]
