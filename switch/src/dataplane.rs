@@ -70,6 +70,10 @@ pub struct WorkerControl {
     progress_ms: AtomicU64,
     /// The last generation whose commands the worker has applied.
     applied: AtomicU64,
+    /// What the worker's commands replaced (slots, queues, plugin stages), dropped by the
+    /// thread that sent them: closing sockets and instances is slow, and a worker must not
+    /// stall its other ports on it.
+    retired: Mutex<Vec<Box<dyn Send>>>,
 }
 
 impl WorkerControl {
@@ -101,6 +105,17 @@ impl WorkerControl {
     fn request_stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Hands over what the worker's commands replaced, to be dropped by the caller.
+    pub fn take_retired(&self) -> Vec<Box<dyn Send>> {
+        std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn retire<T: Send + 'static>(&self, x: Option<T>) {
+        if let Some(x) = x {
+            self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(x));
+        }
     }
 
     /// Rounds the worker has completed.
@@ -310,15 +325,15 @@ fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, 
             let cmds = std::mem::take(&mut *control.commands.lock().unwrap_or_else(|e| e.into_inner()));
             for cmd in cmds {
                 match cmd {
-                    Command::SetIngress(p, stage) => drop(pipe.set_ingress(p, stage)),
+                    Command::SetIngress(p, stage) => control.retire(pipe.set_ingress(p, stage)),
                     Command::SetPortUp(p, up) => pipe.set_port_up(p, up),
                     Command::SetIdle(i) => idle = i,
-                    Command::AttachPort { port, slot, fresh } => pipe.attach_port(port, slot, fresh),
-                    Command::DetachPort(p) => pipe.detach_port(p),
+                    Command::AttachPort { port, slot, fresh } => control.retire(pipe.attach_port(port, slot, fresh)),
+                    Command::DetachPort(p) => control.retire(pipe.detach_port(p)),
                     Command::SetMaxFrame(p, max) => pipe.set_max_frame(p, max),
                     Command::SetFdb(fdb) => pipe.set_fdb(fdb),
                     Command::Pin(cpu) => pin(cpu),
-                    Command::ReplaceQueues(p, queues) => pipe.replace_queues(p, queues),
+                    Command::ReplaceQueues(p, queues) => control.retire(Some(pipe.replace_queues(p, queues))),
                 }
             }
             control.applied.store(generation, Ordering::Release);
@@ -441,6 +456,10 @@ fn reattach(
         .map(|(w, c)| c.send_all(vec![Command::ReplaceQueues(p, std::mem::take(&mut opened.queues[w]))]))
         .collect();
     let late = !controls.iter().zip(sent).all(|(c, g)| c.wait_applied(g, APPLY_BOUND));
+    for c in controls {
+        // The old, dead sockets are closed here, off the data path.
+        drop(c.take_retired());
+    }
     res.replace_handle(p, Some(opened.handle), late);
     let new = opened.info;
     new.gone_events.store(info.gone_events.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -609,6 +628,8 @@ impl Dataplane {
             if !h.control.wait_applied(g, APPLY_BOUND) {
                 late.push(w);
             }
+            // What the worker let go of is closed here, off the data path.
+            drop(h.control.take_retired());
         }
         for id in &changes.remove {
             // A late worker may still poll the port: then its handle is closed at stop.
@@ -708,6 +729,9 @@ impl Dataplane {
         // TAP goes away with its last descriptor.
         let handles = std::mem::take(&mut *self.res.handles.lock().unwrap_or_else(|e| e.into_inner()));
         let retired = std::mem::take(&mut *self.res.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in &self.workers {
+            drop(w.control.take_retired());
+        }
         for h in handles.into_iter().flatten().chain(retired) {
             h.close();
         }

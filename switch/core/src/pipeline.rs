@@ -157,10 +157,11 @@ impl Pipeline {
 
     /// Puts `slot` in as port `port` (a port added or replaced by a reload), between rounds.
     /// The port's counters on this worker start from zero when `fresh` (a new port; a
-    /// replaced one keeps counting). A slot already there is released first.
-    pub fn attach_port(&mut self, port: PortId, slot: PortSlot, fresh: bool) {
+    /// replaced one keeps counting). A slot already there is released first and returned (see
+    /// [`Pipeline::detach_port`]).
+    pub fn attach_port(&mut self, port: PortId, slot: PortSlot, fresh: bool) -> Option<PortSlot> {
         let i = port as usize;
-        self.detach_port(port);
+        let old = self.detach_port(port);
         if self.ports.len() <= i {
             self.ports.resize_with(i + 1, PortSlot::absent);
             let per_port = BATCH_SIZE * self.ports.len();
@@ -176,25 +177,33 @@ impl Pipeline {
         }
         self.ports[i] = PortSlot { up: slot.up && !slot.queues.is_empty(), ..slot };
         self.rebuild_rx_list();
+        old
     }
 
     /// Takes port `port` out (a reload removed it): its completions are collected, every frame
     /// its queues hold goes back to the pool (frames the kernel still holds are returned when
-    /// the driver closes the queue, which dropping it here does), and the id stays empty and
-    /// down. Nothing is staged for it: staging happens within a round.
-    pub fn detach_port(&mut self, port: PortId) {
-        let Some(slot) = self.ports.get_mut(port as usize) else { return };
+    /// the driver closes the queue) and the id stays empty and down. The slot comes back for
+    /// the caller to drop elsewhere: closing a socket or a plugin instance can take a while
+    /// (`synchronize_net`), and a worker must not stall its other ports on it. Nothing is
+    /// staged for it: staging happens within a round.
+    pub fn detach_port(&mut self, port: PortId) -> Option<PortSlot> {
+        let slot = self.ports.get_mut(port as usize)?;
         let mut slot = std::mem::replace(slot, PortSlot::absent());
+        self.release(&mut slot.queues);
+        self.rebuild_rx_list();
+        Some(slot).filter(|s| !s.queues.is_empty() || s.ingress.is_some())
+    }
+
+    /// Collects the completions of `queues` and returns every frame they hold to the pool.
+    fn release(&mut self, queues: &mut [Box<dyn PortQueue>]) {
         let mut bulk = if self.opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() };
-        for queue in slot.queues.iter_mut() {
+        for queue in queues.iter_mut() {
             queue.complete(&mut self.pool, &mut bulk);
         }
         bulk.flush(&mut self.pool);
-        for queue in slot.queues.iter_mut() {
+        for queue in queues.iter_mut() {
             queue.release_all(&mut self.pool);
         }
-        drop(slot);
-        self.rebuild_rx_list();
     }
 
     /// Uses `fdb` from the next round on (a reload resized the table).
@@ -203,22 +212,15 @@ impl Pipeline {
     }
 
     /// Gives `port` new queues (its interface came back), keeping its stage and counters: the
-    /// old queues' frames go back to the pool (as [`Pipeline::detach_port`]) and the port is up
+    /// old queues are released as by [`Pipeline::detach_port`] and returned, and the port is up
     /// again when it has queues.
-    pub fn replace_queues(&mut self, port: PortId, queues: Vec<Box<dyn PortQueue>>) {
-        let Some(slot) = self.ports.get_mut(port as usize) else { return };
+    pub fn replace_queues(&mut self, port: PortId, queues: Vec<Box<dyn PortQueue>>) -> Vec<Box<dyn PortQueue>> {
+        let Some(slot) = self.ports.get_mut(port as usize) else { return queues };
         let mut old = std::mem::replace(&mut slot.queues, queues);
         slot.up = !slot.queues.is_empty();
-        let mut bulk = if self.opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() };
-        for queue in old.iter_mut() {
-            queue.complete(&mut self.pool, &mut bulk);
-        }
-        bulk.flush(&mut self.pool);
-        for queue in old.iter_mut() {
-            queue.release_all(&mut self.pool);
-        }
-        drop(old);
+        self.release(&mut old);
         self.rebuild_rx_list();
+        old
     }
 
     /// Frames longer than `max` bytes are dropped as oversize on `port` from now on.
