@@ -184,10 +184,13 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
         }
         Ask::Reload => {
             let (st, body) = target.request("POST", "/api/v1/reload", Duration::from_secs(300))?;
+            let answer: Value = serde_json::from_str(&body).unwrap_or_else(|_| Value::String(body.trim().to_string()));
             if json {
-                println!("{}", serde_json::json!({"status": st, "answer": body.trim()}));
+                println!("{}", serde_json::json!({"status": st, "answer": answer}));
             } else {
-                println!("{}", body.trim());
+                // The API answers {"status", "summary"} or {"status", "error"}.
+                let text = answer.get("summary").or_else(|| answer.get("error")).unwrap_or(&answer);
+                println!("{}", s(text));
             }
             match st {
                 200 => {}
