@@ -107,12 +107,15 @@ pub struct XdpStatistics {
 /// cleared when it comes back (RX or completion), so at shutdown every frame still set can be
 /// returned, including those the kernel took from the fill ring but never delivered (which no
 /// ring shows any more). A set/clear that finds the bit already in that state is a double post
-/// or a foreign frame, caught by a debug assertion.
+/// or a foreign frame, caught by a debug assertion. An address outside the UMEM is ignored: the
+/// bitmap's last word has room for frames the UMEM does not have, and recording one would hand
+/// a frame that does not exist back to the pool at shutdown.
 #[derive(Debug)]
 pub struct FrameSet {
     bits: Vec<u64>,
     count: usize,
     shift: u32,
+    frames: usize,
 }
 
 impl FrameSet {
@@ -121,12 +124,20 @@ impl FrameSet {
             bits: vec![0; (umem.frames() as usize).div_ceil(64)],
             count: 0,
             shift: umem.frame_size().trailing_zeros(),
+            frames: umem.frames() as usize,
         }
+    }
+
+    /// The frame index of `addr`, or `None` outside the UMEM.
+    #[inline]
+    fn index(&self, addr: u64) -> Option<usize> {
+        let i = (addr >> self.shift) as usize;
+        (i < self.frames).then_some(i)
     }
 
     #[inline]
     pub fn insert(&mut self, addr: u64) {
-        let i = (addr >> self.shift) as usize;
+        let Some(i) = self.index(addr) else { return };
         if let Some(w) = self.bits.get_mut(i / 64) {
             let m = 1u64 << (i % 64);
             debug_assert!(*w & m == 0, "frame {addr:#x} posted twice");
@@ -137,7 +148,7 @@ impl FrameSet {
 
     #[inline]
     pub fn remove(&mut self, addr: u64) {
-        let i = (addr >> self.shift) as usize;
+        let Some(i) = self.index(addr) else { return };
         if let Some(w) = self.bits.get_mut(i / 64) {
             let m = 1u64 << (i % 64);
             debug_assert!(*w & m != 0, "frame {addr:#x} came back but was not posted");
@@ -333,5 +344,22 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(s.drain(), vec![0, 2048 * 199]);
         assert!(s.is_empty());
+    }
+
+    /// Found by the `umem_desc` fuzz target: with a frame count that is not a multiple of 64, an
+    /// address just past the UMEM landed in the bitmap's last word, was counted, and `drain`
+    /// returned it as a frame to give back to the pool.
+    #[test]
+    fn frame_set_ignores_addresses_past_the_umem() {
+        let umem = Umem::new(10, 1024).unwrap();
+        let mut s = FrameSet::new(&umem);
+        s.insert(1024 * 10);
+        s.insert(1024 * 63 + 5);
+        s.insert(u64::MAX);
+        assert!(s.is_empty(), "foreign frames are not recorded");
+        s.insert(1024 * 9);
+        s.remove(1024 * 10); // a foreign return touches nothing
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.drain(), vec![1024 * 9]);
     }
 }

@@ -1,0 +1,76 @@
+// The `wire` fuzz target's body, shared verbatim (via `include!`) by the libFuzzer target and by
+// `switch/core/tests/fuzz_corpus.rs`, which replays the committed corpus on stable.
+//
+// Input: byte 0..2 pick the port's maximum frame size, the rest is the frame.
+
+use wasmswitch_core::wire::checksum::{complete_partial, fill_l4_checksum, l4_checksum_ok, Completion};
+use wasmswitch_core::wire::{flags, parse_into, PacketMeta, ParseError};
+
+pub fn check(data: &[u8]) {
+    if data.len() < 2 {
+        return;
+    }
+    // Mostly realistic limits, sometimes below the frame so `Oversize` is reached.
+    let max_len = u16::from_le_bytes([data[0], data[1]]) as usize;
+    let frame = &data[2..];
+    // A stale meta (the datapath reuses batch slots) must not leak into the result.
+    let mut m = PacketMeta { len: 0xffff, flags: 0xffff, l4_offset: 0xffff, ..Default::default() };
+    match parse_into(frame, max_len, &mut m) {
+        Err(ParseError::Oversize) => assert!(frame.len() > max_len),
+        Err(ParseError::Runt) => assert!(frame.len() < 14),
+        Err(_) => {}
+        Ok(()) => {
+            assert_eq!(m.len as usize, frame.len());
+            let (l3, l4) = (m.l3_offset as usize, m.l4_offset as usize);
+            assert!(l3 <= frame.len() && l4 <= frame.len(), "offsets inside the frame: {m:?}");
+            if m.has(flags::IPV4) || m.has(flags::IPV6) {
+                assert!(!(m.has(flags::IPV4) && m.has(flags::IPV6)));
+                assert!(l3 >= 14, "an IP header after the Ethernet header");
+            }
+            if m.has(flags::L4_PORTS) {
+                assert!(l4 > l3, "L4 after L3: {m:?}");
+                assert!(l4 + 8 <= frame.len(), "ports read inside the frame");
+                let p = &frame[l4..l4 + 4];
+                assert_eq!(
+                    (m.src_port, m.dst_port),
+                    (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]))
+                );
+            }
+            checksums(frame, &m);
+        }
+    }
+}
+
+fn checksums(frame: &[u8], m: &PacketMeta) {
+    let was_ok = l4_checksum_ok(frame, m);
+    let mut f = frame.to_vec();
+    let c = complete_partial(&mut f, m);
+    let changed: Vec<usize> = (0..f.len()).filter(|&i| f[i] != frame[i]).collect();
+    match c {
+        Completion::NotApplicable => {
+            assert!(changed.is_empty());
+            assert_eq!(was_ok, None, "no L4 span for completion, none for verification either");
+        }
+        Completion::Untouched => assert!(changed.is_empty()),
+        Completion::Completed => {
+            // Only the two checksum bytes, which sit inside the L4 header.
+            let l4 = m.l4_offset as usize;
+            assert!(changed.iter().all(|&i| i >= l4 + 6 && i < l4 + 18), "changed {changed:?}, l4 at {l4}");
+            assert!(changed.len() <= 2 && changed.windows(2).all(|w| w[1] == w[0] + 1));
+            assert_eq!(l4_checksum_ok(&f, m), Some(true), "a completed checksum verifies");
+        }
+    }
+    if was_ok == Some(true) {
+        assert_eq!(l4_checksum_ok(&f, m), Some(true), "completion broke a valid checksum");
+    }
+    // Filling computes a verifying checksum whenever there is an L4 span.
+    let mut g = frame.to_vec();
+    let filled = fill_l4_checksum(&mut g, m);
+    assert_eq!(filled, was_ok.is_some());
+    if filled {
+        assert_eq!(l4_checksum_ok(&g, m), Some(true));
+        assert!((0..g.len()).filter(|&i| g[i] != frame[i]).count() <= 2);
+    } else {
+        assert_eq!(g, frame);
+    }
+}
