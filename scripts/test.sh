@@ -56,6 +56,9 @@ stage "cargo clippy (workspace)" cargo clippy --workspace --all-targets -- -D wa
 stage "cargo test (plugin crates, native harness)" bash -c 'cd plugins && cargo test --workspace --no-fail-fast'
 stage "cargo clippy (plugins)" bash -c 'cd plugins && cargo clippy --workspace --all-targets -- -D warnings'
 stage "configs" check_configs
+# Every fuzz target for 20 s where the nightly toolchain is (it prints a line and passes where
+# it is not: the corpora are replayed on stable by the workspace tests anyway).
+stage "fuzz (cargo-fuzz, 20 s per target)" scripts/fuzz.sh 20
 # After the workspace tests: the Kubernetes ConfigMap is checked with the binary they built.
 stage "examples (systemd, prometheus, grafana, kubernetes)" env WASMSWITCH_BIN=target/debug/wasmswitch examples/check.sh
 summary
