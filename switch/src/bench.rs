@@ -267,6 +267,33 @@ fn snapshot(s: &WorkerStats) -> Snapshot {
     }
 }
 
+/// Runs `step` on `state` for 200 ms, untimed.
+fn warm_up<S: ?Sized>(state: &mut S, mut step: impl FnMut(&mut S)) {
+    let warm = Instant::now();
+    while warm.elapsed() < Duration::from_millis(200) {
+        step(state);
+    }
+}
+
+/// Runs `step` on `state` for `seconds`, calling `progress` about every 250 ms; returns the
+/// seconds it ran (the clock is read once per step, so a step should be a few batches).
+fn timed<S: ?Sized>(state: &mut S, seconds: f64, progress: &mut dyn FnMut(f64), mut step: impl FnMut(&mut S)) -> f64 {
+    let start = Instant::now();
+    let limit = Duration::from_secs_f64(seconds);
+    let mut last_progress = Instant::now();
+    loop {
+        step(state);
+        let el = start.elapsed();
+        if el >= limit {
+            return el.as_secs_f64();
+        }
+        if last_progress.elapsed() > Duration::from_millis(250) {
+            progress(el.as_secs_f64());
+            last_progress = Instant::now();
+        }
+    }
+}
+
 /// Runs `pipe` for `seconds` (after a warm-up) and measures it.
 pub fn measure(
     name: &str,
@@ -275,28 +302,15 @@ pub fn measure(
     frame_size: usize,
     mut progress: impl FnMut(f64),
 ) -> BenchResult {
-    let warm = Instant::now();
-    while warm.elapsed() < Duration::from_millis(200) {
-        pipe.poll();
-    }
+    warm_up(pipe, |p| {
+        p.poll();
+    });
     let before = snapshot(pipe.stats());
-    let start = Instant::now();
-    let limit = Duration::from_secs_f64(seconds);
-    let mut last_progress = Instant::now();
-    loop {
+    let secs = timed(pipe, seconds, &mut progress, |p| {
         for _ in 0..16 {
-            pipe.poll();
+            p.poll();
         }
-        let el = start.elapsed();
-        if el >= limit {
-            break;
-        }
-        if last_progress.elapsed() > Duration::from_millis(250) {
-            progress(el.as_secs_f64());
-            last_progress = Instant::now();
-        }
-    }
-    let secs = start.elapsed().as_secs_f64();
+    });
     let after = snapshot(pipe.stats());
     let packets = after.packets - before.packets;
     let drops = after.drops - before.drops;
@@ -480,27 +494,14 @@ fn floor(seconds: f64, frame_size: usize, mut progress: impl FnMut(f64)) -> Benc
         }
         free.extend_from_slice(&batch);
     };
-    let warm = Instant::now();
-    while warm.elapsed() < Duration::from_millis(200) {
-        round(&mut n);
-    }
-    let (start, c0, n0) = (Instant::now(), cycles(), n);
-    let limit = Duration::from_secs_f64(seconds);
-    let mut last_progress = Instant::now();
-    loop {
+    warm_up(&mut n, &mut round);
+    let (c0, n0) = (cycles(), n);
+    let secs = timed(&mut n, seconds, &mut progress, |n| {
         for _ in 0..64 {
-            round(&mut n);
+            round(n);
         }
-        let el = start.elapsed();
-        if el >= limit {
-            break;
-        }
-        if last_progress.elapsed() > Duration::from_millis(250) {
-            progress(el.as_secs_f64());
-            last_progress = Instant::now();
-        }
-    }
-    let (secs, spent) = (start.elapsed().as_secs_f64(), cycles().wrapping_sub(c0));
+    });
+    let spent = cycles().wrapping_sub(c0);
     // Keeps the lookups from being optimised away.
     std::hint::black_box(found);
     let packets = (n - n0) as u64;
