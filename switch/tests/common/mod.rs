@@ -197,3 +197,19 @@ pub fn xdp_attached(ifname: &str) -> bool {
     let out = std::process::Command::new("ip").args(["-d", "link", "show", ifname]).output().unwrap();
     String::from_utf8_lossy(&out.stdout).contains("xdp")
 }
+
+/// `plugins/out/NAME.wasm` when it is built. Missing, it is a failure under CI=true (the test
+/// command builds it first) and a skip, said on stderr, elsewhere.
+pub fn example_plugin(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../plugins/out/{name}.wasm"));
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{} missing: scripts/test.sh builds it first",
+        path.display()
+    );
+    eprintln!("skipped: build the plugins with plugins/build.sh");
+    None
+}
