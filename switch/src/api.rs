@@ -20,11 +20,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Extension, Json, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -33,6 +33,7 @@ use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
+use wasmswitch_core::wire::MacAddr;
 
 /// The result of a reload: `Ok(summary)` or `Err(refusal)`.
 pub type ReloadResult = Result<String, String>;
@@ -55,6 +56,8 @@ pub trait Control: Send + Sync + 'static {
     fn health(&self) -> Result<(), String>;
     fn ports_json(&self) -> serde_json::Value;
     fn fdb_json(&self) -> serde_json::Value;
+    /// An FDB edit (lock-free table operations: quick); the answer's JSON, or why not.
+    fn fdb_change(&self, change: FdbChange) -> Result<serde_json::Value, String>;
     fn plugins_json(&self) -> serde_json::Value;
     /// The config the switch runs (after the last reload that applied).
     fn config_json(&self) -> serde_json::Value;
@@ -63,6 +66,28 @@ pub trait Control: Send + Sync + 'static {
     /// The token mutating requests must carry (`control.token_file` of the running config),
     /// or `None` when none is configured.
     fn token(&self) -> Option<crate::config::Token>;
+}
+
+/// An edit of the FDB through the API (`POST /api/v1/fdb`, `DELETE /api/v1/fdb/{vlan}/{mac}`,
+/// `POST /api/v1/fdb/flush`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FdbChange {
+    /// A static entry.
+    Add {
+        mac: MacAddr,
+        vlan: u16,
+        port: String,
+    },
+    Remove {
+        mac: MacAddr,
+        vlan: u16,
+    },
+    /// Every entry matching all the conditions given; static ones only with `statics`.
+    Flush {
+        port: Option<String>,
+        vlan: Option<u16>,
+        statics: bool,
+    },
 }
 
 #[derive(Clone)]
@@ -130,7 +155,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/api/v1/ports", get(ports))
-        .route("/api/v1/fdb", get(fdb))
+        .route("/api/v1/fdb", get(fdb).post(fdb_add))
+        .route("/api/v1/fdb/flush", post(fdb_flush))
+        .route("/api/v1/fdb/{vlan}/{mac}", delete(fdb_remove))
         .route("/api/v1/plugins", get(plugins))
         .route("/api/v1/config", get(config))
         .route("/api/v1/reload", post(reload))
@@ -303,6 +330,72 @@ async fn ports(State(s): State<ApiState>) -> Json<serde_json::Value> {
 
 async fn fdb(State(s): State<ApiState>) -> Json<serde_json::Value> {
     Json(s.control.fdb_json())
+}
+
+/// Body of `POST /api/v1/fdb`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddBody {
+    mac: String,
+    #[serde(default = "vlan_one")]
+    vlan: u16,
+    port: String,
+}
+
+/// Body of `POST /api/v1/fdb/flush` (an empty body flushes every learned entry).
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FlushBody {
+    port: Option<String>,
+    vlan: Option<u16>,
+    #[serde(default, rename = "static")]
+    statics: bool,
+}
+
+fn vlan_one() -> u16 {
+    1
+}
+
+fn bad_request(why: String) -> Response {
+    (StatusCode::BAD_REQUEST, Json(json!({"status": "error", "error": why}))).into_response()
+}
+
+fn fdb_answer(s: &ApiState, change: FdbChange) -> Response {
+    match s.control.fdb_change(change) {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"status": "error", "error": e}))).into_response(),
+    }
+}
+
+async fn fdb_add(State(s): State<ApiState>, body: axum::body::Bytes) -> Response {
+    let b: AddBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(format!("expected {{\"mac\": \"02:..\", \"vlan\": 1, \"port\": \"name\"}}: {e}")),
+    };
+    match b.mac.parse::<MacAddr>() {
+        Ok(mac) => fdb_answer(&s, FdbChange::Add { mac, vlan: b.vlan, port: b.port }),
+        Err(e) => bad_request(e),
+    }
+}
+
+async fn fdb_remove(State(s): State<ApiState>, Path((vlan, m)): Path<(String, String)>) -> Response {
+    let Ok(vlan) = vlan.parse::<u16>() else { return bad_request(format!("`{vlan}` is not a VLAN id")) };
+    match m.parse::<MacAddr>() {
+        Ok(mac) => fdb_answer(&s, FdbChange::Remove { mac, vlan }),
+        Err(e) => bad_request(e),
+    }
+}
+
+async fn fdb_flush(State(s): State<ApiState>, body: axum::body::Bytes) -> Response {
+    let b: FlushBody = if body.iter().all(u8::is_ascii_whitespace) {
+        FlushBody::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(b) => b,
+            Err(e) => return bad_request(format!("expected {{\"port\": .., \"vlan\": .., \"static\": false}}: {e}")),
+        }
+    };
+    fdb_answer(&s, FdbChange::Flush { port: b.port, vlan: b.vlan, statics: b.statics })
 }
 
 async fn plugins(State(s): State<ApiState>) -> Json<serde_json::Value> {

@@ -72,6 +72,14 @@ const SCENARIOS: &[Scenario] = &[
         about: "learning switch, 4 ports, 1024 source MACs, 5% broadcast",
     },
     Scenario {
+        name: "l2-vlan",
+        mode: "l2-vlan",
+        alloc: AllocMode::Recycling,
+        bulk_return: true,
+        stage: Stage::None,
+        about: "l2 with 4 trunk ports carrying VLANs 10-13, every frame tagged, learning per VLAN",
+    },
+    Scenario {
         name: "l2-single-return",
         mode: "l2",
         alloc: AllocMode::Recycling,
@@ -184,7 +192,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Scenario(s) to run (default: all that the other options allow): passthrough, l2,
-    /// l2-single-return, l2-no-recycle, l2+plugin (needs --plugin), l2+native (needs --plugin;
+    /// l2-vlan, l2-single-return, l2-no-recycle, l2+plugin (needs --plugin), l2+native (needs --plugin;
     /// only in wasmswitch-bench-native).
     #[arg(long = "scenario")]
     pub scenarios: Vec<String>,
@@ -240,12 +248,17 @@ pub struct BenchOptions {
     pub plugin: Option<PluginBench>,
 }
 
-/// The YAML of the benchmark topology: 4 sim ports, 256 source MACs each (1024 in all).
+/// The YAML of the benchmark topology: 4 sim ports, 256 source MACs each (1024 in all). Mode
+/// `l2-vlan` is `l2` with every port a trunk of VLANs 10-13 and the traffic spread over them.
 pub fn topology_yaml(mode: &str, frame_size: usize) -> String {
+    let (mode, vlan) = match mode {
+        "l2-vlan" => ("l2", "        vlan: [\"10-13\"]\n    vlan: { mode: trunk, allowed: [\"10-13\"] }\n"),
+        m => (m, ""),
+    };
     let mut y = format!("switch:\n  mode: {mode}\npool:\n  frames: 16384\nworkers:\n  - idle: poll\nports:\n");
     for p in 0..4 {
         y += &format!(
-            "  - name: p{p}\n    driver: sim\n    sim:\n      ring_size: 1024\n      traffic:\n        src_macs: 256\n        frame_sizes: [{frame_size}]\n        broadcast_percent: 5\n        flows: 1024\n"
+            "  - name: p{p}\n    driver: sim\n    sim:\n      ring_size: 1024\n      traffic:\n        src_macs: 256\n        frame_sizes: [{frame_size}]\n        broadcast_percent: 5\n        flows: 1024\n{vlan}"
         );
     }
     y
@@ -534,6 +547,9 @@ fn print_table(results: &[BenchResult], plugin: Option<&str>) {
     let get = |n: &str| results.iter().find(|r| r.scenario == n).map(|r| r.mpps);
     if let (Some(l2), Some(f)) = (get("l2"), get("floor")) {
         println!("l2 / floor                = {:.2}", l2 / f);
+    }
+    if let (Some(l2), Some(v)) = (get("l2"), get("l2-vlan")) {
+        println!("l2-vlan / l2              = {:.2}", v / l2);
     }
     if let (Some(l2), Some(pt)) = (get("l2"), get("passthrough")) {
         println!("l2 / passthrough          = {:.2}", l2 / pt);

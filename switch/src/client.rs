@@ -1,4 +1,4 @@
-//! `wasmswitch status | ports | fdb | plugins | reload`: a client for a running daemon's control
+//! `wasmswitch status | ports | fdb [show|add|del|flush] | plugins | reload`: a client for a running daemon's control
 //! API. The address and token come from the daemon's config file (`-c`) or from flags; output is
 //! a table, or the API's JSON with `--json`.
 //!
@@ -39,6 +39,11 @@ impl Target {
     /// One request; (status, body). Reloads may compile plugins for a while: `timeout` says how
     /// long to wait for the answer.
     fn request(&self, method: &str, path: &str, timeout: Duration) -> Result<(u16, String)> {
+        self.request_with(method, path, "", timeout)
+    }
+
+    /// [`Target::request`] with a JSON body.
+    fn request_with(&self, method: &str, path: &str, body: &str, timeout: Duration) -> Result<(u16, String)> {
         let mut s = TcpStream::connect_timeout(&self.addr, Duration::from_secs(3))
             .with_context(|| format!("cannot reach the daemon at {} (is it running? see `-c`/`--addr`)", self.addr))?;
         s.set_read_timeout(Some(timeout))?;
@@ -48,9 +53,10 @@ impl Target {
             if let Some(t) = &self.token {
                 req += &format!("Authorization: Bearer {}\r\n", String::from_utf8_lossy(t));
             }
-            req += "Content-Length: 0\r\n";
+            req += &format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len());
         }
         req += "\r\n";
+        req += body;
         s.write_all(req.as_bytes())?;
         let mut raw = Vec::new();
         s.read_to_end(&mut raw).context("reading the answer")?;
@@ -93,11 +99,27 @@ fn parse_response(raw: &[u8]) -> Result<(u16, String)> {
 }
 
 /// What the client asks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ask {
     Status,
     Ports,
     Fdb,
+    /// A static FDB entry.
+    FdbAdd {
+        mac: String,
+        vlan: u16,
+        port: String,
+    },
+    FdbDel {
+        mac: String,
+        vlan: u16,
+    },
+    /// Learned entries (static ones too with `statics`) matching every condition given.
+    FdbFlush {
+        port: Option<String>,
+        vlan: Option<u16>,
+        statics: bool,
+    },
     Plugins,
     Reload,
 }
@@ -141,11 +163,27 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
             } else {
                 let entries = fdb["entries"].as_array().cloned().unwrap_or_default();
                 println!("{} entries (capacity {})", entries.len(), n(&fdb["capacity"]));
-                println!("{:<18} {:<16} {:>8}", "mac", "port", "age (s)");
+                println!("{:>4} {:<18} {:<16} {:>8}", "vlan", "mac", "port", "age (s)");
                 for e in &entries {
-                    println!("{:<18} {:<16} {:>8}", s(&e["mac"]), s(&e["port"]), n(&e["age_seconds"]));
+                    let age = if e["static"].as_bool().unwrap_or(false) {
+                        "static".to_string()
+                    } else {
+                        n(&e["age_seconds"]).to_string()
+                    };
+                    println!("{:>4} {:<18} {:<16} {:>8}", n(&e["vlan"]), s(&e["mac"]), s(&e["port"]), age);
                 }
             }
+        }
+        Ask::FdbAdd { mac, vlan, port } => {
+            let body = serde_json::json!({"mac": mac, "vlan": vlan, "port": port});
+            edit(target, "POST", "/api/v1/fdb", &body.to_string(), json)?;
+        }
+        Ask::FdbDel { mac, vlan } => {
+            edit(target, "DELETE", &format!("/api/v1/fdb/{vlan}/{mac}"), "", json)?;
+        }
+        Ask::FdbFlush { port, vlan, statics } => {
+            let body = serde_json::json!({"port": port, "vlan": vlan, "static": statics});
+            edit(target, "POST", "/api/v1/fdb/flush", &body.to_string(), json)?;
         }
         Ask::Plugins => {
             let plugins = target.get_json("/api/v1/plugins")?;
@@ -202,6 +240,28 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// An FDB edit: prints what the daemon did (or its JSON); a refusal is a failure.
+fn edit(target: &Target, method: &str, path: &str, body: &str, json: bool) -> Result<()> {
+    let (st, text) = target.request_with(method, path, body, Duration::from_secs(10))?;
+    let answer: Value = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.trim().to_string()));
+    if json {
+        println!("{answer}");
+    }
+    match st {
+        200 if json => Ok(()),
+        200 => {
+            if let Some(n) = answer.get("removed") {
+                println!("{n} entr{} removed", if n.as_u64() == Some(1) { "y" } else { "ies" });
+            } else {
+                println!("added");
+            }
+            Ok(())
+        }
+        401 => bail!("refused: the daemon wants its token (`-c` with the daemon's config, or --token-file)"),
+        _ => bail!("{method} {path}: {st}: {}", answer.get("error").and_then(Value::as_str).unwrap_or(&text)),
+    }
 }
 
 fn print_ports(ports: &Value) {

@@ -17,12 +17,15 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{oneshot, watch};
+use wasmswitch_core::fdb::Flush;
+use wasmswitch_core::vlan::Vid;
 use wasmswitch_core::PortId;
 
-use crate::api::{router, ApiState, Control, Limits, ReloadBusy, ReloadResult};
+use crate::api::{router, ApiState, Control, FdbChange, Limits, ReloadBusy, ReloadResult};
 use crate::config::diff::Plan;
+use crate::config::l2::StaticEntry;
 use crate::config::{Config, PortSection};
-use crate::dataplane::{AddPort, Command, Dataplane, PortChanges};
+use crate::dataplane::{storm_share, AddPort, Command, Dataplane, PortChanges};
 use crate::metrics::{Metrics, SwitchCollector};
 
 /// The running switch: its config and datapath.
@@ -96,9 +99,60 @@ impl Switch {
         let entries: Vec<_> = fdb
             .entries(now)
             .into_iter()
-            .map(|(mac, port, age)| json!({"mac": mac.to_string(), "port": dp.ports.get(port).map(|p| p.name.clone()), "age_seconds": age}))
+            .map(|e| {
+                json!({"vlan": e.vlan, "mac": e.mac.to_string(), "port": dp.ports.get(e.port).map(|p| p.name.clone()),
+                       "static": e.is_static, "age_seconds": e.age})
+            })
             .collect();
         json!({"capacity": fdb.capacity(), "entries": entries})
+    }
+
+    /// Adds a static entry, removes an entry or flushes entries (the API's FDB edits). Static
+    /// entries added here last until they are removed or flushed, or the port goes away; those
+    /// of the config follow the config.
+    pub fn fdb_change(&self, change: FdbChange) -> Result<serde_json::Value, String> {
+        let dp = &self.dataplane;
+        let fdb = dp.fdb.get();
+        let port_id = |name: &str| dp.ports.id_of(name).ok_or_else(|| format!("`{name}` is not a port of the switch"));
+        let vid =
+            |v: u16| Vid::new(v).ok_or_else(|| format!("VLAN {v} is out of range: expected {}-{}", Vid::MIN, Vid::MAX));
+        match change {
+            FdbChange::Add { mac, vlan, port } => {
+                let v = vid(vlan)?;
+                let id = port_id(&port)?;
+                let cfg = self.config();
+                let l2 = cfg.port_l2(&port, 1, &|n| dp.ports.id_of(n));
+                if !l2.vlan.members.contains(v.get()) {
+                    return Err(format!("port `{port}` does not carry VLAN {v}"));
+                }
+                fdb.add_static(v.get(), mac, id).map_err(|e| format!("{mac} in VLAN {v}: {e}"))?;
+                log::info!("fdb: static entry {mac} in VLAN {v} on port `{port}` added");
+                Ok(json!({"status": "ok", "added": {"mac": mac.to_string(), "vlan": vlan, "port": port}}))
+            }
+            FdbChange::Remove { mac, vlan } => {
+                let v = vid(vlan)?;
+                if !fdb.remove(v.get(), mac) {
+                    return Err(format!("no entry for {mac} in VLAN {v}"));
+                }
+                log::info!("fdb: entry {mac} in VLAN {v} removed");
+                Ok(json!({"status": "ok", "removed": 1}))
+            }
+            FdbChange::Flush { port, vlan, statics } => {
+                let what = Flush {
+                    port: port.as_deref().map(port_id).transpose()?,
+                    vlan: vlan.map(vid).transpose()?.map(Vid::get),
+                    statics,
+                };
+                let n = fdb.flush(what);
+                log::info!(
+                    "fdb: flushed {n} entries (port {}, VLAN {}, {})",
+                    port.as_deref().unwrap_or("any"),
+                    vlan.map_or("any".to_string(), |v| v.to_string()),
+                    if statics { "static ones too" } else { "learned ones" }
+                );
+                Ok(json!({"status": "ok", "removed": n}))
+            }
+        }
     }
 
     pub fn plugins_json(&self) -> serde_json::Value {
@@ -234,7 +288,45 @@ impl Switch {
         for &j in &replaced {
             applied.push(format!("port `{}` reopened with its new settings", new.ports[j].name.value));
         }
+        // VLANs, storm limits and mirrors of the ports that stay (added and reopened ones got
+        // theirs when opened): every worker gets the new settings of each port they changed for.
+        let old_id_of = |n: &str| dp.ports.id_of(n);
+        for name in new.ports.iter().map(|p| &p.name.value).chain(new.host.as_ref().map(|h| &h.name.value)) {
+            let j = named(&new, name);
+            if j.is_some_and(|j| added.contains(&j) || replaced.contains(&j)) {
+                continue;
+            }
+            let (Some(id), Some(info)) = (id_of(name), id_of(name).and_then(|id| dp.ports.get(id))) else { continue };
+            let (a, b) = (
+                old.port_l2(name, storm_share(&info, &old), &old_id_of),
+                new.port_l2(name, storm_share(&info, &new), &id_of),
+            );
+            if a != b {
+                for cmds in &mut extra {
+                    cmds.push(Command::SetL2(id, b.clone()));
+                }
+                applied.push(format!("port `{name}`: VLANs, storm control and mirrors as configured"));
+            }
+        }
         let mut late = dp.change_ports(changes, extra);
+        // Static entries of the config: the ones no longer there go, new ones come.
+        let key = |e: &StaticEntry| (e.vlan.value, e.mac.value.0, e.port.value.clone());
+        let (was, now): (Vec<_>, Vec<_>) =
+            (old.fdb.statics.iter().map(key).collect(), new.fdb.statics.iter().map(key).collect());
+        let fdb = dp.fdb.get();
+        for (vlan, mac, port) in was.iter().filter(|e| !now.contains(e)) {
+            fdb.remove(*vlan, *mac);
+            applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` removed"));
+        }
+        for (vlan, mac, port) in now.iter().filter(|e| !was.contains(e)) {
+            let r = id_of(port)
+                .context("no such port")
+                .and_then(|id| fdb.add_static(*vlan, *mac, id).map_err(|e| anyhow::anyhow!("{e}")));
+            match r {
+                Ok(()) => applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` added")),
+                Err(e) => late = late.and(Err(e.context(format!("fdb.static {mac} in VLAN {vlan} was not added")))),
+            }
+        }
         if old.fdb.capacity.value != new.fdb.capacity.value {
             let r = dp.resize_fdb(new.fdb.capacity.value);
             late = late.and(r);
@@ -310,6 +402,9 @@ fn needs_new_queues(a: &PortSection, b: &PortSection) -> bool {
         if let Some(o) = v.as_object_mut() {
             o.remove("plugins");
             o.remove("mtu");
+            // Applied to the running slots (`Command::SetL2`).
+            o.remove("vlan");
+            o.remove("storm");
         }
         if rate(p).is_some() {
             if let Some(r) = v.pointer_mut("/sim/traffic/rate_pps") {
@@ -350,6 +445,10 @@ impl Control for Daemon {
 
     fn fdb_json(&self) -> serde_json::Value {
         self.switch.fdb_json()
+    }
+
+    fn fdb_change(&self, change: FdbChange) -> Result<serde_json::Value, String> {
+        self.switch.fdb_change(change)
     }
 
     fn plugins_json(&self) -> serde_json::Value {

@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use wasmswitch_afxdp::UmemRegistration;
-use wasmswitch_core::fdb::{CurrentFdb, Fdb};
+use wasmswitch_core::fdb::{CurrentFdb, Fdb, Flush};
 use wasmswitch_core::pipeline::{ForwardMode, Pipeline, PipelineOptions, PortSlot};
 use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, SharedPool};
 use wasmswitch_core::stats::WorkerStats;
 use wasmswitch_core::verdict::VerdictStage;
+use wasmswitch_core::vlan::PortL2;
 use wasmswitch_core::{PortId, Umem};
 use wasmswitch_sim::TrafficSpec;
 
@@ -42,6 +43,8 @@ pub enum Command {
     /// A port removed: its frames go back to the pool and the worker drops its queues.
     DetachPort(PortId),
     SetMaxFrame(PortId, usize),
+    /// A port's VLANs, storm limits and mirrors.
+    SetL2(PortId, PortL2),
     /// A resized FDB (the entries of the old one copied in).
     SetFdb(Arc<Fdb>),
     /// Pin the worker to this CPU, or let it run anywhere.
@@ -211,7 +214,14 @@ fn traffic_spec(cfg: &Config, index: usize, id_of: &dyn Fn(&str) -> Option<PortI
         frame_sizes: t.frame_sizes.value.clone(),
         broadcast: t.broadcast_percent.value / 100.0,
         flows: t.flows.value,
-        vlan: t.vlan.as_ref().map(|v| v.value),
+        vlans: t
+            .vlan
+            .as_ref()
+            .and_then(|v| v.value.expand("vlan").ok())
+            .unwrap_or_default()
+            .iter()
+            .map(|v| v.get())
+            .collect(),
         rate_pps: t.rate_pps.as_ref().map(|r| r.value),
         templates: 1024,
         seed: 0x5eed,
@@ -228,16 +238,23 @@ fn open_port(
 ) -> Result<OpenedPort> {
     let port: &PortSection = &cfg.ports[index];
     let name = &port.name.value;
-    match port.driver.value {
+    let mut opened = match port.driver.value {
         DriverKind::Sim => {
             let sim = port.sim.as_ref().map(|s| s.value.clone()).unwrap_or_default();
-            Ok(drivers::sim::open(ctx, name, &sim, port.mtu.value, traffic_spec(cfg, index, id_of)))
+            drivers::sim::open(ctx, name, &sim, port.mtu.value, traffic_spec(cfg, index, id_of))
         }
         DriverKind::Afxdp => {
             let a = &port.afxdp.as_ref().context("an afxdp port without an `afxdp:` section")?.value;
-            drivers::afxdp::open(ctx, name, a, port.mtu.value)
+            drivers::afxdp::open(ctx, name, a, port.mtu.value)?
         }
-    }
+    };
+    opened.l2 = cfg.port_l2(name, storm_share(&opened.info, cfg), id_of);
+    Ok(opened)
+}
+
+/// Among how many workers a port's storm limits are divided: those that poll one of its queues.
+pub fn storm_share(info: &PortInfo, cfg: &Config) -> u32 {
+    info.queues.min(cfg.workers.len()).max(1) as u32
 }
 
 /// Worker `w`'s slot of an opened port, with `ingress` as its stage.
@@ -249,6 +266,8 @@ fn slot(port: &mut OpenedPort, w: usize, ingress: Option<Box<dyn VerdictStage>>)
         ingress,
         up: true,
         complete_partial_checksums: port.info.complete_partial_checksums,
+        l2: port.l2.clone(),
+        storm: Default::default(),
     }
 }
 
@@ -261,6 +280,11 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
     );
     let pool = SharedPool::new(0, umem.clone(), cfg.pool.ring.value);
     let fdb = Arc::new(Fdb::new(cfg.fdb.capacity.value, cfg.fdb.aging_seconds.value));
+    for e in &cfg.fdb.statics {
+        let port = cfg.port_index(&e.port.value).context("a static FDB entry on no port")? as PortId;
+        fdb.add_static(e.vlan.value, e.mac.value.0, port)
+            .map_err(|why| anyhow::anyhow!("fdb.static {} in VLAN {}: {why}", e.mac.value.0, e.vlan.value))?;
+    }
     let mode = match cfg.switch.mode {
         Mode::L2 => ForwardMode::L2,
         Mode::Passthrough => ForwardMode::Passthrough,
@@ -274,7 +298,9 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
         opened.push(open_port(&mut ctx, cfg, index, &id_of)?);
     }
     if let Some(h) = &cfg.host {
-        opened.push(drivers::host::open(&ctx, h)?);
+        let mut host = drivers::host::open(&ctx, h)?;
+        host.l2 = cfg.port_l2(&h.name.value, storm_share(&host.info, cfg), &id_of);
+        opened.push(host);
     }
     let host_port = cfg.host.as_ref().map(|_| cfg.ports.len() as PortId);
     let mut pipelines = Vec::new();
@@ -331,6 +357,7 @@ fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, 
                     Command::AttachPort { port, slot, fresh } => control.retire(pipe.attach_port(port, slot, fresh)),
                     Command::DetachPort(p) => control.retire(pipe.detach_port(p)),
                     Command::SetMaxFrame(p, max) => pipe.set_max_frame(p, max),
+                    Command::SetL2(p, l2) => pipe.set_l2(p, l2),
                     Command::SetFdb(fdb) => pipe.set_fdb(fdb),
                     Command::Pin(cpu) => pin(cpu),
                     Command::ReplaceQueues(p, queues) => control.retire(Some(pipe.replace_queues(p, queues))),
@@ -635,7 +662,8 @@ impl Dataplane {
             // A late worker may still poll the port: then its handle is closed at stop.
             self.res.replace_handle(*id, None, !late.is_empty());
             if late.is_empty() {
-                self.fdb.get().flush_port(*id);
+                // Static entries too: the id may go to another port.
+                self.fdb.get().flush(Flush { port: Some(*id), statics: true, ..Flush::default() });
             }
         }
         for a in changes.add {

@@ -57,18 +57,23 @@ enum Command {
     },
     /// Measure the sim datapath on one worker: Mpps, ns/packet, cycles/packet, loss.
     Bench(bench::BenchArgs),
-    /// Build a lab (network namespaces on veth pairs), switch it through AF_XDP, ping across,
-    /// print live per-port rates, then remove everything. Without root: the sim lab.
     /// Ask a running daemon whether it is healthy, with its ports.
     Status(ClientArgs),
     /// A running daemon's ports and their counters.
     Ports(ClientArgs),
-    /// A running daemon's MAC table.
-    Fdb(ClientArgs),
+    /// A running daemon's MAC table: show it (the default), add or delete static entries, flush.
+    Fdb {
+        #[command(subcommand)]
+        action: Option<FdbAction>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// A running daemon's plugins and their counters.
     Plugins(ClientArgs),
     /// Make a running daemon re-read its config (applied, or refused naming each key).
     Reload(ClientArgs),
+    /// Build a lab (network namespaces on veth pairs), switch it through AF_XDP, ping across,
+    /// print live per-port rates, then remove everything. Without root: the sim lab.
     Demo {
         /// Stop after this many seconds (default: until Ctrl-C).
         #[arg(long)]
@@ -76,6 +81,44 @@ enum Command {
         /// Run the sim lab even as root.
         #[arg(long)]
         sim: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum FdbAction {
+    /// Every entry: VLAN, MAC, port, age (or `static`).
+    Show(ClientArgs),
+    /// Add a static entry (never aged or moved; replaces a learned one).
+    Add {
+        /// The station's MAC address, e.g. 02:00:00:00:00:01.
+        mac: String,
+        #[arg(long, default_value_t = 1)]
+        vlan: u16,
+        /// The port it is behind.
+        #[arg(long)]
+        port: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete the entry of a MAC in a VLAN, static or learned.
+    Del {
+        mac: String,
+        #[arg(long, default_value_t = 1)]
+        vlan: u16,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Forget learned entries: all, or those of a port and/or VLAN.
+    Flush {
+        #[arg(long)]
+        port: Option<String>,
+        #[arg(long)]
+        vlan: Option<u16>,
+        /// Static entries too.
+        #[arg(long = "static")]
+        statics: bool,
+        #[command(flatten)]
+        client: ClientArgs,
     },
 }
 
@@ -113,7 +156,15 @@ fn main() -> ExitCode {
         Command::Demo { seconds, sim } => demo::run(seconds, sim),
         Command::Status(a) => ask(a, Ask::Status),
         Command::Ports(a) => ask(a, Ask::Ports),
-        Command::Fdb(a) => ask(a, Ask::Fdb),
+        Command::Fdb { action, client } => match action {
+            None => ask(client, Ask::Fdb),
+            Some(FdbAction::Show(a)) => ask(a, Ask::Fdb),
+            Some(FdbAction::Add { mac, vlan, port, client }) => ask(client, Ask::FdbAdd { mac, vlan, port }),
+            Some(FdbAction::Del { mac, vlan, client }) => ask(client, Ask::FdbDel { mac, vlan }),
+            Some(FdbAction::Flush { port, vlan, statics, client }) => {
+                ask(client, Ask::FdbFlush { port, vlan, statics })
+            }
+        },
         Command::Plugins(a) => ask(a, Ask::Plugins),
         Command::Reload(a) => ask(a, Ask::Reload),
     };

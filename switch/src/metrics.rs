@@ -128,6 +128,12 @@ impl Collector for SwitchCollector {
             "TCP/UDP checksums completed on ingress because the sender left them to offload.",
             &self.port_samples(&ports, |s| s.checksums_completed.get()),
         )?;
+        counter_family(
+            e,
+            "wasmswitch_port_link_local",
+            "Link-local frames (01:80:C2:00:00:0X) received: never forwarded, given to the host port.",
+            &self.port_samples(&ports, |s| s.link_local.get()),
+        )?;
         let mut drops = Vec::new();
         for (p, info) in &ports {
             for r in DropReason::ALL {
@@ -415,6 +421,12 @@ impl Collector for SwitchCollector {
             "wasmswitch_flood_copies",
             "Frame copies made by flooding.",
             &self.worker_samples(|w| w.flood_copies.get()),
+        )?;
+        counter_family(
+            e,
+            "wasmswitch_mirror_copies",
+            "Frame copies made for port mirrors.",
+            &self.worker_samples(|w| w.mirror_copies.get()),
         )?;
 
         counter_family(

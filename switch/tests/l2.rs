@@ -7,6 +7,7 @@ use wasmswitch_core::pipeline::{Pipeline, PipelineOptions, PortSlot};
 use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, SharedPool};
 use wasmswitch_core::stats::{DropReason, WorkerStats};
 use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
+use wasmswitch_core::vlan::{PortL2, PortVlan, StormLimits, Vid};
 use wasmswitch_core::wire::build::{insert_vlan, udp4_frame};
 use wasmswitch_core::wire::MacAddr;
 use wasmswitch_core::{PortId, Umem};
@@ -30,6 +31,12 @@ fn frame(dst: MacAddr, src: MacAddr) -> Vec<u8> {
 
 /// `ports` sim ports fed by injection queues, capturing what they transmit.
 fn rig(ports: usize, frames: u32, aging: u32) -> Rig {
+    rig_with(vec![PortL2::default(); ports], None, frames, aging)
+}
+
+/// Sim ports with these L2 settings (the last one the host port when `host`).
+fn rig_with(l2: Vec<PortL2>, host: Option<PortId>, frames: u32, aging: u32) -> Rig {
+    let ports = l2.len();
     let umem = Arc::new(Umem::new(frames, 2048).unwrap());
     let pool = SharedPool::new(0, umem.clone(), 256);
     let fdb = Arc::new(Fdb::new(1024, aging));
@@ -49,12 +56,17 @@ fn rig(ports: usize, frames: u32, aging: u32) -> Rig {
                 up: true,
                 queue_index: 0,
                 complete_partial_checksums: false,
+                l2: Default::default(),
+                storm: Default::default(),
             }
         })
+        .zip(l2)
+        .map(|(s, l2)| PortSlot { l2, ..s })
         .collect();
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
     let stats = Arc::new(WorkerStats::new(0, ports, cache.stats().clone()));
-    let pipe = Pipeline::new(slots, cache, fdb.clone(), stats, PipelineOptions::default());
+    let opts = PipelineOptions { host_port: host, ..Default::default() };
+    let pipe = Pipeline::new(slots, cache, fdb.clone(), stats, opts);
     Rig { pool, fdb, pipe, inject, capture }
 }
 
@@ -85,14 +97,14 @@ fn unknown_unicast_floods_learned_unicast_goes_to_one_port_only() {
     assert_eq!(out[0].len(), 0, "never back out of the ingress port");
     assert_eq!(out[1], vec![f.clone()], "unknown unicast is flooded");
     assert_eq!(out[2], vec![f.clone()], "to every other port");
-    assert_eq!(r.fdb.lookup(mac(1)), Some(0), "source learned on its ingress port");
+    assert_eq!(r.fdb.lookup(1, mac(1)), Some(0), "source learned on its ingress port");
 
     let reply = frame(mac(1), mac(2));
     r.send(1, reply.clone());
     let out = r.take();
     assert_eq!(out[0], vec![reply], "known unicast goes to the learned port");
     assert!(out[1].is_empty() && out[2].is_empty(), "and nowhere else");
-    assert_eq!(r.fdb.lookup(mac(2)), Some(1));
+    assert_eq!(r.fdb.lookup(1, mac(2)), Some(1));
 
     let again = frame(mac(2), mac(1));
     r.send(0, again.clone());
@@ -103,10 +115,9 @@ fn unknown_unicast_floods_learned_unicast_goes_to_one_port_only() {
 }
 
 #[test]
-fn broadcast_and_vlan_frames_flood_to_all_other_ports() {
+fn broadcast_floods_to_all_other_ports_of_its_vlan() {
     let mut r = rig(4, 1024, 300);
-    let mut b = frame(MacAddr::BROADCAST, mac(9));
-    insert_vlan(&mut b, 100);
+    let b = frame(MacAddr::BROADCAST, mac(9));
     r.send(2, b.clone());
     let out = r.take();
     for (p, frames) in out.iter().enumerate() {
@@ -117,6 +128,191 @@ fn broadcast_and_vlan_frames_flood_to_all_other_ports() {
         }
     }
     assert_eq!(r.pipe.stats().flood_copies.get(), 2, "one copy per extra port");
+    // Every port is an access port of VLAN 1 by default: a frame tagged 100 is not admitted.
+    let mut t = b.clone();
+    insert_vlan(&mut t, 100);
+    r.send(2, t);
+    assert!(r.take().iter().all(Vec::is_empty));
+    assert_eq!(r.pipe.stats().ports[2].drops[DropReason::VlanFiltered as usize].get(), 1);
+    r.finish();
+}
+
+fn vid(v: u16) -> Vid {
+    Vid::new(v).unwrap()
+}
+
+fn access(v: u16) -> PortL2 {
+    PortL2 { vlan: PortVlan::access(vid(v)), ..Default::default() }
+}
+
+fn trunk(allowed: &[u16], native: Option<u16>) -> PortL2 {
+    PortL2 { vlan: PortVlan::trunk(allowed.iter().map(|&v| vid(v)), native.map(vid)), ..Default::default() }
+}
+
+/// `f` with an 802.1Q tag of this priority and VID.
+fn tagged(f: &[u8], pcp: u8, v: u16) -> Vec<u8> {
+    let mut t = f.to_vec();
+    insert_vlan(&mut t, v);
+    t[14] |= pcp << 5;
+    t
+}
+
+/// Ports: 0 and 1 access 10, 2 trunk [10, 20] native 1, 3 access 20, 4 access 1.
+fn vlan_rig() -> Rig {
+    rig_with(vec![access(10), access(10), trunk(&[10, 20], Some(1)), access(20), access(1)], None, 1024, 300)
+}
+
+#[test]
+fn vlans_switch_like_the_linux_bridge_tags_pushed_and_popped_in_place() {
+    let mut r = vlan_rig();
+    let none: Vec<Vec<u8>> = Vec::new();
+    // Untagged from an access port: its VLAN's access ports untagged, the trunk tagged.
+    let b = frame(MacAddr::BROADCAST, mac(1));
+    r.send(0, b.clone());
+    let out = r.take();
+    assert_eq!(out[1], vec![b.clone()]);
+    assert_eq!(out[2], vec![tagged(&b, 0, 10)], "pushed into the headroom");
+    assert_eq!((&out[3], &out[4]), (&none, &none), "other VLANs see nothing");
+    // Tagged 20 from the trunk: popped for VLAN 20's access port only.
+    let b2 = frame(MacAddr::BROADCAST, mac(2));
+    r.send(2, tagged(&b2, 3, 20));
+    let out = r.take();
+    assert_eq!(out[3], vec![b2.clone()], "popped");
+    assert!(out[0].is_empty() && out[1].is_empty() && out[4].is_empty());
+    // Untagged on the trunk: its native VLAN 1.
+    r.send(2, b2.clone());
+    let out = r.take();
+    assert_eq!(out[4], vec![b2.clone()]);
+    assert!(out[0].is_empty() && out[3].is_empty());
+    // Not a member: filtered and counted.
+    r.send(2, tagged(&b2, 0, 30));
+    r.send(3, tagged(&b2, 0, 10));
+    assert!(r.take().iter().all(Vec::is_empty));
+    let filtered = |r: &Rig, p: usize| r.pipe.stats().ports[p].drops[DropReason::VlanFiltered as usize].get();
+    assert_eq!((filtered(&r, 2), filtered(&r, 3)), (1, 1));
+    // An access port takes its own VLAN tagged (as the bridge does), and a priority tag takes
+    // the PVID keeping its PCP.
+    r.send(1, tagged(&b, 0, 10));
+    let out = r.take();
+    assert_eq!((&out[0], &out[2]), (&vec![b.clone()], &vec![tagged(&b, 0, 10)]));
+    r.send(0, tagged(&b, 5, 0));
+    let out = r.take();
+    assert_eq!(out[1], vec![b.clone()]);
+    assert_eq!(out[2], vec![tagged(&b, 5, 10)], "VID 0 became 10, PCP 5 kept");
+    // An 802.1ad outer tag is not the bridge's tag: the frame is untagged, switched in the PVID.
+    let mut qinq = b.clone();
+    insert_vlan(&mut qinq, 77);
+    qinq[12..14].copy_from_slice(&0x88a8u16.to_be_bytes());
+    r.send(0, qinq.clone());
+    let out = r.take();
+    assert_eq!(out[1], vec![qinq.clone()]);
+    assert_eq!(out[2], vec![tagged(&qinq, 0, 10)], "an 802.1Q tag pushed outside the 802.1ad one");
+    r.finish();
+}
+
+#[test]
+fn learning_is_per_vlan() {
+    let mut r = vlan_rig();
+    // mac(1) speaks in VLAN 10 on port 0 and in VLAN 20 from the trunk.
+    r.send(0, frame(MacAddr::BROADCAST, mac(1)));
+    r.send(2, tagged(&frame(MacAddr::BROADCAST, mac(1)), 0, 20));
+    r.take();
+    assert_eq!(r.fdb.lookup(10, mac(1)), Some(0));
+    assert_eq!(r.fdb.lookup(20, mac(1)), Some(2));
+    // To mac(1) in VLAN 20 from port 3: the trunk only, tagged.
+    let f = frame(mac(1), mac(3));
+    r.send(3, f.clone());
+    let out = r.take();
+    assert_eq!(out[2], vec![tagged(&f, 0, 20)]);
+    assert!(out[0].is_empty() && out[1].is_empty());
+    // To mac(1) in VLAN 10 from port 1: port 0 only.
+    r.send(1, f.clone());
+    let out = r.take();
+    assert_eq!(out[0], vec![f.clone()]);
+    assert!(out[2].is_empty());
+    // A static entry: not moved by learning.
+    r.fdb.add_static(10, mac(5), 1).unwrap();
+    r.send(0, frame(MacAddr::BROADCAST, mac(5)));
+    r.take();
+    assert_eq!(r.fdb.lookup(10, mac(5)), Some(1));
+    r.finish();
+}
+
+#[test]
+fn link_local_frames_go_to_the_host_port_never_forwarded() {
+    let ll = |last: u8| frame(MacAddr([0x01, 0x80, 0xc2, 0, 0, last]), mac(1));
+    // Port 2 is the host port.
+    let mut r = rig_with(vec![access(1), access(1), access(1)], Some(2), 512, 300);
+    for last in [0x00, 0x02, 0x0e] {
+        r.send(0, ll(last));
+    }
+    let out = r.take();
+    assert!(out[1].is_empty(), "not forwarded");
+    assert_eq!(out[2], vec![ll(0), ll(2), ll(0x0e)]);
+    assert_eq!(r.pipe.stats().ports[0].link_local.get(), 3);
+    // 01:80:C2:00:00:10 is an ordinary multicast.
+    r.send(0, ll(0x10));
+    assert_eq!(r.take()[1], vec![ll(0x10)]);
+    r.finish();
+    let mut r = rig_with(vec![access(1), access(1)], None, 512, 300);
+    r.send(0, ll(0x0e));
+    assert!(r.take().iter().all(Vec::is_empty));
+    assert_eq!(r.pipe.stats().ports[0].drops[DropReason::LinkLocal as usize].get(), 1);
+    r.finish();
+}
+
+#[test]
+fn storm_control_drops_floods_past_the_limit_per_second() {
+    let limited = PortL2 { storm: StormLimits { pps: [Some(3), Some(0), Some(2)] }, ..access(1) };
+    let mut r = rig_with(vec![limited, access(1)], None, 512, 300);
+    for i in 0..10 {
+        r.send(0, frame(MacAddr::BROADCAST, mac(i)));
+    }
+    r.send(0, frame(MacAddr([0x01, 0, 0x5e, 0, 0, 1]), mac(1)));
+    for i in 0..5 {
+        r.send(0, frame(mac(100 + i), mac(1)));
+    }
+    assert_eq!(r.take()[1].len(), 3 + 2, "3 broadcasts, no multicast, 2 unknown unicasts");
+    assert_eq!(r.pipe.stats().ports[0].drops[DropReason::Storm as usize].get(), 7 + 1 + 3);
+    // Known unicast is not a flood: never limited.
+    r.send(1, frame(MacAddr::BROADCAST, mac(50)));
+    r.take();
+    for _ in 0..5 {
+        r.send(0, frame(mac(50), mac(1)));
+    }
+    assert_eq!(r.take()[1].len(), 5);
+    // The next second admits again.
+    r.pipe.set_now(1);
+    r.send(0, frame(MacAddr::BROADCAST, mac(1)));
+    assert_eq!(r.take()[1].len(), 1);
+    r.finish();
+}
+
+#[test]
+fn mirrors_copy_what_a_port_receives_and_sends() {
+    // Port 3 is the destination: it takes no part in switching.
+    let mut l2 = vec![
+        access(1),
+        trunk(&[1, 10], None),
+        access(10),
+        PortL2 { mirror_destination: true, vlan: PortVlan::none(), ..Default::default() },
+    ];
+    l2[0].mirror_ingress = vec![3];
+    l2[1].mirror_egress = vec![3];
+    let mut r = rig_with(l2, None, 1024, 300);
+    let b = frame(MacAddr::BROADCAST, mac(1));
+    r.send(0, b.clone());
+    let out = r.take();
+    assert_eq!(out[1], vec![tagged(&b, 0, 1)]);
+    // As received on port 0, then as sent on port 1.
+    assert_eq!(out[3], vec![b.clone(), tagged(&b, 0, 1)]);
+    assert_eq!(r.pipe.stats().mirror_copies.get(), 2);
+    // Port 2's frame leaves port 1 tagged 10: mirrored; received on port 3: dropped.
+    r.send(2, b.clone());
+    assert_eq!(r.take()[3], vec![tagged(&b, 0, 10)]);
+    r.send(3, b.clone());
+    assert!(r.take().iter().all(Vec::is_empty));
+    assert_eq!(r.pipe.stats().ports[3].drops[DropReason::MirrorDestination as usize].get(), 1);
     r.finish();
 }
 
@@ -137,13 +333,13 @@ fn destination_on_the_ingress_port_is_filtered() {
 fn moved_mac_is_relearned_and_aging_forgets() {
     let mut r = rig(3, 512, 10);
     r.send(0, frame(MacAddr::BROADCAST, mac(1)));
-    assert_eq!(r.fdb.lookup(mac(1)), Some(0));
+    assert_eq!(r.fdb.lookup(1, mac(1)), Some(0));
     r.send(2, frame(MacAddr::BROADCAST, mac(1)));
-    assert_eq!(r.fdb.lookup(mac(1)), Some(2), "station moved");
+    assert_eq!(r.fdb.lookup(1, mac(1)), Some(2), "station moved");
     assert_eq!(r.pipe.stats().fdb_moved.get(), 1);
     r.take();
     r.fdb.age(11);
-    assert_eq!(r.fdb.lookup(mac(1)), None, "aged out after 10 silent ticks");
+    assert_eq!(r.fdb.lookup(1, mac(1)), None, "aged out after 10 silent ticks");
     r.send(1, frame(mac(1), mac(3)));
     let out = r.take();
     assert_eq!(out[0].len() + out[2].len(), 2, "forgotten destination floods again");
@@ -188,16 +384,26 @@ fn millions_of_random_frames_leak_nothing() {
             rng.usize(60..300),
         );
         match i % 11 {
-            0 => f.truncate(rng.usize(0..14)),                              // runt
-            1 => f.truncate(20),                                            // truncated IPv4
-            2 => f = (0..rng.usize(14..200)).map(|_| rng.u8(..)).collect(), // random bytes
-            3 => f.resize(1600, 0),                                         // oversize
+            0 => f.truncate(rng.usize(0..14)),                                     // runt
+            1 => f.truncate(20),                                                   // truncated IPv4
+            2 => f = (0..rng.usize(14..200)).map(|_| rng.u8(..)).collect(),        // random bytes
+            3 => f.resize(1600, 0),                                                // oversize
+            4 => insert_vlan(&mut f, 100),                                         // tagged
+            5 => insert_vlan(&mut f, [0, 1, 7][rng.usize(0..3)]),                  // priority, native, foreign
+            6 => f[..6].copy_from_slice(&[0x01, 0x80, 0xc2, 0, 0, rng.u8(0..16)]), // link-local
             _ => {}
         }
         gen_frames.push(f);
     }
+    // Trunk, access, access with mirrors and storm limits, host: every tag push, pop, copy
+    // and drop path.
+    let mut l2 = vec![trunk(&[1, 100], Some(1)), access(100), access(1), access(1)];
+    l2[1].mirror_ingress = vec![2];
+    l2[0].mirror_egress = vec![1];
+    l2[2].storm = StormLimits { pps: [Some(50), Some(10), Some(20)] };
     let slots = (0..nports)
-        .map(|p| {
+        .zip(l2)
+        .map(|(p, l2)| {
             let mut frames = gen_frames.clone();
             frames.rotate_left(p as usize * 37);
             let q = SimQueue::new(
@@ -214,6 +420,8 @@ fn millions_of_random_frames_leak_nothing() {
                 up: true,
                 queue_index: 0,
                 complete_partial_checksums: false,
+                l2,
+                storm: Default::default(),
             }
         })
         .collect();
@@ -237,12 +445,21 @@ fn millions_of_random_frames_leak_nothing() {
     drop(pipe);
     check_no_leak(&pool, &[]).expect("every frame is back exactly once");
     let drops: u64 = stats.ports.iter().map(|p| p.drops_total()).sum();
-    for r in [DropReason::Runt, DropReason::BadL3, DropReason::Oversize, DropReason::Policy, DropReason::BadRedirect] {
+    for r in [
+        DropReason::Runt,
+        DropReason::BadL3,
+        DropReason::Oversize,
+        DropReason::Policy,
+        DropReason::BadRedirect,
+        DropReason::VlanFiltered,
+        DropReason::Storm,
+    ] {
         let n: u64 = stats.ports.iter().map(|p| p.drops[r as usize].get()).sum();
         assert!(n > 0, "{r:?} drops were counted");
     }
     assert!(drops < received as u64);
     assert!(stats.pool.alloc_fast.get() > 0);
+    assert!(stats.mirror_copies.get() > 0);
 }
 
 proptest::proptest! {

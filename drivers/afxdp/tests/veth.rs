@@ -414,6 +414,8 @@ fn forwards_between_two_veths_through_the_pipeline_on_one_umem() {
         up: true,
         queue_index: 0,
         complete_partial_checksums: false,
+        l2: Default::default(),
+        storm: Default::default(),
     };
     let cache = PoolCache::new(shared.clone(), 128, AllocMode::Recycling);
     let stats = Arc::new(WorkerStats::new(0, 2, cache.stats().clone()));

@@ -27,8 +27,9 @@ pub struct TrafficSpec {
     pub broadcast: f64,
     /// Distinct source IPs / UDP ports (flow spread).
     pub flows: u32,
-    /// VLAN tag to add, if any.
-    pub vlan: Option<u16>,
+    /// VLAN tags: none when empty; otherwise source MAC `i` speaks in VLAN `vlans[i % len]`
+    /// and addresses hosts of the same VLAN (so learned destinations are found).
+    pub vlans: Vec<u16>,
     /// Packets per second; `None` = as fast as the queue is polled.
     pub rate_pps: Option<u64>,
     /// Prebuilt frames to cycle through.
@@ -45,7 +46,7 @@ impl Default for TrafficSpec {
             frame_sizes: vec![64],
             broadcast: 0.05,
             flows: 1024,
-            vlan: None,
+            vlans: Vec::new(),
             rate_pps: None,
             templates: 1024,
             seed: 1,
@@ -66,19 +67,34 @@ impl TrafficGen {
         let frames = (0..n)
             .map(|i| {
                 let size = spec.frame_sizes[i % spec.frame_sizes.len().max(1)].max(60);
-                let src = mac_for(spec.port, rng.u32(..spec.src_macs.max(1)));
+                let macs = spec.src_macs.max(1);
+                let s = rng.u32(..macs);
+                let src = mac_for(spec.port, s);
+                // The VLAN of source `s`, and a destination index speaking in the same one.
+                let nv = spec.vlans.len().max(1) as u32;
+                let lane = s % nv;
+                let peer = |rng: &mut fastrand::Rng| {
+                    let j = rng.u32(..macs.div_ceil(nv)) * nv + lane;
+                    // Past the last MAC only when it is not in lane 0's row: one row back.
+                    if j >= macs {
+                        j - nv
+                    } else {
+                        j
+                    }
+                };
                 // Broadcast share is exact over the template table, not just on average.
                 let bcast = ((i + 1) as f64 * spec.broadcast) as usize > (i as f64 * spec.broadcast) as usize;
                 let dst = if bcast || spec.dst_ports.is_empty() {
                     MacAddr::BROADCAST
                 } else {
-                    mac_for(spec.dst_ports[rng.usize(..spec.dst_ports.len())], rng.u32(..spec.src_macs.max(1)))
+                    let port = spec.dst_ports[rng.usize(..spec.dst_ports.len())];
+                    mac_for(port, peer(&mut rng))
                 };
                 let flow = rng.u32(..spec.flows.max(1));
                 let sip = [10, spec.port as u8, (flow >> 8) as u8, flow as u8];
                 let dip = [10, 200, (flow >> 8) as u8, flow as u8];
                 let mut f = udp4_frame(dst, src, sip, dip, 1024 + (flow % 50000) as u16, 5001, size);
-                if let Some(vid) = spec.vlan {
+                if let Some(&vid) = spec.vlans.get(lane as usize) {
                     insert_vlan(&mut f, vid);
                 }
                 f

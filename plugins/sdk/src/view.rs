@@ -133,10 +133,18 @@ impl<'a> Packet<'a> {
         self.flags() & flag != 0
     }
 
-    /// Outer VLAN id, `None` when untagged.
+    /// The VLAN the switch switches this frame in: its 802.1Q tag's VID, or the ingress port's
+    /// PVID for an untagged or priority-tagged frame. `None` only where no VLAN is known (a
+    /// switch not in `l2` mode, or an untagged frame in the test harness).
     #[inline]
     pub fn vlan(&self) -> Option<u16> {
-        self.has(flags::VLAN).then(|| u16_at(self.rec, rec::VLAN))
+        Some(u16_at(self.rec, rec::VLAN)).filter(|&v| v != 0)
+    }
+
+    /// Whether the frame arrived with a VLAN tag (802.1Q or 802.1ad).
+    #[inline]
+    pub fn tagged(&self) -> bool {
+        self.has(flags::VLAN)
     }
 
     /// Ethertype after the VLAN tags.

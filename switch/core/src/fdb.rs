@@ -1,13 +1,20 @@
-//! The forwarding database: MAC → port, learned from traffic, aged out when silent.
+//! The forwarding database: (VLAN, MAC) → port, learned from traffic, aged out when silent.
 //!
-//! Lock-free and shared by all workers. The table is an array of 64-byte buckets of eight
-//! `AtomicU64` slots, each slot packing a MAC (48 bits) and port+1 (16 bits), so a lookup reads
-//! one cache line with plain loads and can never see a torn entry. Learning writes a slot only
-//! when something changes: a new MAC, a MAC that moved, or a last-seen tick that advanced (ticks
-//! are coarse, one second by default), so steady traffic costs no stores and no cache-line
-//! bouncing between workers. A full bucket evicts its stalest entry.
+//! Lock-free and shared by all workers. The table is an array of 128-byte buckets of eight
+//! entries. An entry's key (MAC, VLAN, static flag) is one `AtomicU64`; its port shares an
+//! `AtomicU32` with a 16-bit generation that every rewrite of the slot advances. A writer that
+//! changes a slot's key parks it on `CLAIMED`, writes the port word (next generation), then
+//! publishes the key; a lookup reads the port word, the key and the port word again, and takes
+//! the port only when both reads agree, so it never pairs a key with the port of another entry
+//! that held the slot in between (an ABA would need 65,536 rewrites of one slot inside three
+//! loads). Learning writes only when something changes: a new MAC, a MAC that
+//! moved, or a last-seen tick that advanced (ticks are coarse, one second by default), so
+//! steady traffic costs no stores and no cache-line bouncing between workers. A full bucket
+//! evicts its stalest learned entry.
 //!
-//! Learning is shared across VLANs (SVL): one entry per MAC whatever its VLAN.
+//! Learning is per VLAN (IVL, as the Linux bridge with `vlan_filtering 1`): one MAC can be on
+//! different ports in different VLANs. Static entries (from the config or the API) are never
+//! aged, moved by learning or evicted.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -18,18 +25,26 @@ use crate::wire::MacAddr;
 
 const SLOTS: usize = 8;
 const MAC_MASK: u64 = (1 << 48) - 1;
+const VID_SHIFT: u32 = 48;
+/// Set in every live key, so a key is never 0 (an empty slot).
+const LIVE: u64 = 1 << 63;
+const STATIC: u64 = 1 << 62;
+/// A slot being (re)written: no lookup matches it, no other writer takes it.
+const CLAIMED: u64 = LIVE | (0xfff << VID_SHIFT) | MAC_MASK;
 
-/// Eight entries and their last-seen ticks: two adjacent cache lines, prefetched together.
+/// Eight entries, their ports and last-seen ticks: two adjacent cache lines, prefetched together.
 #[repr(align(128))]
 struct Bucket {
-    slots: [AtomicU64; SLOTS],
+    keys: [AtomicU64; SLOTS],
     seen: [AtomicU32; SLOTS],
+    /// Generation (high 16 bits) and port + 1 (low 16 bits; 0 before the first claim).
+    ports: [AtomicU32; SLOTS],
 }
 
 /// What a learn call did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Learned {
-    /// Known, same port; nothing written (or only the last-seen tick).
+    /// Known, same port (or a static entry); nothing written but the last-seen tick.
     Known,
     /// New entry.
     New,
@@ -37,6 +52,46 @@ pub enum Learned {
     Moved,
     /// New entry that evicted a stale one from a full bucket.
     Evicted,
+    /// Nowhere to put it: the bucket is all static entries.
+    Full,
+}
+
+/// Why a static entry was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StaticError {
+    /// Every slot of the entry's bucket already holds a static entry.
+    BucketFull,
+    /// A group (multicast) address cannot be a station.
+    GroupAddress,
+}
+
+impl std::fmt::Display for StaticError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StaticError::BucketFull => "its hash bucket is full of static entries (raise fdb.capacity)",
+            StaticError::GroupAddress => "a multicast or broadcast address cannot be an FDB entry",
+        })
+    }
+}
+
+/// One entry, as [`Fdb::entries`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Entry {
+    pub vlan: u16,
+    pub mac: MacAddr,
+    pub port: PortId,
+    /// Ticks since last seen (0 for static entries).
+    pub age: u32,
+    pub is_static: bool,
+}
+
+/// Which entries a flush removes: every condition given must hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flush {
+    pub port: Option<PortId>,
+    pub vlan: Option<u16>,
+    /// Static entries too (learned ones always).
+    pub statics: bool,
 }
 
 /// Counters written by the aging sweep (a single thread).
@@ -61,13 +116,23 @@ impl std::fmt::Debug for Fdb {
 }
 
 #[inline]
-fn pack(mac: u64, port: PortId) -> u64 {
-    mac | ((port as u64 + 1) << 48)
+fn key(vlan: u16, mac: MacAddr) -> u64 {
+    LIVE | ((vlan as u64 & 0xfff) << VID_SHIFT) | mac.to_u64()
 }
 
 #[inline]
-fn slot_port(v: u64) -> PortId {
-    ((v >> 48) - 1) as PortId
+fn same_entry(v: u64, k: u64) -> bool {
+    v & !STATIC == k
+}
+
+/// The port + 1 of a port word.
+#[inline]
+fn port_of(w: u32) -> u16 {
+    w as u16
+}
+
+fn unpack(v: u64) -> (u16, MacAddr, bool) {
+    (((v >> VID_SHIFT) & 0xfff) as u16, MacAddr::from_u64(v & MAC_MASK), v & STATIC != 0)
 }
 
 impl Fdb {
@@ -76,7 +141,9 @@ impl Fdb {
     pub fn new(capacity: usize, aging_ticks: u32) -> Self {
         let buckets = capacity.div_ceil(SLOTS).next_power_of_two().max(1);
         Self {
-            buckets: (0..buckets).map(|_| Bucket { slots: Default::default(), seen: Default::default() }).collect(),
+            buckets: (0..buckets)
+                .map(|_| Bucket { keys: Default::default(), seen: Default::default(), ports: Default::default() })
+                .collect(),
             mask: buckets - 1,
             aging_ticks: AtomicU32::new(aging_ticks),
             stats: FdbStats::default(),
@@ -98,16 +165,16 @@ impl Fdb {
     }
 
     #[inline]
-    fn bucket_of(&self, mac: u64) -> usize {
+    fn bucket_of(&self, k: u64) -> usize {
         // Fibonacci hashing: MACs of one vendor differ in the low bytes only.
-        ((mac.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 40) as usize & self.mask
+        ((k.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 40) as usize & self.mask
     }
 
-    /// Starts loading the bucket of `mac` into cache (a batch's lookups are prefetched in one
-    /// pass before any of them is used, so their cache misses overlap).
+    /// Starts loading the bucket of (`vlan`, `mac`) into cache (a batch's lookups are
+    /// prefetched in one pass before any of them is used, so their cache misses overlap).
     #[inline]
-    pub fn prefetch(&self, mac: MacAddr) {
-        let b: *const Bucket = &self.buckets[self.bucket_of(mac.to_u64())];
+    pub fn prefetch(&self, vlan: u16, mac: MacAddr) {
+        let b: *const Bucket = &self.buckets[self.bucket_of(key(vlan, mac))];
         #[cfg(target_arch = "x86_64")]
         {
             use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -122,76 +189,168 @@ impl Fdb {
         let _ = b;
     }
 
-    /// The port `mac` was learned on.
+    /// The port `mac` was learned on in `vlan`.
     #[inline]
-    pub fn lookup(&self, mac: MacAddr) -> Option<PortId> {
-        let m = mac.to_u64();
-        let b = &self.buckets[self.bucket_of(m)];
-        for s in &b.slots {
-            let v = s.load(Ordering::Acquire);
-            if v != 0 && v & MAC_MASK == m {
-                return Some(slot_port(v));
+    pub fn lookup(&self, vlan: u16, mac: MacAddr) -> Option<PortId> {
+        let k = key(vlan, mac);
+        let b = &self.buckets[self.bucket_of(k)];
+        for (i, s) in b.keys.iter().enumerate() {
+            if same_entry(s.load(Ordering::Relaxed), k) {
+                return Self::read(b, i, k).map(|(_, p)| p);
             }
         }
         None
     }
 
-    /// Records that `mac` was seen on `port` at tick `now`.
+    /// Slot `i`'s (key, port) if it holds key `k` (static or not), read consistently: port
+    /// word, key, port word; `None` if the slot was rewritten in between (then the caller
+    /// floods, once).
     #[inline]
-    pub fn learn(&self, mac: MacAddr, port: PortId, now: u32) -> Learned {
-        let m = mac.to_u64();
-        let bi = self.bucket_of(m);
+    fn read(b: &Bucket, i: usize, k: u64) -> Option<(u64, PortId)> {
+        let w1 = b.ports[i].load(Ordering::Acquire);
+        let v = b.keys[i].load(Ordering::Acquire);
+        let w2 = b.ports[i].load(Ordering::Acquire);
+        (w1 == w2 && port_of(w1) != 0 && (k == 0 || same_entry(v, k))).then(|| (v, port_of(w1) - 1))
+    }
+
+    /// Records that `mac` was seen in `vlan` on `port` at tick `now`.
+    #[inline]
+    pub fn learn(&self, vlan: u16, mac: MacAddr, port: PortId, now: u32) -> Learned {
+        let k = key(vlan, mac);
+        let bi = self.bucket_of(k);
         let b = &self.buckets[bi];
-        let want = pack(m, port);
+        let want = port + 1;
         let mut empty = None;
-        for (i, s) in b.slots.iter().enumerate() {
+        for (i, s) in b.keys.iter().enumerate() {
             let v = s.load(Ordering::Acquire);
             if v == 0 {
                 empty.get_or_insert(i);
                 continue;
             }
-            if v & MAC_MASK == m {
+            if same_entry(v, k) {
+                if v & STATIC != 0 {
+                    return Learned::Known;
+                }
                 let seen = &b.seen[i];
                 if seen.load(Ordering::Relaxed) != now {
                     seen.store(now, Ordering::Relaxed);
                 }
-                if v == want {
+                let w = b.ports[i].load(Ordering::Relaxed);
+                if port_of(w) == want {
                     return Learned::Known;
                 }
-                // Moved: last writer wins if two workers see it on two ports at once.
-                s.store(want, Ordering::Release);
+                // Moved (same key and generation; a lookup in between sees the two port words
+                // differ and floods once): last writer wins if two workers see it on two ports
+                // at once.
+                b.ports[i].store((w & 0xffff_0000) | want as u32, Ordering::Release);
                 return Learned::Moved;
             }
         }
-        self.learn_slow(bi, want, now, empty)
+        self.learn_slow(bi, k, want, now, empty)
     }
 
     #[cold]
-    fn learn_slow(&self, bi: usize, want: u64, now: u32, empty: Option<usize>) -> Learned {
+    fn learn_slow(&self, bi: usize, k: u64, want: u16, now: u32, empty: Option<usize>) -> Learned {
         let b = &self.buckets[bi];
         if let Some(i) = empty {
-            // Tick first so the aging sweep never sees the new entry with a stale time.
-            b.seen[i].store(now, Ordering::Relaxed);
-            if b.slots[i].compare_exchange(0, want, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            if self.put(b, i, 0, k, want, now) {
                 return Learned::New;
             }
         }
-        // Bucket full (or lost a race for the empty slot): evict the stalest entry.
-        let oldest = (0..SLOTS).max_by_key(|&i| now.wrapping_sub(b.seen[i].load(Ordering::Relaxed))).unwrap_or(0);
-        b.seen[oldest].store(now, Ordering::Relaxed);
-        b.slots[oldest].store(want, Ordering::Release);
-        Learned::Evicted
+        // Bucket full (or lost a race for the empty slot): evict the stalest learned entry.
+        let oldest = (0..SLOTS)
+            .filter(|&i| b.keys[i].load(Ordering::Relaxed) & STATIC == 0)
+            .max_by_key(|&i| now.wrapping_sub(b.seen[i].load(Ordering::Relaxed)));
+        let Some(i) = oldest else { return Learned::Full };
+        let v = b.keys[i].load(Ordering::Acquire);
+        if v != CLAIMED && v & STATIC == 0 && self.put(b, i, v, k, want, now) {
+            Learned::Evicted
+        } else {
+            // Another writer is on that slot this instant; the next frame learns it.
+            Learned::Full
+        }
     }
 
-    /// Removes entries silent for longer than the aging time; returns how many. Run by one
-    /// housekeeping thread (it owns `stats.aged`).
+    /// Rewrites slot `i` from key `old` to key `k` on port `want - 1`: claim, port, publish.
+    fn put(&self, b: &Bucket, i: usize, old: u64, k: u64, want: u16, now: u32) -> bool {
+        if b.keys[i].compare_exchange(old, CLAIMED, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return false;
+        }
+        // Tick first so the aging sweep never sees the new entry with a stale time.
+        b.seen[i].store(now, Ordering::Relaxed);
+        let generation = (b.ports[i].load(Ordering::Relaxed) >> 16).wrapping_add(1) & 0xffff;
+        b.ports[i].store(generation << 16 | want as u32, Ordering::Release);
+        b.keys[i].store(k, Ordering::Release);
+        true
+    }
+
+    /// Adds (or replaces) a static entry: never aged, never moved by learning or evicted.
+    pub fn add_static(&self, vlan: u16, mac: MacAddr, port: PortId) -> Result<(), StaticError> {
+        if mac.is_group() {
+            return Err(StaticError::GroupAddress);
+        }
+        let k = key(vlan, mac);
+        let b = &self.buckets[self.bucket_of(k)];
+        loop {
+            // The entry itself, learned or static, first; then an empty slot; then the stalest
+            // learned entry.
+            let keys: Vec<u64> = b.keys.iter().map(|s| s.load(Ordering::Acquire)).collect();
+            let slot =
+                keys.iter().position(|&v| same_entry(v, k)).or_else(|| keys.iter().position(|&v| v == 0)).or_else(
+                    || {
+                        (0..SLOTS)
+                            .filter(|&i| keys[i] & STATIC == 0 && keys[i] != CLAIMED)
+                            .min_by_key(|&i| b.seen[i].load(Ordering::Relaxed))
+                    },
+                );
+            let Some(i) = slot else { return Err(StaticError::BucketFull) };
+            if self.put(b, i, keys[i], k | STATIC, port + 1, 0) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Removes the entry for (`vlan`, `mac`), static or learned; false when there was none.
+    pub fn remove(&self, vlan: u16, mac: MacAddr) -> bool {
+        let k = key(vlan, mac);
+        let b = &self.buckets[self.bucket_of(k)];
+        b.keys.iter().any(|s| {
+            let v = s.load(Ordering::Acquire);
+            same_entry(v, k) && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        })
+    }
+
+    /// Removes the entries `what` selects; returns how many.
+    pub fn flush(&self, what: Flush) -> usize {
+        let mut n = 0;
+        for b in self.buckets.iter() {
+            for (i, s) in b.keys.iter().enumerate() {
+                let v = s.load(Ordering::Acquire);
+                if v == 0 || v == CLAIMED || (v & STATIC != 0 && !what.statics) {
+                    continue;
+                }
+                let (vlan, _, _) = unpack(v);
+                let port = port_of(b.ports[i].load(Ordering::Acquire)).wrapping_sub(1);
+                if what.vlan.is_some_and(|x| x != vlan) || what.port.is_some_and(|x| x != port) {
+                    continue;
+                }
+                if s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Removes learned entries silent for longer than the aging time; returns how many. Run by
+    /// one housekeeping thread (it owns `stats.aged`).
     pub fn age(&self, now: u32) -> usize {
         let mut aged = 0;
         let aging_ticks = self.aging_ticks();
         for b in self.buckets.iter() {
-            for (i, s) in b.slots.iter().enumerate() {
+            for (i, s) in b.keys.iter().enumerate() {
                 let v = s.load(Ordering::Acquire);
-                if v == 0 {
+                if v == 0 || v == CLAIMED || v & STATIC != 0 {
                     continue;
                 }
                 let seen = b.seen[i].load(Ordering::Relaxed);
@@ -206,28 +365,23 @@ impl Fdb {
         aged
     }
 
-    /// Forgets every entry on `port` (port went down).
+    /// Forgets every learned entry on `port` (port went down or went away).
     pub fn flush_port(&self, port: PortId) {
-        for b in self.buckets.iter() {
-            for s in &b.slots {
-                let v = s.load(Ordering::Acquire);
-                if v != 0 && slot_port(v) == port {
-                    let _ = s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed);
-                }
-            }
-        }
+        self.flush(Flush { port: Some(port), ..Flush::default() });
     }
 
-    /// Every entry as (MAC, port, ticks since last seen).
-    pub fn entries(&self, now: u32) -> Vec<(MacAddr, PortId, u32)> {
+    /// Every entry, sorted by VLAN and MAC.
+    pub fn entries(&self, now: u32) -> Vec<Entry> {
         let mut out = Vec::new();
         for b in self.buckets.iter() {
-            for (i, s) in b.slots.iter().enumerate() {
-                let v = s.load(Ordering::Acquire);
-                if v != 0 {
-                    let seen = b.seen[i].load(Ordering::Relaxed);
-                    out.push((MacAddr::from_u64(v & MAC_MASK), slot_port(v), now.wrapping_sub(seen)));
+            for i in 0..SLOTS {
+                let Some((v, port)) = Self::read(b, i, 0) else { continue };
+                if v == 0 || v == CLAIMED {
+                    continue;
                 }
+                let (vlan, mac, is_static) = unpack(v);
+                let age = if is_static { 0 } else { now.wrapping_sub(b.seen[i].load(Ordering::Relaxed)) };
+                out.push(Entry { vlan, mac, port, age, is_static });
             }
         }
         out.sort();
@@ -236,7 +390,11 @@ impl Fdb {
 
     /// Number of entries (walks the table: for metrics, not the data path).
     pub fn len(&self) -> usize {
-        self.buckets.iter().flat_map(|b| b.slots.iter()).filter(|s| s.load(Ordering::Relaxed) != 0).count()
+        self.buckets
+            .iter()
+            .flat_map(|b| b.keys.iter())
+            .filter(|s| !matches!(s.load(Ordering::Relaxed), 0 | CLAIMED))
+            .count()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -244,15 +402,20 @@ impl Fdb {
     }
 
     /// A table of `capacity` with this one's aging time, entries (each with its last-seen
-    /// tick) and counters: what a reload that changes `fdb.capacity` swaps in. Entries that do
-    /// not fit a smaller table are dropped stalest first by the usual eviction.
+    /// tick) and counters: what a reload that changes `fdb.capacity` swaps in. Static entries
+    /// go first; learned ones that do not fit a smaller table are dropped stalest first by the
+    /// usual eviction.
     pub fn resized(&self, capacity: usize, now: u32) -> Fdb {
         let new = Fdb::new(capacity, self.aging_ticks());
         let mut entries = self.entries(now);
-        // Stalest first, so the freshest win where buckets overflow.
-        entries.sort_by_key(|&(_, _, age)| std::cmp::Reverse(age));
-        for (mac, port, age) in entries {
-            new.learn(mac, port, now.wrapping_sub(age));
+        // Statics first, then stalest first, so the freshest win where buckets overflow.
+        entries.sort_by_key(|e| (!e.is_static, std::cmp::Reverse(e.age)));
+        for e in entries {
+            if e.is_static {
+                let _ = new.add_static(e.vlan, e.mac, e.port);
+            } else {
+                new.learn(e.vlan, e.mac, e.port, now.wrapping_sub(e.age));
+            }
         }
         new.stats.aged.add(self.stats.aged.get());
         new
@@ -289,50 +452,92 @@ mod tests {
     #[test]
     fn learn_lookup_move() {
         let f = Fdb::new(1024, 300);
-        assert_eq!(f.lookup(mac(1)), None);
-        assert_eq!(f.learn(mac(1), 3, 0), Learned::New);
-        assert_eq!(f.learn(mac(1), 3, 0), Learned::Known);
-        assert_eq!(f.lookup(mac(1)), Some(3));
-        assert_eq!(f.learn(mac(1), 0, 1), Learned::Moved);
-        assert_eq!(f.lookup(mac(1)), Some(0));
+        assert_eq!(f.lookup(1, mac(1)), None);
+        assert_eq!(f.learn(1, mac(1), 3, 0), Learned::New);
+        assert_eq!(f.learn(1, mac(1), 3, 0), Learned::Known);
+        assert_eq!(f.lookup(1, mac(1)), Some(3));
+        assert_eq!(f.learn(1, mac(1), 0, 1), Learned::Moved);
+        assert_eq!(f.lookup(1, mac(1)), Some(0));
         assert_eq!(f.len(), 1);
+    }
+
+    #[test]
+    fn learning_is_per_vlan() {
+        let f = Fdb::new(1024, 300);
+        assert_eq!(f.learn(10, mac(1), 1, 0), Learned::New);
+        assert_eq!(f.learn(20, mac(1), 2, 0), Learned::New, "same MAC, other VLAN: its own entry");
+        assert_eq!(f.lookup(10, mac(1)), Some(1));
+        assert_eq!(f.lookup(20, mac(1)), Some(2));
+        assert_eq!(f.lookup(30, mac(1)), None);
+        let e = f.entries(0);
+        assert_eq!((e[0].vlan, e[0].port, e[1].vlan, e[1].port), (10, 1, 20, 2));
     }
 
     #[test]
     fn aging_forgets_silent_macs_only() {
         let f = Fdb::new(64, 10);
-        f.learn(mac(1), 1, 0);
-        f.learn(mac(2), 2, 0);
-        f.learn(mac(2), 2, 8); // refreshed
+        f.learn(1, mac(1), 1, 0);
+        f.learn(1, mac(2), 2, 0);
+        f.learn(1, mac(2), 2, 8); // refreshed
         assert_eq!(f.age(11), 1);
-        assert_eq!(f.lookup(mac(1)), None);
-        assert_eq!(f.lookup(mac(2)), Some(2));
+        assert_eq!(f.lookup(1, mac(1)), None);
+        assert_eq!(f.lookup(1, mac(2)), Some(2));
         assert_eq!(f.stats.aged.get(), 1);
         // A longer aging time set on the running table applies to the next sweep.
         f.set_aging_ticks(100);
         assert_eq!(f.age(50), 0);
-        assert_eq!(f.lookup(mac(2)), Some(2));
+        assert_eq!(f.lookup(1, mac(2)), Some(2));
         f.set_aging_ticks(5);
         assert_eq!(f.age(50), 1);
     }
 
     #[test]
-    fn full_bucket_evicts_stalest() {
+    fn full_bucket_evicts_stalest_learned_entry_never_a_static_one() {
         let f = Fdb::new(8, 100); // one bucket
-        for i in 0..8 {
-            f.learn(mac(i), 1, i as u32);
+        f.add_static(1, mac(50), 4).unwrap();
+        for i in 0..7 {
+            f.learn(1, mac(i), 1, 10 + i as u32);
         }
-        assert_eq!(f.learn(mac(100), 2, 20), Learned::Evicted);
-        assert_eq!(f.lookup(mac(0)), None, "the stalest entry went");
-        assert_eq!(f.lookup(mac(100)), Some(2));
-        assert_eq!(f.lookup(mac(7)), Some(1));
+        assert_eq!(f.learn(1, mac(100), 2, 20), Learned::Evicted);
+        assert_eq!(f.lookup(1, mac(0)), None, "the stalest learned entry went");
+        assert_eq!(f.lookup(1, mac(50)), Some(4), "the static one stayed (seen at tick 0)");
+        assert_eq!(f.lookup(1, mac(100)), Some(2));
+        assert_eq!(f.lookup(1, mac(6)), Some(1));
+    }
+
+    #[test]
+    fn static_entries_do_not_age_move_or_flush_unless_asked() {
+        let f = Fdb::new(64, 10);
+        f.add_static(10, mac(1), 3).unwrap();
+        assert_eq!(f.learn(10, mac(1), 5, 0), Learned::Known, "learning does not move a static entry");
+        assert_eq!(f.lookup(10, mac(1)), Some(3));
+        assert_eq!(f.age(1000), 0);
+        f.learn(10, mac(2), 3, 0);
+        f.learn(20, mac(3), 4, 0);
+        assert_eq!(f.flush(Flush { port: Some(3), ..Flush::default() }), 1, "learned on port 3 only");
+        assert_eq!(f.lookup(10, mac(1)), Some(3));
+        assert_eq!(f.flush(Flush { vlan: Some(20), ..Flush::default() }), 1);
+        assert_eq!(f.flush(Flush { statics: true, ..Flush::default() }), 1);
+        assert!(f.is_empty());
+        assert_eq!(f.add_static(1, MacAddr::BROADCAST, 1), Err(StaticError::GroupAddress));
+        f.add_static(1, mac(9), 1).unwrap();
+        f.add_static(1, mac(9), 2).unwrap();
+        assert_eq!(f.lookup(1, mac(9)), Some(2), "adding again replaces");
+        assert!(f.remove(1, mac(9)));
+        assert!(!f.remove(1, mac(9)));
+        let one = Fdb::new(8, 10);
+        for i in 0..8 {
+            one.add_static(1, mac(i), 1).unwrap();
+        }
+        assert_eq!(one.add_static(1, mac(99), 1), Err(StaticError::BucketFull));
+        assert_eq!(one.learn(1, mac(99), 1, 0), Learned::Full);
     }
 
     #[test]
     fn port_zero_and_mac_zero_are_valid() {
         let f = Fdb::new(64, 10);
-        f.learn(MacAddr([0; 6]), 0, 0);
-        assert_eq!(f.lookup(MacAddr([0; 6])), Some(0));
+        f.learn(1, MacAddr([0; 6]), 0, 0);
+        assert_eq!(f.lookup(1, MacAddr([0; 6])), Some(0));
     }
 
     #[test]
@@ -343,7 +548,7 @@ mod tests {
                 let f = f.clone();
                 std::thread::spawn(move || {
                     for i in 0..2000u64 {
-                        f.learn(mac(i * 2 + t), t as PortId, 0);
+                        f.learn(1, mac(i * 2 + t), t as PortId, 0);
                     }
                 })
             })
@@ -352,16 +557,46 @@ mod tests {
             h.join().unwrap();
         }
         for i in 0..4000u64 {
-            assert_eq!(f.lookup(mac(i)), Some((i % 2) as PortId));
+            assert_eq!(f.lookup(1, mac(i)), Some((i % 2) as PortId));
         }
+    }
+
+    #[test]
+    fn lookups_never_pair_a_key_with_another_entrys_port() {
+        // One bucket, a writer cycling MACs through it (evictions), readers checking that each
+        // MAC is only ever found on its own port.
+        let f = std::sync::Arc::new(Fdb::new(8, 1000));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (f, stop) = (f.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut t = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    for i in 0..32u64 {
+                        t += 1;
+                        f.learn(1, mac(i), (i % 60) as PortId, t);
+                    }
+                }
+            })
+        };
+        for _ in 0..200_000 {
+            for i in 0..32u64 {
+                if let Some(p) = f.lookup(1, mac(i)) {
+                    assert_eq!(p, (i % 60) as PortId);
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
     }
 
     #[test]
     fn a_resized_table_keeps_entries_ages_and_counters() {
         let old = Fdb::new(64, 300);
         for i in 0..40u64 {
-            old.learn(MacAddr::from_u64(0x0200_0000_0000 + i), (i % 3) as PortId, i as u32);
+            old.learn(1, MacAddr::from_u64(0x0200_0000_0000 + i), (i % 3) as PortId, i as u32);
         }
+        old.add_static(7, mac(1000), 2).unwrap();
         old.stats.aged.add(7);
         let big = old.resized(4096, 100);
         assert_eq!(big.entries(100), old.entries(100));
@@ -369,9 +604,10 @@ mod tests {
         assert_eq!(big.aging_ticks(), 300);
         let small = old.resized(8, 100);
         assert!(small.len() <= small.capacity() && !small.is_empty());
+        assert_eq!(small.lookup(7, mac(1000)), Some(2), "static entries go first");
         // What was kept is what the old table said.
-        for (mac, port, age) in small.entries(100) {
-            assert!(old.entries(100).contains(&(mac, port, age)));
+        for e in small.entries(100) {
+            assert!(old.entries(100).contains(&e));
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod port;
 pub mod stats;
 pub mod umem;
 pub mod verdict;
+pub mod vlan;
 pub mod wire;
 
 pub use batch::{Batch, Desc, BATCH_SIZE};

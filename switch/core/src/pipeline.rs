@@ -1,7 +1,9 @@
 //! One worker's run-to-completion pipeline.
 //!
-//! Per RX burst: parse → verdict stage (one call per burst) → L2 (learn, look up, flood) →
-//! stage per egress port → one TX burst per egress port → completions back to the pool in bulk.
+//! Per RX burst: parse and classify into a VLAN (ingress mirrors copy here) → verdict stage
+//! (one call per burst) → L2 (learn, look up, flood within the VLAN, storm control, link-local
+//! frames to the host) → each frame put in its egress port's VLAN form in place → one TX burst
+//! per egress port (egress mirrors copy here) → completions back to the pool in bulk.
 //! No allocation, lock or syscall per packet; drivers get one call per burst per queue.
 
 use std::sync::Arc;
@@ -12,8 +14,10 @@ use crate::fdb::{Fdb, Learned};
 use crate::pool::{BulkReturn, PoolCache};
 use crate::port::{PortId, PortQueue};
 use crate::stats::{DropReason, WorkerStats};
+use crate::umem::Umem;
 use crate::verdict::{BatchView, Verdict, VerdictStage};
-use crate::wire::{self, MacAddr};
+use crate::vlan::{FloodClass, PortL2, StormState};
+use crate::wire::{self, ethernet, flags, MacAddr};
 
 /// How the worker forwards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +49,10 @@ pub struct PortSlot {
     /// [`wire::checksum`]): on for ports whose frames can come from a local sender with
     /// `CHECKSUM_PARTIAL` (veth, virtual devices), off where frames come off a wire.
     pub complete_partial_checksums: bool,
+    /// VLAN membership, storm limits and mirrors.
+    pub l2: PortL2,
+    /// This worker's storm-control window on the port.
+    pub storm: StormState,
 }
 
 impl PortSlot {
@@ -52,7 +60,16 @@ impl PortSlot {
     /// A slot without queues is down: nothing could be sent on it.
     pub fn new(queues: Vec<Box<dyn PortQueue>>, max_frame: usize) -> Self {
         let up = !queues.is_empty();
-        Self { queues, max_frame, ingress: None, up, queue_index: 0, complete_partial_checksums: false }
+        Self {
+            queues,
+            max_frame,
+            ingress: None,
+            up,
+            queue_index: 0,
+            complete_partial_checksums: false,
+            l2: PortL2::default(),
+            storm: StormState::default(),
+        }
     }
 
     /// The slot of an id no port has: down, no queues.
@@ -223,6 +240,13 @@ impl Pipeline {
         old
     }
 
+    /// `port`'s VLANs, storm limits and mirrors from the next round on.
+    pub fn set_l2(&mut self, port: PortId, l2: PortL2) {
+        if let Some(p) = self.ports.get_mut(port as usize) {
+            p.l2 = l2;
+        }
+    }
+
     /// Frames longer than `max` bytes are dropped as oversize on `port` from now on.
     pub fn set_max_frame(&mut self, port: PortId, max: usize) {
         if let Some(p) = self.ports.get_mut(port as usize) {
@@ -313,14 +337,18 @@ impl Pipeline {
         n
     }
 
-    /// Parses the batch in place, compacting out (and counting) frames that fail to parse, and
+    /// Parses the batch in place, compacting out (and counting) frames that fail to parse or
+    /// that the port's VLANs do not admit, copies each parsed frame to the port's ingress
+    /// mirrors (as received), sets each frame's `meta.vlan` to the VLAN it is switched in, and
     /// completes offloaded checksums where the port asks for it (before any plugin, so plugins
     /// see the frame as it will leave).
     fn parse_batch(&mut self, p: PortId) {
         let pi = p as usize;
         let umem = self.pool.umem().clone();
-        let max = self.ports[pi].max_frame;
-        let fix_checksums = self.ports[pi].complete_partial_checksums;
+        let slot = &self.ports[pi];
+        let max = slot.max_frame;
+        let fix_checksums = slot.complete_partial_checksums;
+        let l2 = &slot.l2;
         let st = &self.stats.ports[pi];
         let b = &mut self.batch;
         let mut kept = 0;
@@ -332,10 +360,35 @@ impl Pipeline {
             let bytes = unsafe { umem.bytes_mut(d.addr, d.len as usize) };
             // A length beyond the frame reads as an empty slice, i.e. a runt.
             let parsed = if d.len as usize > max {
-                Err(wire::ParseError::Oversize)
+                Err(DropReason::Oversize)
             } else {
-                wire::parse_into(bytes, max, &mut b.meta[kept])
+                wire::parse_into(bytes, max, &mut b.meta[kept]).map_err(DropReason::from)
             };
+            if parsed.is_ok() && !l2.mirror_ingress.is_empty() {
+                for &m in &l2.mirror_ingress {
+                    if self.ports.get(m as usize).is_some_and(|s| s.up) {
+                        match duplicate(&mut self.pool, d) {
+                            Some(c) => {
+                                self.staged[m as usize].push(c);
+                                self.stats.mirror_copies.inc();
+                            }
+                            None => st.drop(DropReason::PoolEmpty),
+                        }
+                    }
+                }
+            }
+            let parsed = parsed.and_then(|()| {
+                let m = &mut b.meta[kept];
+                let tag = (m.flags & flags::CTAG != 0).then_some(m.vlan);
+                match l2.vlan.classify(tag) {
+                    Some(v) => {
+                        m.vlan = v;
+                        Ok(())
+                    }
+                    None if l2.mirror_destination => Err(DropReason::MirrorDestination),
+                    None => Err(DropReason::VlanFiltered),
+                }
+            });
             match parsed {
                 Ok(()) => {
                     if fix_checksums
@@ -348,8 +401,8 @@ impl Pipeline {
                     b.verdicts[kept] = Verdict::Pass;
                     kept += 1;
                 }
-                Err(e) => {
-                    st.drop(DropReason::from(e));
+                Err(reason) => {
+                    st.drop(reason);
                     self.dropped.push(d.addr);
                 }
             }
@@ -382,14 +435,15 @@ impl Pipeline {
         // Prefetch pass: start every FDB bucket load of the batch before using any (VPP-style),
         // so the misses overlap instead of stalling one packet at a time.
         let umem = self.pool.umem().clone();
-        for d in &self.batch.descs[..self.batch.len] {
+        for (d, m) in self.batch.descs[..self.batch.len].iter().zip(&self.batch.meta) {
             // SAFETY: the worker holds the frame; parse guaranteed at least 14 bytes.
             let hdr = unsafe { umem.bytes(d.addr, 12) };
-            self.fdb.prefetch(MacAddr::from_bytes(&hdr[0..6]));
-            self.fdb.prefetch(MacAddr::from_bytes(&hdr[6..12]));
+            self.fdb.prefetch(m.vlan, MacAddr::from_bytes(&hdr[ethernet::field::DST]));
+            self.fdb.prefetch(m.vlan, MacAddr::from_bytes(&hdr[ethernet::field::SRC]));
         }
         for i in 0..self.batch.len {
             let d = self.batch.descs[i];
+            let f = Frame { d, vlan: self.batch.meta[i].vlan, tagged: self.batch.meta[i].flags & flags::CTAG != 0 };
             let egress = match self.batch.verdicts[i] {
                 Verdict::Drop => {
                     self.drop_frame(pi, d.addr, DropReason::Policy);
@@ -397,7 +451,7 @@ impl Pipeline {
                 }
                 Verdict::Redirect(q) => {
                     if (q as usize) < nports && self.ports[q as usize].up {
-                        self.staged[q as usize].push(d);
+                        self.send(pi, q as usize, f);
                     } else {
                         self.drop_frame(pi, d.addr, DropReason::BadRedirect);
                     }
@@ -405,44 +459,59 @@ impl Pipeline {
                 }
                 Verdict::Host => {
                     match self.opts.host_port {
-                        Some(h) if self.ports[h as usize].up => self.staged[h as usize].push(d),
+                        Some(h) if self.ports[h as usize].up => self.send(pi, h as usize, f),
                         _ => self.drop_frame(pi, d.addr, DropReason::NoEgress),
                     }
                     continue;
                 }
                 Verdict::HostCopy => {
                     match self.opts.host_port {
-                        Some(h) if h != p && self.ports[h as usize].up => self.copy_to(pi, h as usize, d),
+                        Some(h) if h != p && self.ports[h as usize].up => self.copy_to(pi, h as usize, f),
                         // No host to copy to: the original still forwards, nothing is lost.
                         _ => {}
                     }
-                    self.l2_lookup(p, d, &mut last_src)
+                    self.l2_lookup(p, f, &mut last_src)
                 }
-                Verdict::Pass => self.l2_lookup(p, d, &mut last_src),
+                Verdict::Pass => self.l2_lookup(p, f, &mut last_src),
             };
             match egress {
-                Some(q) if q == p => self.drop_frame(pi, d.addr, DropReason::Hairpin),
-                Some(q) if self.ports[q as usize].up => self.staged[q as usize].push(d),
+                Egress::Port(q) if q == p => self.drop_frame(pi, d.addr, DropReason::Hairpin),
+                Egress::Port(q) if self.ports[q as usize].up => {
+                    if self.ports[q as usize].l2.vlan.members.contains(f.vlan) {
+                        self.send(pi, q as usize, f);
+                    } else {
+                        // A static entry (or a reload) points outside the VLAN.
+                        self.drop_frame(pi, d.addr, DropReason::VlanFiltered);
+                    }
+                }
                 // Learned on a port that is down: flood instead (it may have moved).
-                _ => self.flood(p, d),
+                Egress::Port(_) => self.flood_limited(p, f, FloodClass::UnknownUnicast),
+                Egress::Flood(class) => self.flood_limited(p, f, class),
+                Egress::LinkLocal => {
+                    self.stats.ports[pi].link_local.inc();
+                    match self.opts.host_port {
+                        Some(h) if h != p && self.ports[h as usize].up => self.send(pi, h as usize, f),
+                        _ => self.drop_frame(pi, d.addr, DropReason::LinkLocal),
+                    }
+                }
             }
         }
     }
 
-    /// Learns the source of `d` and looks its destination up (`None`: flood).
+    /// Learns the source of `f` in its VLAN and looks its destination up.
     #[inline]
-    fn l2_lookup(&mut self, p: PortId, d: Desc, last_src: &mut u64) -> Option<PortId> {
+    fn l2_lookup(&mut self, p: PortId, f: Frame, last_src: &mut u64) -> Egress {
         let umem = self.pool.umem();
         // SAFETY: the worker holds the frame; parse guaranteed at least 14 bytes.
-        let hdr = unsafe { umem.bytes(d.addr, 12) };
-        let dst = MacAddr::from_bytes(&hdr[0..6]);
-        let src = MacAddr::from_bytes(&hdr[6..12]);
-        let src_u = src.to_u64();
-        // Consecutive packets of one flow share a source: learn once per run of them.
+        let hdr = unsafe { umem.bytes(f.d.addr, 12) };
+        let dst = MacAddr::from_bytes(&hdr[ethernet::field::DST]);
+        let src = MacAddr::from_bytes(&hdr[ethernet::field::SRC]);
+        // Consecutive packets of one flow share a source and VLAN: learn once per run of them.
+        let src_u = src.to_u64() | (f.vlan as u64) << 48;
         if src_u != *last_src && !src.is_group() {
             *last_src = src_u;
-            match self.fdb.learn(src, p, self.now) {
-                Learned::Known => {}
+            match self.fdb.learn(f.vlan, src, p, self.now) {
+                Learned::Known | Learned::Full => {}
                 Learned::New => self.stats.fdb_learned.inc(),
                 Learned::Moved => self.stats.fdb_moved.inc(),
                 Learned::Evicted => {
@@ -451,50 +520,67 @@ impl Pipeline {
                 }
             }
         }
-        if dst.is_group() {
-            None
+        if !dst.is_group() {
+            return match self.fdb.lookup(f.vlan, dst) {
+                Some(q) => Egress::Port(q),
+                None => Egress::Flood(FloodClass::UnknownUnicast),
+            };
+        }
+        if dst == MacAddr::BROADCAST {
+            Egress::Flood(FloodClass::Broadcast)
+        } else if dst.is_link_local() {
+            Egress::LinkLocal
         } else {
-            self.fdb.lookup(dst)
+            Egress::Flood(FloodClass::Multicast)
         }
     }
 
-    /// Sends `d` to every up port except `p`: the original to the first, a copy to each other.
-    fn flood(&mut self, p: PortId, d: Desc) {
+    /// Floods `f` unless the ingress port's storm control has used up `class` for this second.
+    fn flood_limited(&mut self, p: PortId, f: Frame, class: FloodClass) {
         let pi = p as usize;
-        let mut first = true;
-        for q in 0..self.ports.len() {
-            if q == pi || !self.ports[q].up {
-                continue;
-            }
-            if first {
-                self.staged[q].push(d);
-                first = false;
-                continue;
-            }
-            self.copy_to(pi, q, d);
-        }
-        if first {
-            self.drop_frame(pi, d.addr, DropReason::NoEgress);
+        let slot = &mut self.ports[pi];
+        if slot.storm.admit(&slot.l2.storm, class, self.now) {
+            self.flood(p, f);
+        } else {
+            self.drop_frame(pi, f.d.addr, DropReason::Storm);
         }
     }
 
-    /// Stages a copy of `d` (in a fresh frame) for port `q`.
-    fn copy_to(&mut self, ingress: usize, q: usize, d: Desc) {
-        let Some(copy) = self.pool.alloc() else {
+    /// Sends `f` to every up port of its VLAN except `p`: a copy to each but the last, which
+    /// gets the original (copies are taken before the original is reshaped for its port).
+    fn flood(&mut self, p: PortId, f: Frame) {
+        let pi = p as usize;
+        let member = |q: usize, s: &PortSlot| q != pi && s.up && s.l2.vlan.members.contains(f.vlan);
+        let Some(last) = self.ports.iter().enumerate().rposition(|(q, s)| member(q, s)) else {
+            self.drop_frame(pi, f.d.addr, DropReason::NoEgress);
+            return;
+        };
+        for q in 0..last {
+            if member(q, &self.ports[q]) {
+                self.copy_to(pi, q, f);
+            }
+        }
+        self.send(pi, last, f);
+    }
+
+    /// Stages `f` for port `q`, reshaped in place for `q`'s VLAN form.
+    #[inline]
+    fn send(&mut self, ingress: usize, q: usize, f: Frame) {
+        let untagged = self.ports[q].l2.vlan.untagged(f.vlan);
+        match egress_form(self.pool.umem(), f, untagged) {
+            Some(d) => self.staged[q].push(d),
+            None => self.drop_frame(ingress, f.d.addr, DropReason::NoHeadroom),
+        }
+    }
+
+    /// Stages a copy of `f` (in a fresh frame) for port `q`, in `q`'s VLAN form.
+    fn copy_to(&mut self, ingress: usize, q: usize, f: Frame) {
+        let Some(d) = duplicate(&mut self.pool, f.d) else {
             self.stats.ports[ingress].drop(DropReason::PoolEmpty);
             return;
         };
-        let umem = self.pool.umem();
-        let off = d.addr - umem.frame_base(d.addr);
-        let len = d.len as usize;
-        // SAFETY: `d`'s frame is held by this worker and only read while this slice lives.
-        let src = unsafe { umem.bytes(d.addr, len) };
-        // SAFETY: `copy` was just allocated to this worker and is a different frame from `d`'s,
-        // so the two slices do not overlap.
-        let dst = unsafe { umem.bytes_mut(copy + off, len) };
-        dst.copy_from_slice(src);
         self.stats.flood_copies.inc();
-        self.staged[q].push(Desc { addr: copy + off, len: d.len, options: 0 });
+        self.send(ingress, q, Frame { d, ..f });
     }
 
     #[inline]
@@ -504,7 +590,9 @@ impl Pipeline {
     }
 
     /// One TX burst per egress port with staged frames; what a full ring refuses is dropped.
+    /// Egress mirrors copy what their source ports are about to send first.
     fn transmit(&mut self) {
+        self.mirror_egress();
         for q in 0..self.staged.len() {
             if self.staged[q].is_empty() {
                 continue;
@@ -528,6 +616,32 @@ impl Pipeline {
         if !self.dropped.is_empty() {
             self.pool.put_bulk(&self.dropped);
             self.dropped.clear();
+        }
+    }
+
+    /// Copies every frame staged on a port with egress mirrors to the mirrors' destinations (a
+    /// destination is never a source, see the config's checks, so nothing is copied twice).
+    fn mirror_egress(&mut self) {
+        for q in 0..self.ports.len() {
+            if self.ports[q].l2.mirror_egress.is_empty() || self.staged[q].is_empty() {
+                continue;
+            }
+            for k in 0..self.staged[q].len() {
+                let d = self.staged[q][k];
+                for j in 0..self.ports[q].l2.mirror_egress.len() {
+                    let m = self.ports[q].l2.mirror_egress[j] as usize;
+                    if m == q || !self.ports.get(m).is_some_and(|s| s.up) {
+                        continue;
+                    }
+                    match duplicate(&mut self.pool, d) {
+                        Some(c) => {
+                            self.staged[m].push(c);
+                            self.stats.mirror_copies.inc();
+                        }
+                        None => self.stats.ports[q].drop(DropReason::PoolEmpty),
+                    }
+                }
+            }
         }
     }
 
@@ -560,6 +674,75 @@ impl Pipeline {
     pub fn frames_held(&self) -> usize {
         self.ports.iter().map(PortSlot::frames_held).sum::<usize>() + self.pool.cached().len()
     }
+}
+
+/// A frame on its way through the L2 stage: where it is, the VLAN it is switched in, and
+/// whether it arrived with an 802.1Q tag.
+#[derive(Clone, Copy)]
+struct Frame {
+    d: Desc,
+    vlan: u16,
+    tagged: bool,
+}
+
+/// Where the L2 lookup sends a frame.
+enum Egress {
+    Port(PortId),
+    Flood(FloodClass),
+    /// 01:80:C2:00:00:0X: never forwarded; to the host port if there is one.
+    LinkLocal,
+}
+
+/// Puts `f` in the form a port sends its VLAN in, in place: a tag popped (the addresses move
+/// 4 bytes on), pushed into the frame's headroom, or a priority tag given its VLAN's id.
+/// `None` when a tag must be pushed and the frame has no headroom left.
+#[inline]
+fn egress_form(umem: &Umem, f: Frame, untagged: bool) -> Option<Desc> {
+    let Frame { d, vlan, tagged } = f;
+    let len = d.len as usize;
+    let tag = ethernet::TAG_LEN as u64;
+    match (tagged, untagged) {
+        (false, true) => Some(d),
+        (true, false) => {
+            // SAFETY: the worker holds the frame and nothing else touches it while this lives.
+            let frame = unsafe { umem.bytes_mut(d.addr, len) };
+            if ethernet::tci(frame).is_some_and(|t| t & 0x0fff == 0) {
+                ethernet::set_vid(frame, vlan);
+            }
+            Some(d)
+        }
+        (true, true) => {
+            // SAFETY: as above.
+            let frame = unsafe { umem.bytes_mut(d.addr, len) };
+            ethernet::pop_tag(frame).then_some(Desc { addr: d.addr + tag, len: d.len - tag as u32, ..d })
+        }
+        (false, false) => {
+            if d.addr - umem.frame_base(d.addr) < tag {
+                return None;
+            }
+            // SAFETY: as above; the 4 bytes before the packet are the same frame's headroom,
+            // which no one else uses.
+            let buf = unsafe { umem.bytes_mut(d.addr - tag, len + tag as usize) };
+            ethernet::push_tag(buf, vlan).then_some(Desc { addr: d.addr - tag, len: d.len + tag as u32, ..d })
+        }
+    }
+}
+
+/// A copy of `d` in a fresh frame from `pool`, at the same offset in its frame (so it keeps
+/// the original's headroom); `None` when the pool is empty.
+#[inline]
+fn duplicate(pool: &mut PoolCache, d: Desc) -> Option<Desc> {
+    let copy = pool.alloc()?;
+    let umem = pool.umem();
+    let off = d.addr - umem.frame_base(d.addr);
+    let len = d.len as usize;
+    // SAFETY: `d`'s frame is held by this worker and only read while this slice lives.
+    let src = unsafe { umem.bytes(d.addr, len) };
+    // SAFETY: `copy` was just allocated to this worker and is a different frame from `d`'s, so
+    // the two slices do not overlap.
+    let dst = unsafe { umem.bytes_mut(copy + off, len) };
+    dst.copy_from_slice(src);
+    Some(Desc { addr: copy + off, len: d.len, options: 0 })
 }
 
 #[cfg(test)]

@@ -26,12 +26,23 @@ pub enum DropReason {
     NoEgress,
     /// The egress TX ring had no room.
     TxFull,
-    /// A flood copy found no free frame.
+    /// A flood or mirror copy found no free frame.
     PoolEmpty,
+    /// The port does not carry the frame's VLAN (ingress), or a learned or static entry sends
+    /// it to a port outside the VLAN.
+    VlanFiltered,
+    /// Storm control: the port's limit for this flood class was used up for this second.
+    Storm,
+    /// A link-local frame (01:80:C2:00:00:0X) with no host port to take it.
+    LinkLocal,
+    /// Received on a mirror's destination port, which takes no part in switching.
+    MirrorDestination,
+    /// A tag had to be pushed and the frame had no headroom (a driver without headroom).
+    NoHeadroom,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 11] = [
+    pub const ALL: [DropReason; 16] = [
         DropReason::Runt,
         DropReason::TruncatedVlan,
         DropReason::BadL3,
@@ -43,6 +54,11 @@ impl DropReason {
         DropReason::NoEgress,
         DropReason::TxFull,
         DropReason::PoolEmpty,
+        DropReason::VlanFiltered,
+        DropReason::Storm,
+        DropReason::LinkLocal,
+        DropReason::MirrorDestination,
+        DropReason::NoHeadroom,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -59,6 +75,11 @@ impl DropReason {
             DropReason::NoEgress => "no_egress",
             DropReason::TxFull => "tx_ring_full",
             DropReason::PoolEmpty => "pool_empty",
+            DropReason::VlanFiltered => "vlan_filtered",
+            DropReason::Storm => "storm",
+            DropReason::LinkLocal => "link_local",
+            DropReason::MirrorDestination => "mirror_destination",
+            DropReason::NoHeadroom => "no_headroom",
         }
     }
 }
@@ -86,6 +107,8 @@ pub struct PortStats {
     pub drops: [Counter; DropReason::COUNT],
     /// TCP/UDP checksums completed on ingress (the sender had left them to offload).
     pub checksums_completed: Counter,
+    /// Link-local frames (01:80:C2:00:00:0X) received: never forwarded, given to the host port.
+    pub link_local: Counter,
 }
 
 impl PortStats {
@@ -100,8 +123,9 @@ impl PortStats {
 
     /// Zeroes every counter (the owning worker only, when its port id goes to a new port).
     pub fn reset(&self) {
-        let PortStats { rx_packets, rx_bytes, tx_packets, tx_bytes, drops, checksums_completed } = self;
-        for c in [rx_packets, rx_bytes, tx_packets, tx_bytes, checksums_completed].into_iter().chain(drops) {
+        let PortStats { rx_packets, rx_bytes, tx_packets, tx_bytes, drops, checksums_completed, link_local } = self;
+        for c in [rx_packets, rx_bytes, tx_packets, tx_bytes, checksums_completed, link_local].into_iter().chain(drops)
+        {
             c.reset();
         }
     }
@@ -124,6 +148,8 @@ pub struct WorkerStats {
     pub fdb_evicted: Counter,
     /// Extra copies made by flooding.
     pub flood_copies: Counter,
+    /// Copies made for port mirrors.
+    pub mirror_copies: Counter,
     /// Frames in this worker's alloc cache (updated per round).
     pub cache_frames: Gauge,
 }
@@ -141,6 +167,7 @@ impl WorkerStats {
             fdb_moved: Counter::default(),
             fdb_evicted: Counter::default(),
             flood_copies: Counter::default(),
+            mirror_copies: Counter::default(),
             cache_frames: Gauge::default(),
         }
     }

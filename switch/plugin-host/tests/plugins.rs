@@ -478,6 +478,8 @@ fn hot_swap_under_traffic_loses_no_frame() {
             up: true,
             queue_index: 0,
             complete_partial_checksums: false,
+            l2: Default::default(),
+            storm: Default::default(),
         },
         PortSlot {
             queues: vec![Box::new(
@@ -488,6 +490,8 @@ fn hot_swap_under_traffic_loses_no_frame() {
             up: true,
             queue_index: 0,
             complete_partial_checksums: false,
+            l2: Default::default(),
+            storm: Default::default(),
         },
     ];
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);

@@ -76,11 +76,12 @@ pub struct Plan {
 /// - a port added or removed (ports are matched by name), unless it is a sim port with
 ///   generated traffic (the other generators' destinations are fixed when they start);
 /// - a port's `mtu`;
+/// - the L2 keys ([`is_l2`]): VLANs, storm control, mirrors and static FDB entries;
 /// - a sim port's `sim` settings (the port's queues are replaced; its counters carry on), except
 ///   giving it traffic or taking its traffic away (that changes the others' destinations).
 pub fn applies_live(c: &Change) -> bool {
     let key = c.key.as_str();
-    if key == "fdb.aging_seconds" || key == "fdb.capacity" || key == "control.token_file" {
+    if key == "fdb.aging_seconds" || key == "fdb.capacity" || key == "control.token_file" || is_l2(key) {
         return true;
     }
     let Some(rest) = key.strip_prefix("ports[").and_then(|r| r.split_once(']')).map(|(_, r)| r) else {
@@ -115,6 +116,20 @@ pub fn applies_live(c: &Change) -> bool {
         || rest == ".plugins"
         || rest.starts_with(".plugins[")
         || rest.starts_with(".plugins.")
+}
+
+/// True for the L2 keys (see `config::l2`), all applied live: a port's `vlan` and `storm`, the
+/// host port's `vlan`, `mirrors`, `fdb.static`.
+pub fn is_l2(key: &str) -> bool {
+    let under = |k: &str, section: &str| {
+        k.strip_prefix(section).is_some_and(|r| r.is_empty() || r.starts_with('.') || r.starts_with('['))
+    };
+    if under(key, "mirrors") || under(key, "fdb.static") || under(key, "host.vlan") {
+        return true;
+    }
+    key.strip_prefix("ports[")
+        .and_then(|r| r.split_once(']'))
+        .is_some_and(|(_, r)| under(r, ".vlan") || under(r, ".storm"))
 }
 
 /// Compares `old` (running) with `new` (just loaded from `new.file`).

@@ -239,6 +239,9 @@ pub struct FdbSection {
     /// Seconds a MAC may stay silent before it is forgotten.
     #[serde(default = "default_aging")]
     pub aging_seconds: Spanned<u32>,
+    /// Entries that never age or move (`static:` in the file).
+    #[serde(default, rename = "static")]
+    pub statics: Vec<l2::StaticEntry>,
 }
 
 fn default_fdb_capacity() -> Spanned<usize> {
@@ -250,7 +253,7 @@ fn default_aging() -> Spanned<u32> {
 
 impl Default for FdbSection {
     fn default() -> Self {
-        Self { capacity: default_fdb_capacity(), aging_seconds: default_aging() }
+        Self { capacity: default_fdb_capacity(), aging_seconds: default_aging(), statics: Vec::new() }
     }
 }
 
@@ -302,6 +305,12 @@ pub struct PortSection {
     /// than `pass` decides it.
     #[serde(default)]
     pub plugins: Vec<PluginSection>,
+    /// VLAN membership; an access port of VLAN 1 when absent.
+    #[serde(default)]
+    pub vlan: Option<l2::VlanSection>,
+    /// Storm control: flooded frames per second admitted on this port, by class.
+    #[serde(default)]
+    pub storm: Option<l2::StormSection>,
 }
 
 /// What a plugin's packets get when it faults or is quarantined.
@@ -399,8 +408,11 @@ pub struct TrafficSection {
     pub broadcast_percent: Spanned<f64>,
     #[serde(default = "default_flows")]
     pub flows: Spanned<u32>,
+    /// Tag the frames with this VLAN, or spread them over a list of VLANs (each source MAC
+    /// speaks in one of them and addresses hosts of the same one): `vlan: 10`,
+    /// `vlan: [10, "20-22"]`.
     #[serde(default)]
-    pub vlan: Option<Spanned<u16>>,
+    pub vlan: Option<Spanned<l2::VidList>>,
     /// Ports whose hosts this traffic is addressed to (default: every other sim port).
     #[serde(default)]
     pub to: Option<Vec<Spanned<String>>>,
@@ -497,6 +509,9 @@ pub struct HostSection {
     /// Frames per delivery (cpumap's bulk is 8), 1-64.
     #[serde(default = "default_host_bulk")]
     pub bulk: Spanned<usize>,
+    /// The host port's VLANs (as a port's `vlan:`); an access port of VLAN 1 when absent.
+    #[serde(default)]
+    pub vlan: Option<l2::VlanSection>,
 }
 
 fn default_host_name() -> Spanned<String> {
@@ -534,6 +549,9 @@ pub struct Config {
     pub ports: Vec<PortSection>,
     #[serde(default)]
     pub host: Option<HostSection>,
+    /// Port mirroring sessions.
+    #[serde(default)]
+    pub mirrors: Vec<l2::MirrorSection>,
     /// The user the daemon runs as once it has dropped its privileges (see `privileges.rs`);
     /// it stays the one that started it when absent.
     #[serde(default)]
@@ -938,6 +956,7 @@ impl Config {
                 return Err(err(u.referenced, format!("user: {e:#}")));
             }
         }
+        l2::check(self, &err)?;
         let needed = self.frames_needed();
         if u64::from(self.pool.frames.value) < needed {
             return Err(err(
@@ -1004,8 +1023,9 @@ impl Config {
             return Err(err(t.frame_sizes.referenced, format!("frame size {bad} is out of range: expected 60-{max}")));
         }
         if let Some(v) = &t.vlan {
-            if !(1..=4094).contains(&v.value) {
-                return Err(err(v.referenced, format!("vlan {} is out of range: expected 1-4094", v.value)));
+            let vids = v.value.expand("vlan").map_err(|e| err(v.referenced, e))?;
+            if vids.is_empty() || vids.len() > 64 {
+                return Err(err(v.referenced, format!("vlan lists {} VLANs: expected 1-64", vids.len())));
             }
         }
         for to in t.to.iter().flatten() {
@@ -1154,6 +1174,7 @@ pub fn online_cpus() -> usize {
 }
 
 pub mod diff;
+pub mod l2;
 
 #[cfg(test)]
 mod tests;

@@ -266,6 +266,10 @@ pool:
 fdb:
   capacity: 16384
   aging_seconds: 300
+  static:
+    - mac: 02:00:00:00:00:99
+      vlan: 10
+      port: p1
 workers:
   - cpu: 0
     idle: poll
@@ -283,8 +287,16 @@ ports:
         frame_sizes: [64, 128]
         broadcast_percent: 5
         flows: 64
-        vlan: 10
+        vlan: [10, \"20-21\"]
         to: [p1]
+    vlan:
+      mode: trunk
+      allowed: [10, \"20-22\"]
+      native: 1
+    storm:
+      broadcast_pps: 1000
+      multicast_pps: 500
+      unknown_unicast_pps: 200
     plugins:
       - name: a
         path: {plugin}
@@ -302,6 +314,14 @@ ports:
       bind: copy
       queues: [0, 1]
       ring_size: 512
+    vlan:
+      mode: access
+      vid: 10
+mirrors:
+  - name: m0
+    sources: [p0]
+    direction: both
+    destination: host
 host:
   name: host
   tap: wss0
@@ -310,6 +330,10 @@ host:
   workers: 1
   ring_size: 1024
   bulk: 8
+  vlan:
+    mode: trunk
+    allowed: [10]
+    native: 1
 "
     )
 }
@@ -447,7 +471,8 @@ fn every_key_changed_in_a_reload_is_named() {
         }
     }
     eprintln!("{} keys: {live} applied live, {restart} need a restart, {refused} made the file invalid", keys.len());
-    assert!(live >= 20 && restart >= 20, "{live} live, {restart} restart");
+    // Renaming the host port breaks the mirror that names it: fewer restart keys than live ones.
+    assert!(live >= 30 && restart >= 18, "{live} live, {restart} restart");
 }
 
 #[test]

@@ -75,5 +75,11 @@ pub fn open(ctx: &mut OpenCtx<'_>, name: &str, a: &AfxdpSection, mtu: u32) -> Re
     info.interface = Some(a.interface.value.clone());
     info.ifindex = xp.ifindex();
     info.reopen = Some(a.clone());
-    Ok(OpenedPort { info, queues: per_worker, max_frame: max_frame(mtu), handle: PortHandle::Afxdp(xp) })
+    Ok(OpenedPort {
+        info,
+        queues: per_worker,
+        max_frame: max_frame(mtu),
+        handle: PortHandle::Afxdp(xp),
+        l2: Default::default(),
+    })
 }

@@ -34,5 +34,11 @@ pub fn open(ctx: &OpenCtx<'_>, h: &HostSection) -> Result<OpenedPort> {
     let mut info = PortInfo::new(&h.name.value, "tap", h.workers.value, "io_uring".into());
     info.tap = Some(hp.stats().clone());
     let queues = queues.into_iter().map(|q| vec![Box::new(q) as Box<dyn wasmswitch_core::PortQueue>]).collect();
-    Ok(OpenedPort { info, queues, max_frame: max_frame(h.mtu.value), handle: PortHandle::Host(hp) })
+    Ok(OpenedPort {
+        info,
+        queues,
+        max_frame: max_frame(h.mtu.value),
+        handle: PortHandle::Host(hp),
+        l2: Default::default(),
+    })
 }

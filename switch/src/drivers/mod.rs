@@ -122,6 +122,8 @@ pub struct OpenedPort {
     pub queues: Vec<Vec<Box<dyn PortQueue>>>,
     pub max_frame: usize,
     pub handle: PortHandle,
+    /// VLANs, storm limits and mirrors, as each worker's slot gets them.
+    pub l2: wasmswitch_core::vlan::PortL2,
 }
 
 /// The running ports by id, shared between the dataplane (which changes it on reload) and the

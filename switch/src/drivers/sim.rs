@@ -29,5 +29,11 @@ pub fn open(ctx: &OpenCtx<'_>, name: &str, sim: &SimSection, mtu: u32, traffic: 
         info.sim.push(queue.stats().clone());
         worker.push(Box::new(queue));
     }
-    OpenedPort { info, queues: per_worker, max_frame: max_frame(mtu), handle: PortHandle::Queues }
+    OpenedPort {
+        info,
+        queues: per_worker,
+        max_frame: max_frame(mtu),
+        handle: PortHandle::Queues,
+        l2: Default::default(),
+    }
 }

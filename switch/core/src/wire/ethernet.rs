@@ -3,6 +3,21 @@
 use std::fmt;
 
 pub const HEADER_LEN: usize = 14;
+/// Length of an 802.1Q tag (TPID and TCI), inserted between the source MAC and the ethertype.
+pub const TAG_LEN: usize = 4;
+
+/// Byte ranges of the header (and of an 802.1Q tag where there is one).
+pub mod field {
+    use std::ops::Range;
+    pub const DST: Range<usize> = 0..6;
+    pub const SRC: Range<usize> = 6..12;
+    /// The ethertype, or the TPID of the outer tag.
+    pub const ETHERTYPE: Range<usize> = 12..14;
+    /// The outer tag's TCI (PCP, DEI, VID) when the frame is tagged.
+    pub const TCI: Range<usize> = 14..16;
+    /// Both addresses: what moves when a tag is pushed or popped in place.
+    pub const ADDRS: Range<usize> = 0..12;
+}
 
 /// A 48-bit MAC address.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
@@ -14,6 +29,14 @@ impl MacAddr {
     /// Group (broadcast or multicast) address: I/G bit set.
     pub fn is_group(&self) -> bool {
         self.0[0] & 1 != 0
+    }
+
+    /// IEEE 802.1D link-local group address (01:80:C2:00:00:00 to 0F: STP, LACP, LLDP, 802.1X,
+    /// pause): never forwarded by a bridge.
+    #[inline]
+    pub fn is_link_local(&self) -> bool {
+        let b = self.0;
+        b[..5] == [0x01, 0x80, 0xc2, 0x00, 0x00] && b[5] & 0xf0 == 0
     }
 
     pub fn to_u64(self) -> u64 {
@@ -95,5 +118,72 @@ impl<'a> EthernetFrame<'a> {
 
     pub fn payload(&self) -> &'a [u8] {
         &self.buf[HEADER_LEN..]
+    }
+}
+
+/// Pushes an 802.1Q tag with `tci` in place: `buf` is [`TAG_LEN`] bytes of headroom followed by
+/// an untagged frame of at least [`HEADER_LEN`] bytes, and becomes the tagged frame. Only the
+/// two addresses move. Returns false (and changes nothing) when `buf` is too short.
+pub fn push_tag(buf: &mut [u8], tci: u16) -> bool {
+    if buf.len() < TAG_LEN + HEADER_LEN {
+        return false;
+    }
+    buf.copy_within(TAG_LEN..TAG_LEN + field::ADDRS.end, 0);
+    buf[field::ETHERTYPE].copy_from_slice(&super::ethertype::VLAN.to_be_bytes());
+    buf[field::TCI].copy_from_slice(&tci.to_be_bytes());
+    true
+}
+
+/// Pops the outer tag in place: `frame` is a tagged frame, and `frame[TAG_LEN..]` becomes the
+/// untagged one. Returns false (and changes nothing) when `frame` is too short to hold a tag.
+pub fn pop_tag(frame: &mut [u8]) -> bool {
+    if frame.len() < TAG_LEN + HEADER_LEN {
+        return false;
+    }
+    frame.copy_within(field::ADDRS, TAG_LEN);
+    true
+}
+
+/// The outer tag's TCI, when the frame has a tag (whatever its TPID) long enough to read.
+pub fn tci(frame: &[u8]) -> Option<u16> {
+    frame.get(field::TCI).map(|b| u16::from_be_bytes([b[0], b[1]]))
+}
+
+/// Rewrites the VID of the outer tag, keeping its priority and DEI bits.
+pub fn set_vid(frame: &mut [u8], vid: u16) {
+    if let Some(b) = frame.get_mut(field::TCI) {
+        let tci = (u16::from_be_bytes([b[0], b[1]]) & 0xf000) | (vid & 0x0fff);
+        b.copy_from_slice(&tci.to_be_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_then_pop_restores_the_frame() {
+        let frame: Vec<u8> = (0..60u8).collect();
+        let mut buf = vec![0xee; TAG_LEN];
+        buf.extend_from_slice(&frame);
+        assert!(push_tag(&mut buf, 0xa00a));
+        assert_eq!(&buf[0..12], &frame[0..12]);
+        assert_eq!(&buf[12..16], &[0x81, 0x00, 0xa0, 0x0a]);
+        assert_eq!(&buf[16..], &frame[12..]);
+        assert_eq!(tci(&buf), Some(0xa00a));
+        set_vid(&mut buf, 20);
+        assert_eq!(tci(&buf), Some(0xa014), "priority and DEI bits kept");
+        assert!(pop_tag(&mut buf));
+        assert_eq!(&buf[TAG_LEN..], &frame[..]);
+        assert!(!push_tag(&mut [0u8; 17], 1), "too short: nothing changes");
+        assert!(!pop_tag(&mut [0u8; 17]));
+    }
+
+    #[test]
+    fn link_local_range() {
+        let ll = |last| MacAddr([0x01, 0x80, 0xc2, 0, 0, last]);
+        assert!(ll(0x00).is_link_local() && ll(0x0e).is_link_local() && ll(0x0f).is_link_local());
+        assert!(!ll(0x10).is_link_local());
+        assert!(!MacAddr::BROADCAST.is_link_local());
     }
 }

@@ -54,6 +54,8 @@ pub mod flags {
     pub const FRAGMENT: u16 = 1 << 4;
     /// Destination MAC has the group bit (broadcast or multicast).
     pub const GROUP_DST: u16 = 1 << 5;
+    /// The outer tag is an 802.1Q tag (TPID 0x8100), the one VLAN bridging switches on.
+    pub const CTAG: u16 = 1 << 6;
 }
 
 /// Per-packet metadata produced by the parser (64 bytes, one cache line).
@@ -64,7 +66,8 @@ pub struct PacketMeta {
     pub len: u16,
     /// See [`flags`].
     pub flags: u16,
-    /// VLAN id of the outer tag (0 when untagged).
+    /// VLAN id of the outer tag (0 when untagged) as parsed; the pipeline replaces it with the
+    /// VLAN the frame is switched in before any plugin sees it.
     pub vlan: u16,
     /// Ethertype after the VLAN tags.
     pub ethertype: u16,
@@ -127,6 +130,9 @@ pub fn parse_into(frame: &[u8], max_len: usize, m: &mut PacketMeta) -> Result<()
         if m.flags & flags::VLAN == 0 {
             m.vlan = u16::from_be_bytes([tag[0], tag[1]]) & 0x0fff;
             m.flags |= flags::VLAN;
+            if ethertype == ethertype::VLAN {
+                m.flags |= flags::CTAG;
+            }
         }
         ethertype = u16::from_be_bytes([tag[2], tag[3]]);
         off += 4;
