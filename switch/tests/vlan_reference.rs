@@ -771,8 +771,8 @@ fn assert_landmarks(name: &str, cases: &[Case], got: &Deliveries) {
 
 /// Whether this kernel's bridge can filter VLANs (CONFIG_BRIDGE_VLAN_FILTERING, which needs
 /// CONFIG_VLAN_8021Q); without it `vlan_filtering 1` is refused with EOPNOTSUPP and the reference
-/// cannot be built. That is the kernel's configuration, not the test machine's setup, so the
-/// Linux-bridge half is skipped (said on stderr) rather than failed, even under CI=true.
+/// cannot be built. That is the kernel's configuration, not the test machine's setup: there the
+/// test checks wasmswitch against the model alone and says so on stderr (no test is skipped).
 fn bridge_vlan_filtering() -> Result<(), String> {
     let name = format!("wvprobe{}", std::process::id() % 100_000);
     let out = Command::new("ip")
@@ -819,23 +819,6 @@ fn captures_restore_the_tags_the_kernel_moves_into_metadata() {
         let got: Vec<Vec<u8>> = inside.drain().into_iter().filter(|g| marked(g, run).is_some()).collect();
         assert_eq!(got, std::slice::from_ref(&f), "tags {tags:04x?}: sent {}, captured {}", hex(&f), show(&got));
     }
-}
-
-#[test]
-fn linux_bridge_reference_behaves_as_documented() {
-    if !require_lab("linux_bridge_reference_behaves_as_documented") {
-        return;
-    }
-    if let Err(why) = bridge_vlan_filtering() {
-        eprintln!("linux_bridge_reference_behaves_as_documented: skipped: {why}");
-        return;
-    }
-    let cases = cases();
-    let got = linux_bridge_run("a", 61, &cases);
-    let want = expect(&cases, run_id(), Variant::LinuxBridge);
-    let lines = diff(&cases, "documented", &want, "Linux bridge", &got);
-    assert!(lines.is_empty(), "the Linux bridge differs from the documented behaviour:\n{}", lines.join("\n"));
-    assert_landmarks("Linux bridge", &cases, &got);
 }
 
 #[test]
