@@ -77,8 +77,16 @@ else
 fi
 
 wit_bindgen=
+if [ ${#c[@]} -gt 0 ] && ! apt_need clang-19 lld-19; then
+    # Building everything without root on a machine without clang-19: the Rust examples
+    # still build; the C ones are skipped, said here (the host's tests then skip theirs).
+    # Under CI=true, or when a C example was named, that is a failure.
+    if [ $# -gt 0 ] || [ "${CI:-}" = true ]; then exit 1; fi
+    log "skipping ${c[*]} (no clang-19/lld-19)"
+    c=()
+    plugins=("${rust[@]}")
+fi
 if [ ${#c[@]} -gt 0 ]; then
-    apt_need clang-19 lld-19 || exit 1
     if [ -n "${WIT_BINDGEN:-}" ]; then
         wit_bindgen=$WIT_BINDGEN
     else

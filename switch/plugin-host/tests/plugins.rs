@@ -67,6 +67,12 @@ fn c_portdeny_through_the_real_host_matches_the_rust_acl() {
     ];
     use Verdict::{Drop as D, Pass as P};
     let want = vec![D, D, D, P, P, P, D, D, P, P];
+    if !examples().join("c-portdeny.wasm").exists() {
+        // build.sh skips the C examples only outside CI, without root and without clang-19.
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "plugins/build.sh did not build c-portdeny");
+        eprintln!("skipped: plugins/build.sh had no clang-19 to build c-portdeny");
+        return;
+    }
     let e = engine();
     let c = e.compile(&spec("c-portdeny", examples().join("c-portdeny.wasm"), ports)).unwrap();
     let mut stage = c.instantiate(0).unwrap();
