@@ -94,7 +94,7 @@ if [ ${#c[@]} -gt 0 ]; then
         root="$cache/wit-bindgen-cli-$wit_bindgen_version"
         wit_bindgen="$root/bin/wit-bindgen"
         if [ ! -x "$wit_bindgen" ]; then
-            # Only the C generator: a few minutes on 2 cores, once per machine.
+            # Only the C generator: 5-10 minutes on 2 busy cores, once per machine.
             log "installing wit-bindgen-cli $wit_bindgen_version into $root (once)"
             cargo install -q --locked --version "$wit_bindgen_version" --no-default-features --features c \
                 --root "$root" wit-bindgen-cli >&2
