@@ -17,6 +17,8 @@ if [ "${WASMSWITCH_SKIP_WASM:-0}" != 1 ]; then
   have /usr/bin/rustc      || need+=(rustc-web)
   [ -d /usr/lib/rustlib/src/rust/library ] || need+=(rust-web-src)
   have /usr/lib/llvm-19/bin/wasm-ld || need+=(lld-19)
+  # The C example plugin (plugins/examples/c-portdeny); build.sh installs its wit-bindgen.
+  have clang-19            || need+=(clang-19)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then

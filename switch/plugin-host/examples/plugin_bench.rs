@@ -2,8 +2,14 @@
 //! host: encode + one component call + decode) and natively (the same Rust logic compiled for
 //! the host, through the same encode/decode), at batch sizes 1, 16, 64 and 256.
 //!
-//!     plugins/build.sh acl
-//!     cargo run --release -p wasmswitch-plugin-host --example plugin_bench [-- path/to/acl.wasm]
+//!     plugins/build.sh acl c-portdeny
+//!     cargo run --release -p wasmswitch-plugin-host --example plugin_bench \
+//!         [-- path/to/acl.wasm [path/to/c-portdeny.wasm]]
+//!
+//! When the C example `c-portdeny` is there (built by `plugins/build.sh`, bindings from
+//! `wit-bindgen c`), a second table runs one policy written twice: drop TCP/UDP packets to a
+//! list of destination ports, as `c-portdeny` (C, a port bitmap) and as the Rust `acl` with one
+//! `deny dport=...` rule per list entry, on traffic where half the packets match.
 //!
 //! Also reports a "floor" row: a plugin whose `process` only returns all-pass verdicts
 //! (hand-written WAT), i.e. the cost of the call and the copies with no logic at all; and a
@@ -29,6 +35,9 @@ deny src=2001:db8::/32
 deny proto=tcp sport=0-1023 dport=0-1023
 deny dst=203.0.113.0/24
 ";
+
+/// The port list of the two-languages table, for `c-portdeny` and as `acl` rules.
+const PORTS: &[&str] = &["22", "23", "53", "123", "161-162", "445", "3389"];
 
 const FLOOR: &str = r#"(module
   (memory (export "memory") 1)
@@ -86,10 +95,15 @@ struct Frames {
 }
 
 fn frames(n: usize) -> Frames {
+    frames_to(n, |_| 80)
+}
+
+/// `n` UDP frames, frame `i` to destination port `dport(i)`.
+fn frames_to(n: usize, dport: impl Fn(usize) -> u16) -> Frames {
     let umem = Umem::new(n as u32, 2048).unwrap();
     let (mut descs, mut meta) = (Vec::new(), Vec::new());
     for i in 0..n {
-        let f = harness::udp4([10, 1, (i >> 8) as u8, i as u8], [10, 2, 0, (i % 7) as u8], 1024 + i as u16, 80);
+        let f = harness::udp4([10, 1, (i >> 8) as u8, i as u8], [10, 2, 0, (i % 7) as u8], 1024 + i as u16, dport(i));
         let addr = i as u64 * 2048 + 256;
         // SAFETY: the benchmark owns the UMEM; each frame lives alone in its slot.
         unsafe { umem.bytes_mut(addr, f.len()) }.copy_from_slice(&f);
@@ -191,10 +205,64 @@ fn main() {
             .collect();
         assert!(faults.is_empty(), "the wasm plugin faulted: {faults:?}");
     }
+    if let Some(c_path) = std::env::args()
+        .nth(2)
+        .map(PathBuf::from)
+        .or_else(|| Some(repo.join("plugins/out/c-portdeny.wasm")).filter(|p| p.exists()))
+    {
+        two_languages(&engine, &acl_path, &c_path, &floor);
+    }
     println!();
     println!("two counters per batch on the floor plugin: by two counter-add host calls, or as two records in the result's trailer; ns/packet");
     println!("{:>6} {:>8} {:>8} {:>8} {:>8} {:>8}", "batch", "floor", "calls", "trailer", "+calls", "+trailer");
     for (batch, tf, tc, tt) in counting {
         println!("{batch:>6} {tf:>8.1} {tc:>8.1} {tt:>8.1} {:>8.1} {:>8.1}", tc - tf, tt - tf);
+    }
+}
+
+/// One policy in two languages: `c-portdeny` (C) against `acl` (Rust) configured the same.
+fn two_languages(
+    engine: &std::sync::Arc<PluginEngine>,
+    acl_path: &std::path::Path,
+    c_path: &std::path::Path,
+    floor: &std::sync::Arc<wasmswitch_plugin_host::PluginFactory>,
+) {
+    let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let compile = |name: &str, path: &std::path::Path, config: String| {
+        let mut spec = PluginSpec::new(name, path);
+        spec.config = config;
+        spec.header_bytes = 64;
+        engine.compile(&spec).unwrap()
+    };
+    let c = compile("c-portdeny", c_path, PORTS.join(" "));
+    let rules: Vec<String> = PORTS.iter().map(|p| format!("deny dport={p}")).collect();
+    let rust = compile("acl", acl_path, rules.join("\n"));
+    // Every other packet goes to a listed port.
+    let f = frames_to(256, |i| [80, 53, 443, 3389][i % 4]);
+    println!();
+    println!(
+        "one policy, two languages: drop TCP/UDP to destination ports {} (half the packets match); ns/packet, best of 5",
+        PORTS.join(",")
+    );
+    println!(
+        "columns: c-portdeny (C, wit-bindgen c + clang-19, {} bytes); acl (Rust SDK, {} rules, {} bytes); floor (no logic)",
+        size(c_path),
+        rules.len(),
+        size(acl_path)
+    );
+    println!("{:>6} {:>8} {:>8} {:>8} {:>8} {:>8}", "batch", "c", "rust", "c-rust", "floor", "c-floor");
+    for batch in [1usize, 16, 64, 256] {
+        let (mut cs, mut rs, mut fl) =
+            (c.instantiate(0).unwrap(), rust.instantiate(0).unwrap(), floor.instantiate(0).unwrap());
+        let view = BatchView { in_port: 0, queue: 0, umem: &f.umem, descs: &f.descs[..batch], meta: &f.meta[..batch] };
+        let (mut a, mut b) = (vec![Verdict::Pass; batch], vec![Verdict::Pass; batch]);
+        cs.run(&view, &mut a);
+        rs.run(&view, &mut b);
+        assert_eq!(a, b, "c-portdeny and acl disagree");
+        assert_eq!(a.iter().filter(|v| **v == Verdict::Drop).count(), batch / 2, "half match");
+        let (tc, tr, tf) =
+            (ns_per_packet(&mut cs, &f, batch), ns_per_packet(&mut rs, &f, batch), ns_per_packet(&mut fl, &f, batch));
+        println!("{batch:>6} {tc:>8.1} {tr:>8.1} {:>8.1} {tf:>8.1} {:>8.1}", tc - tr, tc - tf);
+        assert_eq!(cs.stats().faults_total() + rs.stats().faults_total(), 0, "a plugin faulted");
     }
 }
