@@ -349,6 +349,7 @@ impl Pipeline {
         let max = slot.max_frame;
         let fix_checksums = slot.complete_partial_checksums;
         let l2 = &slot.l2;
+        let mirrors = !l2.mirror_ingress.is_empty();
         let st = &self.stats.ports[pi];
         let b = &mut self.batch;
         let mut kept = 0;
@@ -364,7 +365,7 @@ impl Pipeline {
             } else {
                 wire::parse_into(bytes, max, &mut b.meta[kept]).map_err(DropReason::from)
             };
-            if parsed.is_ok() && !l2.mirror_ingress.is_empty() {
+            if mirrors && parsed.is_ok() {
                 for &m in &l2.mirror_ingress {
                     if self.ports.get(m as usize).is_some_and(|s| s.up) {
                         match duplicate(&mut self.pool, d) {
@@ -564,9 +565,27 @@ impl Pipeline {
     }
 
     /// Stages `f` for port `q`, reshaped in place for `q`'s VLAN form.
-    #[inline]
+    #[inline(always)]
     fn send(&mut self, ingress: usize, q: usize, f: Frame) {
         let untagged = self.ports[q].l2.vlan.untagged(f.vlan);
+        // Untagged in and out (every port of a config without VLANs), or tagged in and out
+        // (trunk to trunk) with a real VID: the frame leaves as it came.
+        let as_is = if f.tagged {
+            // SAFETY: the worker holds the frame; the parser saw its whole tag (18 bytes).
+            let hdr = unsafe { self.pool.umem().bytes(f.d.addr, 16) };
+            !untagged && ethernet::tci(hdr).is_some_and(|t| t & 0x0fff != 0)
+        } else {
+            untagged
+        };
+        if as_is {
+            self.staged[q].push(f.d);
+        } else {
+            self.send_reshaped(ingress, q, f, untagged);
+        }
+    }
+
+    #[inline(never)]
+    fn send_reshaped(&mut self, ingress: usize, q: usize, f: Frame, untagged: bool) {
         match egress_form(self.pool.umem(), f, untagged) {
             Some(d) => self.staged[q].push(d),
             None => self.drop_frame(ingress, f.d.addr, DropReason::NoHeadroom),
