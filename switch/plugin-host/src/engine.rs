@@ -227,7 +227,7 @@ impl PluginEngine {
                     spec,
                     ErrorKind::WrongWorld,
                     format!(
-                        "does not export `{want}`: not a component of the {} `plugin` world (it exports: {})",
+                        "does not export `{want}`: not a component of the {} `plugin` world (it exports: {}; a Rust plugin needs `export_plugin!(YourPlugin);` from the SDK)",
                         abi::WIT_PACKAGE,
                         if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") }
                     ),

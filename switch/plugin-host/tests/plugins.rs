@@ -616,3 +616,35 @@ fn hot_swap_under_traffic_loses_no_frame() {
     drop(pipe);
     check_no_leak(&pool, &[]).expect("every frame is back in the pool");
 }
+
+/// A core module without the world's exports (a Rust crate that never invoked the SDK's
+/// macro): the componentize step that build.sh runs says which macro is missing.
+#[test]
+fn componentize_names_the_export_macro_when_exports_are_missing() {
+    // build.sh (run by `examples()`) builds the tool.
+    let _ = examples();
+    let plugins = repo().join("plugins");
+    let tool = plugins.join("target/tool/release/wasmswitch-componentize");
+    if !tool.exists() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "plugins/build.sh did not build the componentize tool");
+        eprintln!("skipped: no componentize tool (run plugins/build.sh)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("wasmswitch-componentize-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let module = dir.join("empty.wasm");
+    std::fs::write(&module, b"\0asm\x01\0\0\0").unwrap();
+    let out = std::process::Command::new(&tool)
+        .arg(plugins.join("../wit"))
+        .arg(&module)
+        .arg(dir.join("out.wasm"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("export_plugin!(YourPlugin);") && err.contains("failed to find export of function `init`"),
+        "{err}"
+    );
+}

@@ -24,7 +24,16 @@ fn main() -> Result<()> {
         .with_context(|| format!("{input}: not a plugin module"))?
         .validate(true)
         .encode()
-        .with_context(|| format!("{input}: does not match the wasmswitch:plugin world"))?;
+        .map_err(|e| {
+            // The usual cause: a Rust crate that never invoked the SDK's export macro.
+            let missing = format!("{e:#}").contains("failed to find export");
+            let hint = if missing {
+                " (a Rust plugin exports `init` and `process` with `wasmswitch_plugin_sdk::export_plugin!(YourPlugin);` at crate level; a C plugin defines the functions of the bindings wit-bindgen generated)"
+            } else {
+                ""
+            };
+            e.context(format!("{input}: does not match the wasmswitch:plugin world{hint}"))
+        })?;
     std::fs::write(output, component).with_context(|| format!("writing {output}"))?;
     Ok(())
 }
