@@ -6,7 +6,7 @@
 mod common;
 
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -70,16 +70,6 @@ fn port_tx(port: u16, name: &str) -> u64 {
     let (_, v) = json(port, "GET", "/api/v1/ports", "");
     v["ports"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()["tx_packets"].as_u64().unwrap()
 }
-
-/// Waits until `f` holds (at most 5 s).
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < Duration::from_secs(5), "{what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn fdb_edits_vlans_and_l2_reloads_through_api_and_client() {
     let dir = Scratch::new("fdbvlan");

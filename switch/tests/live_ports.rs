@@ -233,16 +233,6 @@ fn sh(args: &[&str]) {
     let out = std::process::Command::new(args[0]).args(&args[1..]).output().unwrap();
     assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
-
-/// Waits up to 10 s for `cond`.
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !cond() {
-        assert!(t.elapsed() < Duration::from_secs(10), "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn a_port_whose_interface_vanishes_is_re_attached_when_it_comes_back() {
     if !require_lab("a_port_whose_interface_vanishes_is_re_attached_when_it_comes_back") {

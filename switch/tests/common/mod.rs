@@ -213,3 +213,12 @@ pub fn example_plugin(name: &str) -> Option<std::path::PathBuf> {
     eprintln!("skipped: build the plugins with plugins/build.sh");
     None
 }
+
+/// Waits up to 10 s for `cond`; a timeout fails the test naming `what`.
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < Duration::from_secs(10), "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
