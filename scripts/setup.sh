@@ -11,6 +11,8 @@ have nsenter  || need+=(util-linux)
 have promtool || need+=(prometheus)
 have iperf3   || need+=(iperf3)
 have ethtool  || need+=(ethtool)
+# Open vSwitch: the second reference of switch/tests/vlan_reference.rs (and benches/veth).
+have ovs-vswitchd || need+=(openvswitch-switch)
 if [ "${WASMSWITCH_SKIP_WASM:-0}" != 1 ]; then
   # Wasm guests: Debian's rustc-web ships a wasm32 std source we build with -Zbuild-std
   # (rustup cannot fetch a wasm32 target here); see plugins/build.sh.
