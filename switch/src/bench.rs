@@ -183,6 +183,25 @@ pub struct BenchResult {
     pub seconds: f64,
     pub frame_size: usize,
     pub frames_leaked: usize,
+    /// Mpps of every round of this scenario (the row reports the best).
+    pub rounds_mpps: Vec<f64>,
+}
+
+/// Rounds of one scenario that disagree by more than this ((max - min) / median) mark the
+/// run as too noisy to compare: on a busy 2-core machine one round can lose half its speed.
+pub const SPREAD_LIMIT_PCT: f64 = 10.0;
+
+impl BenchResult {
+    /// (max - min) / median of the rounds, in percent; 0 for a single round.
+    pub fn spread_pct(&self) -> f64 {
+        let mut v = self.rounds_mpps.clone();
+        if v.len() < 2 {
+            return 0.0;
+        }
+        v.sort_by(f64::total_cmp);
+        let median = v[v.len() / 2];
+        100.0 * (v[v.len() - 1] - v[0]) / median.max(f64::MIN_POSITIVE)
+    }
 }
 
 /// The options of `wasmswitch bench`; `wasmswitch-bench-native` parses the same ones.
@@ -339,6 +358,7 @@ pub fn measure(
         seconds: secs,
         frame_size,
         frames_leaked: 0,
+        rounds_mpps: Vec::new(),
     }
 }
 
@@ -452,8 +472,13 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
             } else {
                 eprint!("\r{:70}\r", "");
             }
+            let mut seen = results[i].as_ref().map(|b| b.rounds_mpps.clone()).unwrap_or_default();
+            seen.push(r.mpps);
             if results[i].as_ref().is_none_or(|best| r.mpps > best.mpps) {
                 results[i] = Some(r);
+            }
+            if let Some(best) = results[i].as_mut() {
+                best.rounds_mpps = seen;
             }
         }
     }
@@ -461,7 +486,16 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
     if !opts.json {
         print_table(&results, opts.plugin.as_ref().map(|p| p.name()).as_deref());
         if rounds > 1 {
-            println!("(each row: the best of {rounds} interleaved rounds)");
+            println!(
+                "(each row: the best of {rounds} interleaved rounds; spread = (max - min) / median of its rounds)"
+            );
+            for r in results.iter().filter(|r| r.spread_pct() > SPREAD_LIMIT_PCT) {
+                println!(
+                    "WARNING: {}'s rounds disagree by {:.0}% (over {SPREAD_LIMIT_PCT}%): the machine was busy; do not compare figures of this run",
+                    r.scenario,
+                    r.spread_pct()
+                );
+            }
         }
     }
     Ok(results)
@@ -530,18 +564,20 @@ fn floor(seconds: f64, frame_size: usize, mut progress: impl FnMut(f64)) -> Benc
         seconds: secs,
         frame_size,
         frames_leaked: FRAMES - free.len(),
+        rounds_mpps: Vec::new(),
     }
 }
 
 fn print_table(results: &[BenchResult], plugin: Option<&str>) {
     println!(
-        "{:<18} {:>8} {:>10} {:>12} {:>12} {:>8} {:>7}",
-        "scenario", "Mpps", "ns/pkt", "cycles/pkt", "packets", "loss %", "leaked"
+        "{:<18} {:>8} {:>10} {:>12} {:>12} {:>8} {:>7} {:>8}",
+        "scenario", "Mpps", "ns/pkt", "cycles/pkt", "packets", "loss %", "leaked", "spread"
     );
     for r in results {
+        let spread = if r.rounds_mpps.len() > 1 { format!("{:.1}%", r.spread_pct()) } else { "-".into() };
         println!(
-            "{:<18} {:>8.2} {:>10.1} {:>12.1} {:>12} {:>8.3} {:>7}",
-            r.scenario, r.mpps, r.ns_per_pkt, r.cycles_per_pkt, r.packets, r.loss_pct, r.frames_leaked
+            "{:<18} {:>8.2} {:>10.1} {:>12.1} {:>12} {:>8.3} {:>7} {:>8}",
+            r.scenario, r.mpps, r.ns_per_pkt, r.cycles_per_pkt, r.packets, r.loss_pct, r.frames_leaked, spread
         );
     }
     let get = |n: &str| results.iter().find(|r| r.scenario == n).map(|r| r.mpps);
@@ -576,5 +612,35 @@ fn print_table(results: &[BenchResult], plugin: Option<&str>) {
         if results.iter().any(|r| r.scenario == s.name) {
             println!("  {:<18} {}", s.name, s.about);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(rounds: &[f64]) -> BenchResult {
+        BenchResult {
+            scenario: "l2".into(),
+            mpps: 0.0,
+            ns_per_pkt: 0.0,
+            cycles_per_pkt: 0.0,
+            packets: 0,
+            tx_packets: 0,
+            drops: 0,
+            loss_pct: 0.0,
+            seconds: 0.0,
+            frame_size: 64,
+            frames_leaked: 0,
+            rounds_mpps: rounds.to_vec(),
+        }
+    }
+
+    #[test]
+    fn spread_is_range_over_median() {
+        assert_eq!(result(&[20.0]).spread_pct(), 0.0);
+        assert!((result(&[18.0, 20.0, 22.0]).spread_pct() - 20.0).abs() < 1e-9);
+        assert!(result(&[10.0, 20.0, 21.0]).spread_pct() > SPREAD_LIMIT_PCT, "one slow round flags the run");
+        assert!(result(&[20.0, 20.5, 20.9]).spread_pct() < SPREAD_LIMIT_PCT);
     }
 }
