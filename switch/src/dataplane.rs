@@ -21,10 +21,11 @@ use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, SharedPool};
 use wasmswitch_core::stats::WorkerStats;
 use wasmswitch_core::verdict::VerdictStage;
 use wasmswitch_core::vlan::PortL2;
+use wasmswitch_core::wire::build::{tcp_flags, L4};
 use wasmswitch_core::{PortId, Umem};
 use wasmswitch_sim::TrafficSpec;
 
-use crate::config::{Config, DriverKind, Idle, Mode, PortSection};
+use crate::config::{Config, DriverKind, Idle, Mode, PortSection, TrafficProto};
 use crate::drivers::{self, OpenCtx, OpenedPort, PortHandle, PortInfo, PortTable, MAX_PORT_IDS};
 use crate::plugins::Stages;
 
@@ -222,6 +223,12 @@ fn traffic_spec(cfg: &Config, index: usize, id_of: &dyn Fn(&str) -> Option<PortI
             .iter()
             .map(|v| v.get())
             .collect(),
+        ipv6: t.ip.value == 6,
+        l4: match t.proto {
+            TrafficProto::Udp => L4::Udp,
+            TrafficProto::Tcp => L4::Tcp(t.tcp_flag_bits().unwrap_or(tcp_flags::SYN)),
+        },
+        dst_port: t.dst_port.value,
         rate_pps: t.rate_pps.as_ref().map(|r| r.value),
         templates: 1024,
         seed: 0x5eed,

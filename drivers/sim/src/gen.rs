@@ -1,7 +1,7 @@
 //! Traffic generator: a table of prebuilt frames cycled through, so generating a packet costs
 //! one copy of its bytes (what a NIC's DMA would cost the memory system, no more).
 
-use wasmswitch_core::wire::build::{insert_vlan, udp4_frame};
+use wasmswitch_core::wire::build::{insert_vlan, l4_frame, IpPair, L4};
 use wasmswitch_core::wire::MacAddr;
 
 use crate::Pacer;
@@ -30,6 +30,12 @@ pub struct TrafficSpec {
     /// VLAN tags: none when empty; otherwise source MAC `i` speaks in VLAN `vlans[i % len]`
     /// and addresses hosts of the same VLAN (so learned destinations are found).
     pub vlans: Vec<u16>,
+    /// IPv6 instead of IPv4.
+    pub ipv6: bool,
+    /// UDP, or TCP with flags.
+    pub l4: L4,
+    /// Destination TCP/UDP port.
+    pub dst_port: u16,
     /// Packets per second; `None` = as fast as the queue is polled.
     pub rate_pps: Option<u64>,
     /// Prebuilt frames to cycle through.
@@ -47,6 +53,9 @@ impl Default for TrafficSpec {
             broadcast: 0.05,
             flows: 1024,
             vlans: Vec::new(),
+            ipv6: false,
+            l4: L4::Udp,
+            dst_port: 5001,
             rate_pps: None,
             templates: 1024,
             seed: 1,
@@ -93,7 +102,15 @@ impl TrafficGen {
                 let flow = rng.u32(..spec.flows.max(1));
                 let sip = [10, spec.port as u8, (flow >> 8) as u8, flow as u8];
                 let dip = [10, 200, (flow >> 8) as u8, flow as u8];
-                let mut f = udp4_frame(dst, src, sip, dip, 1024 + (flow % 50000) as u16, 5001, size);
+                let ip = if spec.ipv6 {
+                    // fd77:<port>::<flow> to fd77:200::<flow>.
+                    let v6 = |a: u8| [0xfd, 0x77, 0, a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, sip[2], sip[3]];
+                    IpPair::V6(v6(spec.port as u8), v6(200))
+                } else {
+                    IpPair::V4(sip, dip)
+                };
+                let sport = 1024 + (flow % 50000) as u16;
+                let mut f = l4_frame(dst, src, ip, spec.l4, sport, spec.dst_port, size);
                 if let Some(&vid) = spec.vlans.get(lane as usize) {
                     insert_vlan(&mut f, vid);
                 }

@@ -416,6 +416,52 @@ pub struct TrafficSection {
     /// Ports whose hosts this traffic is addressed to (default: every other sim port).
     #[serde(default)]
     pub to: Option<Vec<Spanned<String>>>,
+    /// IP version of the frames: 4 or 6.
+    #[serde(default = "default_ip")]
+    pub ip: Spanned<u8>,
+    #[serde(default)]
+    pub proto: TrafficProto,
+    /// TCP flags of every segment, as letters: `S` (SYN), `A` (ACK), `F`, `R`, `P`; e.g. `SA`.
+    #[serde(default)]
+    pub tcp_flags: Option<Spanned<String>>,
+    /// Destination TCP/UDP port.
+    #[serde(default = "default_dst_port")]
+    pub dst_port: Spanned<u16>,
+}
+
+/// What generated traffic carries above IP.
+#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TrafficProto {
+    #[default]
+    Udp,
+    Tcp,
+}
+
+fn default_ip() -> Spanned<u8> {
+    unknown(4)
+}
+fn default_dst_port() -> Spanned<u16> {
+    unknown(5001)
+}
+
+impl TrafficSection {
+    /// The TCP flag byte of `tcp_flags` (SYN when not given), or the letter that is not one.
+    pub fn tcp_flag_bits(&self) -> Result<u8, char> {
+        use wasmswitch_core::wire::build::tcp_flags as f;
+        let Some(letters) = &self.tcp_flags else { return Ok(f::SYN) };
+        letters.value.chars().try_fold(0u8, |acc, c| {
+            Ok(acc
+                | match c.to_ascii_uppercase() {
+                    'S' => f::SYN,
+                    'A' => f::ACK,
+                    'F' => f::FIN,
+                    'R' => f::RST,
+                    'P' => f::PSH,
+                    _ => return Err(c),
+                })
+        })
+    }
 }
 
 fn default_src_macs() -> Spanned<u32> {
@@ -1021,6 +1067,20 @@ impl Config {
         }
         if let Some(&bad) = t.frame_sizes.value.iter().find(|&&s| !(60..=max).contains(&s)) {
             return Err(err(t.frame_sizes.referenced, format!("frame size {bad} is out of range: expected 60-{max}")));
+        }
+        if t.ip.value != 4 && t.ip.value != 6 {
+            return Err(err(t.ip.referenced, format!("ip {} is not an IP version: expected 4 or 6", t.ip.value)));
+        }
+        if let Some(fl) = &t.tcp_flags {
+            if t.proto != TrafficProto::Tcp {
+                return Err(err(fl.referenced, "tcp_flags needs proto: tcp".to_string()));
+            }
+            if let Err(c) = t.tcp_flag_bits() {
+                return Err(err(
+                    fl.referenced,
+                    format!("tcp_flags `{}`: `{c}` is not a flag (expected letters of S, A, F, R, P)", fl.value),
+                ));
+            }
         }
         if let Some(v) = &t.vlan {
             let vids = v.value.expand("vlan").map_err(|e| err(v.referenced, e))?;

@@ -79,9 +79,102 @@ pub fn tcp6_frame(dst: MacAddr, src: MacAddr, sip: [u8; 16], dip: [u8; 16], spor
     with_l4_checksum(f)
 }
 
+/// TCP flag bits, as in the header's 13th byte.
+pub mod tcp_flags {
+    pub const FIN: u8 = 0x01;
+    pub const SYN: u8 = 0x02;
+    pub const RST: u8 = 0x04;
+    pub const PSH: u8 = 0x08;
+    pub const ACK: u8 = 0x10;
+}
+
+/// Source and destination addresses of either family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpPair {
+    V4([u8; 4], [u8; 4]),
+    V6([u8; 16], [u8; 16]),
+}
+
+/// What a generated packet carries above IP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L4 {
+    Udp,
+    /// TCP with these flags ([`tcp_flags`]).
+    Tcp(u8),
+}
+
+/// An Ethernet/IPv4-or-IPv6/TCP-or-UDP frame of `frame_len` bytes (at least the headers; short
+/// IPv4 frames are padded to 60), valid checksums.
+pub fn l4_frame(dst: MacAddr, src: MacAddr, ip: IpPair, l4: L4, sport: u16, dport: u16, frame_len: usize) -> Vec<u8> {
+    let (proto, l4_hdr) = match l4 {
+        L4::Udp => (ipproto::UDP, 8),
+        L4::Tcp(_) => (ipproto::TCP, 20),
+    };
+    let ip_hdr = match ip {
+        IpPair::V4(..) => 20,
+        IpPair::V6(..) => 40,
+    };
+    let frame_len = frame_len.max(14 + ip_hdr + l4_hdr);
+    let payload = frame_len - 14 - ip_hdr;
+    let mut f = Vec::with_capacity(frame_len);
+    match ip {
+        IpPair::V4(s, d) => {
+            eth_header(&mut f, dst, src, ethertype::IPV4);
+            ipv4_header(&mut f, s, d, proto, payload);
+        }
+        IpPair::V6(s, d) => {
+            eth_header(&mut f, dst, src, ethertype::IPV6);
+            f.extend_from_slice(&[0x60, 0, 0, 0]);
+            f.extend_from_slice(&(payload as u16).to_be_bytes());
+            f.extend_from_slice(&[proto, 64]);
+            f.extend_from_slice(&s);
+            f.extend_from_slice(&d);
+        }
+    }
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    match l4 {
+        L4::Udp => {
+            f.extend_from_slice(&(payload as u16).to_be_bytes());
+            f.extend_from_slice(&[0, 0]);
+        }
+        L4::Tcp(flags) => f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]),
+    }
+    f.resize(frame_len, 0);
+    with_l4_checksum(f)
+}
+
 /// Inserts an 802.1Q tag with `vid` after the MAC addresses.
 pub fn insert_vlan(frame: &mut Vec<u8>, vid: u16) {
     let tci = (vid & 0x0fff).to_be_bytes();
     let tag = [0x81, 0x00, tci[0], tci[1]];
     frame.splice(12..12, tag);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn l4_frames_parse_back() {
+        let (a, b) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
+        for (ip, l4, len) in [
+            (IpPair::V4([10, 0, 0, 1], [10, 0, 0, 2]), L4::Tcp(tcp_flags::SYN | tcp_flags::ACK), 64),
+            (IpPair::V6([0x20; 16], [0x30; 16]), L4::Udp, 100),
+            (IpPair::V6([0x20; 16], [0x30; 16]), L4::Tcp(tcp_flags::RST), 60),
+        ] {
+            let f = l4_frame(a, b, ip, l4, 1234, 80, len);
+            let m = super::super::parse(&f, 1518).unwrap();
+            assert_eq!((m.src_port, m.dst_port), (1234, 80));
+            assert!(f.len() >= len);
+            if let L4::Tcp(flags) = l4 {
+                assert_eq!(m.ip_proto, ipproto::TCP);
+                assert_eq!(f[m.l4_offset as usize + 13], flags);
+            } else {
+                assert_eq!(m.ip_proto, ipproto::UDP);
+            }
+            let completion = super::super::checksum::complete_partial(&mut f.clone(), &m);
+            assert_eq!(completion, super::super::checksum::Completion::Untouched, "checksums complete");
+        }
+    }
 }
