@@ -296,7 +296,7 @@ impl Switch {
             if j.is_some_and(|j| added.contains(&j) || replaced.contains(&j)) {
                 continue;
             }
-            let (Some(id), Some(info)) = (id_of(name), id_of(name).and_then(|id| dp.ports.get(id))) else { continue };
+            let Some((id, info)) = id_of(name).and_then(|id| Some((id, dp.ports.get(id)?))) else { continue };
             let (a, b) = (
                 old.port_l2(name, storm_share(&info, &old), &old_id_of),
                 new.port_l2(name, storm_share(&info, &new), &id_of),

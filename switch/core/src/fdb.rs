@@ -196,21 +196,20 @@ impl Fdb {
         let b = &self.buckets[self.bucket_of(k)];
         for (i, s) in b.keys.iter().enumerate() {
             if same_entry(s.load(Ordering::Relaxed), k) {
-                return Self::read(b, i, k).map(|(_, p)| p);
+                return Self::read(b, i).filter(|&(v, _)| same_entry(v, k)).map(|(_, p)| p);
             }
         }
         None
     }
 
-    /// Slot `i`'s (key, port) if it holds key `k` (static or not), read consistently: port
-    /// word, key, port word; `None` if the slot was rewritten in between (then the caller
-    /// floods, once).
+    /// Slot `i`'s (key, port), read consistently: port word, key, port word; `None` if the
+    /// slot was rewritten in between (then a lookup floods, once) or never held an entry.
     #[inline]
-    fn read(b: &Bucket, i: usize, k: u64) -> Option<(u64, PortId)> {
+    fn read(b: &Bucket, i: usize) -> Option<(u64, PortId)> {
         let w1 = b.ports[i].load(Ordering::Acquire);
         let v = b.keys[i].load(Ordering::Acquire);
         let w2 = b.ports[i].load(Ordering::Acquire);
-        (w1 == w2 && port_of(w1) != 0 && (k == 0 || same_entry(v, k))).then(|| (v, port_of(w1) - 1))
+        (w1 == w2 && port_of(w1) != 0).then(|| (v, port_of(w1) - 1))
     }
 
     /// Records that `mac` was seen in `vlan` on `port` at tick `now`.
@@ -375,7 +374,7 @@ impl Fdb {
         let mut out = Vec::new();
         for b in self.buckets.iter() {
             for i in 0..SLOTS {
-                let Some((v, port)) = Self::read(b, i, 0) else { continue };
+                let Some((v, port)) = Self::read(b, i) else { continue };
                 if v == 0 || v == CLAIMED {
                     continue;
                 }

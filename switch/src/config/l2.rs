@@ -11,7 +11,7 @@ use wasmswitch_core::fdb::Fdb;
 use wasmswitch_core::vlan::{PortL2, PortVlan, StormLimits, Vid};
 use wasmswitch_core::PortId;
 
-use super::{Config, ConfigError, Mac};
+use super::{or_loc, Config, ConfigError, Mac};
 
 #[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -333,7 +333,7 @@ pub fn check(cfg: &Config, err: &impl Fn(Location, String) -> ConfigError) -> Re
     let mut seen: HashMap<(u16, u64), Location> = HashMap::new();
     for e in &cfg.fdb.statics {
         let v = vid(err, "fdb.static vlan", &e.vlan)?;
-        let at = or_here(e.mac.referenced, e.port.referenced);
+        let at = or_loc(e.mac.referenced, e.port.referenced);
         if e.mac.value.0.is_group() {
             return Err(err(at, format!("fdb.static: {} is a group address, not a station", e.mac.value.0)));
         }
@@ -358,14 +358,6 @@ pub fn check(cfg: &Config, err: &impl Fn(Location, String) -> ConfigError) -> Re
         }
     }
     Ok(())
-}
-
-fn or_here(a: Location, b: Location) -> Location {
-    if a == Location::UNKNOWN {
-        b
-    } else {
-        a
-    }
 }
 
 impl Config {

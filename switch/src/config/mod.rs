@@ -655,7 +655,7 @@ pub mod range {
 }
 
 /// `a`, or `b` when `a` is a default with no place in the file.
-fn or_loc(a: Location, b: Location) -> Location {
+pub(super) fn or_loc(a: Location, b: Location) -> Location {
     if a == Location::UNKNOWN {
         b
     } else {
