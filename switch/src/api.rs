@@ -38,6 +38,9 @@ use wasmswitch_core::wire::MacAddr;
 /// The result of a reload: `Ok(summary)` or `Err(refusal)`.
 pub type ReloadResult = Result<String, String>;
 
+/// The result of a shadow promotion or discard: the answer's JSON, or why not.
+pub type ShadowResult = Result<serde_json::Value, String>;
+
 /// Why a reload request was not started.
 #[derive(Debug)]
 pub enum ReloadBusy {
@@ -63,6 +66,15 @@ pub trait Control: Send + Sync + 'static {
     fn config_json(&self) -> serde_json::Value;
     /// Starts a reload on the control thread; the receiver gets its result.
     fn start_reload(&self) -> Result<oneshot::Receiver<ReloadResult>, ReloadBusy>;
+    /// Every port's shadow chain and its live × shadow verdict matrix.
+    fn shadow_json(&self) -> serde_json::Value;
+    /// Starts promoting or discarding `port`'s shadow chain on the control thread (one job at
+    /// a time, reloads included); the receiver gets its result.
+    fn start_shadow(
+        &self,
+        port: String,
+        op: crate::dataplane::ShadowOp,
+    ) -> Result<oneshot::Receiver<ShadowResult>, ReloadBusy>;
     /// The token mutating requests must carry (`control.token_file` of the running config),
     /// or `None` when none is configured.
     fn token(&self) -> Option<crate::config::Token>;
@@ -161,6 +173,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/plugins", get(plugins))
         .route("/api/v1/config", get(config))
         .route("/api/v1/reload", post(reload))
+        .route("/api/v1/shadow", get(shadow))
+        .route("/api/v1/ports/{port}/shadow/{action}", post(shadow_action))
         // Over every route and every method, unmatched ones included.
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
@@ -419,6 +433,36 @@ async fn reload(State(s): State<ApiState>) -> Response {
         Ok(Ok(summary)) => (StatusCode::OK, Json(json!({"status": "ok", "summary": summary}))).into_response(),
         Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, &e),
         Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the control thread ended before the reload finished"),
+    }
+}
+
+async fn shadow(State(s): State<ApiState>) -> Json<serde_json::Value> {
+    Json(s.control.shadow_json())
+}
+
+/// `POST /api/v1/ports/{port}/shadow/promote` or `.../discard`.
+async fn shadow_action(State(s): State<ApiState>, Path((port, action)): Path<(String, String)>) -> Response {
+    use crate::dataplane::ShadowOp;
+    let error = |code: StatusCode, e: &str| (code, Json(json!({"status": "error", "error": e}))).into_response();
+    let op = match action.as_str() {
+        "promote" => ShadowOp::Promote,
+        "discard" => ShadowOp::Discard,
+        _ => return error(StatusCode::NOT_FOUND, &format!("no shadow action `{action}`: promote or discard")),
+    };
+    let rx = match s.control.start_shadow(port, op) {
+        Ok(rx) => rx,
+        Err(ReloadBusy::InProgress) => {
+            return error(
+                StatusCode::CONFLICT,
+                "a reload or shadow change is in progress: try again when it has finished",
+            )
+        }
+        Err(ReloadBusy::ShuttingDown) => return error(StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down"),
+    };
+    match rx.await {
+        Ok(Ok(answer)) => (StatusCode::OK, Json(answer)).into_response(),
+        Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, &e),
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the control thread ended before the change finished"),
     }
 }
 

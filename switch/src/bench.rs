@@ -39,6 +39,8 @@ enum Stage {
     None,
     /// `--plugin FILE` through wasmtime.
     Wasm,
+    /// The same, with another instance of it as the port's shadow chain.
+    WasmShadow,
     /// The same plugin's logic compiled natively (by the [`NativeFactory`]), through the same
     /// batch encoding: what the Wasm boundary and codegen add.
     Native,
@@ -104,6 +106,14 @@ const SCENARIOS: &[Scenario] = &[
         about: "l2 with --plugin on every port's ingress, through wasmtime",
     },
     Scenario {
+        name: "l2+plugin+shadow",
+        mode: "l2",
+        alloc: AllocMode::Recycling,
+        bulk_return: true,
+        stage: Stage::WasmShadow,
+        about: "l2+plugin with a second instance of --plugin in shadow on every port (verdicts compared, not applied)",
+    },
+    Scenario {
         name: "l2+native",
         mode: "l2",
         alloc: AllocMode::Recycling,
@@ -149,7 +159,7 @@ impl PluginBench {
                 let make = native.ok_or_else(|| anyhow::anyhow!(NO_NATIVE))?;
                 (0..ports).map(|_| make(&self.name(), &self.config, self.header_bytes)).collect()
             }
-            Stage::Wasm => {
+            Stage::Wasm | Stage::WasmShadow => {
                 if self.compiled.get().is_none() {
                     let mut spec = wasmswitch_plugin_host::PluginSpec::new(self.name(), &self.path);
                     spec.config = self.config.clone();
@@ -159,7 +169,18 @@ impl PluginBench {
                     let _ = self.compiled.set(engine.compile(&spec)?);
                 }
                 let factory = self.compiled.get().expect("compiled above");
-                (0..ports).map(|_| Ok(Box::new(factory.instantiate(0)?) as Box<dyn VerdictStage>)).collect()
+                (0..ports)
+                    .map(|_| {
+                        let stage = factory.instantiate(0)?;
+                        Ok(if kind == Stage::WasmShadow {
+                            let live = vec![stage];
+                            Box::new(crate::plugins::ChainStage::new("bench", live, vec![factory.instantiate(0)?]))
+                                as Box<dyn VerdictStage>
+                        } else {
+                            Box::new(stage)
+                        })
+                    })
+                    .collect()
             }
         }
     }
@@ -211,7 +232,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Scenario(s) to run (default: all that the other options allow): passthrough, l2,
-    /// l2-vlan, l2-single-return, l2-no-recycle, l2+plugin (needs --plugin), l2+native (needs --plugin;
+    /// l2-vlan, l2-single-return, l2-no-recycle, l2+plugin (needs --plugin), l2+plugin+shadow (needs --plugin), l2+native (needs --plugin;
     /// only in wasmswitch-bench-native).
     #[arg(long = "scenario")]
     pub scenarios: Vec<String>,
@@ -413,7 +434,7 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
             .iter()
             .filter(|s| match s.stage {
                 Stage::None | Stage::Floor => true,
-                Stage::Wasm => opts.plugin.is_some(),
+                Stage::Wasm | Stage::WasmShadow => opts.plugin.is_some(),
                 Stage::Native => opts.plugin.is_some() && native.is_some(),
             })
             .collect()
@@ -431,7 +452,10 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
     if native.is_none() && chosen.iter().any(|s| s.stage == Stage::Native) {
         bail!(NO_NATIVE);
     }
-    if let Some(s) = chosen.iter().find(|s| matches!(s.stage, Stage::Wasm | Stage::Native) && opts.plugin.is_none()) {
+    if let Some(s) = chosen
+        .iter()
+        .find(|s| matches!(s.stage, Stage::Wasm | Stage::WasmShadow | Stage::Native) && opts.plugin.is_none())
+    {
         bail!("scenario `{}` needs --plugin FILE", s.name);
     }
     if !(60..=1792).contains(&opts.frame_size) {
@@ -603,6 +627,13 @@ fn print_table(results: &[BenchResult], plugin: Option<&str>) {
             w / l2,
             plugin.unwrap_or("plugin"),
             ns("l2+plugin").unwrap_or(0.0) - ns("l2").unwrap_or(0.0)
+        );
+    }
+    if let (Some(w), Some(sh)) = (get("l2+plugin"), get("l2+plugin+shadow")) {
+        println!(
+            "l2+plugin+shadow / l2+plugin = {:.2}   (the shadow chain adds {:.1} ns/pkt)",
+            sh / w,
+            ns("l2+plugin+shadow").unwrap_or(0.0) - ns("l2+plugin").unwrap_or(0.0)
         );
     }
     if let (Some(w), Some(n)) = (ns("l2+plugin"), ns("l2+native")) {

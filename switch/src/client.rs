@@ -1,4 +1,4 @@
-//! `wasmswitch status | ports | fdb [show|add|del|flush] | plugins | reload`: a client for a running daemon's control
+//! `wasmswitch status | ports | fdb [show|add|del|flush] | plugins | shadow [show|promote|discard] | reload`: a client for a running daemon's control
 //! API. The address and token come from the daemon's config file (`-c`) or from flags; output is
 //! a table, or the API's JSON with `--json`.
 //!
@@ -122,6 +122,13 @@ pub enum Ask {
     },
     Plugins,
     Reload,
+    /// Every port's shadow chain and its verdict matrix.
+    Shadow,
+    /// Promote (`true`) or discard a port's shadow chain.
+    ShadowChange {
+        port: String,
+        promote: bool,
+    },
 }
 
 /// Asks the daemon and prints the answer; an error (or a refused reload) is a failure.
@@ -218,6 +225,65 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
                         format!("{q}/{workers}")
                     );
                 }
+            }
+        }
+        Ask::Shadow => {
+            let shadow = target.get_json("/api/v1/shadow")?;
+            if json {
+                println!("{shadow}");
+            } else {
+                let ports = shadow["ports"].as_array().cloned().unwrap_or_default();
+                if ports.is_empty() {
+                    println!("no port has a shadow chain");
+                }
+                for p in &ports {
+                    let names = |v: &Value| v.as_array().into_iter().flatten().map(&s).collect::<Vec<_>>().join(", ");
+                    println!(
+                        "port {}: live [{}], shadow [{}]: {} packets compared, {} with another verdict",
+                        s(&p["port"]),
+                        names(&p["live"]),
+                        names(&p["shadow"]),
+                        n(&p["packets"]),
+                        n(&p["differ"])
+                    );
+                    // Rows: the live verdict; columns: the shadow verdict.
+                    let kinds = ["pass", "drop", "redirect", "host", "host_copy"];
+                    print!("  {:<12}", "live\\shadow");
+                    for k in kinds {
+                        print!(" {k:>12}");
+                    }
+                    println!();
+                    for l in kinds {
+                        print!("  {l:<12}");
+                        for k in kinds {
+                            print!(" {:>12}", n(&p["matrix"][l][k]));
+                        }
+                        println!();
+                    }
+                }
+            }
+        }
+        Ask::ShadowChange { port, promote } => {
+            let action = if promote { "promote" } else { "discard" };
+            let path = format!("/api/v1/ports/{port}/shadow/{action}");
+            let (st, body) = target.request_with("POST", &path, "", Duration::from_secs(60))?;
+            let answer: Value = serde_json::from_str(&body).unwrap_or_else(|_| Value::String(body.trim().to_string()));
+            if json {
+                println!("{answer}");
+            }
+            match st {
+                200 if json => {}
+                200 => {
+                    let names = answer
+                        .get(if promote { "promoted" } else { "discarded" })
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().map(&s).collect::<Vec<_>>().join(", "))
+                        .unwrap_or_default();
+                    println!("port {port}: shadow chain [{names}] {action}d");
+                    println!("note: {}", s(&answer["note"]));
+                }
+                401 => bail!("refused: the daemon wants its token (`-c` with the daemon's config, or --token-file)"),
+                _ => bail!("{action} answered {st}: {}", answer.get("error").and_then(Value::as_str).unwrap_or(&body)),
             }
         }
         Ask::Reload => {

@@ -21,12 +21,13 @@ use wasmswitch_core::fdb::Flush;
 use wasmswitch_core::vlan::Vid;
 use wasmswitch_core::PortId;
 
-use crate::api::{router, ApiState, Control, FdbChange, Limits, ReloadBusy, ReloadResult};
+use crate::api::{router, ApiState, Control, FdbChange, Limits, ReloadBusy, ReloadResult, ShadowResult};
 use crate::config::diff::Plan;
 use crate::config::l2::StaticEntry;
 use crate::config::{Config, PortSection};
-use crate::dataplane::{storm_share, AddPort, Command, Dataplane, PortChanges};
+use crate::dataplane::{storm_share, AddPort, Command, Dataplane, PortChanges, ShadowOp};
 use crate::metrics::{Metrics, SwitchCollector};
+use crate::plugins::Role;
 
 /// The running switch: its config and datapath.
 pub struct Switch {
@@ -156,15 +157,73 @@ impl Switch {
     }
 
     pub fn plugins_json(&self) -> serde_json::Value {
-        let table = self.plugin_metrics.table.lock().unwrap_or_else(|e| e.into_inner());
-        let plugins: Vec<_> = table
-            .iter()
-            .map(|(port, name, w, s)| {
-                json!({"port": port, "plugin": name, "worker": w, "batches": s.batches.get(), "packets": s.packets.get(),
-                       "faults": s.faults_total(), "quarantined": s.quarantined.get() == 1})
-            })
-            .collect();
-        json!({ "plugins": plugins })
+        self.plugin_metrics.get().plugins_json()
+    }
+
+    pub fn shadow_json(&self) -> serde_json::Value {
+        self.plugin_metrics.get().shadow_json()
+    }
+
+    /// Promotes or discards `port`'s shadow chain: every worker makes the swap between two
+    /// rounds (no frame lost, no batch sees half of each chain). The running config follows
+    /// (`GET /api/v1/config` shows the promoted chain as `plugins`), the file does not: the
+    /// next reload applies the file again. Control thread only (it serialises with reloads).
+    pub fn shadow(&self, port: &str, op: ShadowOp) -> Result<serde_json::Value, String> {
+        let cfg = self.config();
+        let Some(j) = cfg.port_index(port) else { return Err(format!("`{port}` is not a port of the switch")) };
+        if cfg.ports[j].shadow.is_empty() {
+            return Err(format!("port `{port}` has no shadow chain (configure `ports[].shadow` and reload)"));
+        }
+        let dp = &self.dataplane;
+        let id = dp.ports.id_of(port).ok_or_else(|| format!("port `{port}` is not running"))?;
+        let before = self.plugin_metrics.get();
+        let compared = before.shadow_json()["ports"].get(0).cloned();
+        let sent: Vec<u64> = dp.workers.iter().map(|w| w.control.send_all(vec![Command::Shadow(id, op)])).collect();
+        let mut late = Vec::new();
+        for (w, (h, g)) in dp.workers.iter().zip(sent).enumerate() {
+            if !h.control.wait_applied(g, crate::dataplane::APPLY_BOUND) {
+                late.push(w);
+            }
+            drop(h.control.take_retired());
+        }
+        // What runs now, and the running config to match.
+        let mut next = before.clone();
+        let mut new_cfg = (*cfg).clone();
+        let p = &mut new_cfg.ports[j];
+        let (names, verb) = match op {
+            ShadowOp::Promote => {
+                next.plugins.retain(|r| !(r.port == port && r.role == Role::Live));
+                for r in next.plugins.iter_mut().filter(|r| r.port == port) {
+                    r.role = Role::Live;
+                }
+                p.plugins = std::mem::take(&mut p.shadow);
+                (p.plugins.iter().map(|x| x.name.value.clone()).collect::<Vec<_>>(), "promoted")
+            }
+            ShadowOp::Discard => {
+                next.plugins.retain(|r| !(r.port == port && r.role == Role::Shadow));
+                (std::mem::take(&mut p.shadow).iter().map(|x| x.name.value.clone()).collect(), "discarded")
+            }
+        };
+        next.shadows.retain(|s| s.port != port);
+        self.plugin_metrics.replace(next);
+        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(new_cfg);
+        let compared = compared.filter(|c| c["port"] == port);
+        log::info!(
+            "port `{port}`: shadow chain ({}) {verb}; it had compared {} packets, {} with another verdict than the live chain",
+            names.join(", "),
+            compared.as_ref().map_or(0, |c| c["packets"].as_u64().unwrap_or(0)),
+            compared.as_ref().map_or(0, |c| c["differ"].as_u64().unwrap_or(0)),
+        );
+        if !late.is_empty() {
+            return Err(format!(
+                "worker(s) {late:?} did not apply the change within {} s; it is applied when they next complete a round",
+                crate::dataplane::APPLY_BOUND.as_secs()
+            ));
+        }
+        Ok(json!({
+            "status": "ok", "port": port, verb: names, "compared": compared,
+            "note": format!("the config file {} still names the chains it had: the next reload applies it again unless you edit it", self.path.display()),
+        }))
     }
 
     /// Re-reads the config file and applies it, or refuses it and changes nothing.
@@ -227,8 +286,8 @@ impl Switch {
         // everything as it was (opened ports are closed again when dropped).
         // The running plugins' counters: a plugin that stays (same port and name) keeps
         // counting into them, so /metrics never sees a counter go backwards.
-        let carried = self.plugin_metrics.table.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let (mut stages, table) = crate::plugins::stages(&new, &id_of, &carried).map_err(refuse)?;
+        let running = self.plugin_metrics.get();
+        let (mut stages, next) = crate::plugins::stages(&new, &id_of, &running).map_err(refuse)?;
         let mut changes = PortChanges::default();
         for &j in added.iter().chain(&replaced) {
             let port = dp.open_port(&new, j, &id_of).map_err(refuse)?;
@@ -336,19 +395,43 @@ impl Switch {
                 dp.fdb.get().capacity()
             ));
         }
-        self.plugin_metrics.replace(table);
-        let had_plugins = old.ports.iter().any(|p| !p.plugins.is_empty());
         for port in &new.ports {
-            let before = named(&old, &port.name.value).map_or(0, |i| old.ports[i].plugins.len());
-            if !port.plugins.is_empty() || (had_plugins && before > 0) {
-                let list: Vec<&str> = port.plugins.iter().map(|x| x.name.value.as_str()).collect();
-                applied.push(format!(
-                    "plugins of port `{}` reloaded from their files ({})",
-                    port.name.value,
-                    if list.is_empty() { "none now".to_string() } else { list.join(", ") }
-                ));
+            let name = &port.name.value;
+            let before = named(&old, name).map(|i| &old.ports[i]);
+            if port.plugins.is_empty()
+                && port.shadow.is_empty()
+                && before.is_none_or(|b| b.plugins.is_empty() && b.shadow.is_empty())
+            {
+                continue;
             }
+            // Worker 0 stands for all: every worker gets the same chains.
+            let list = |role: Role| {
+                let l: Vec<String> = next
+                    .plugins
+                    .iter()
+                    .filter(|r| &r.port == name && r.role == role && r.worker == 0)
+                    .map(|r| {
+                        let kept = running
+                            .plugins
+                            .iter()
+                            .any(|o| Arc::ptr_eq(&o.stats, &r.stats) && o.factory.same_plugin(&r.factory));
+                        format!("{}{}", r.name(), if kept { " kept with its state" } else { "" })
+                    })
+                    .collect();
+                if l.is_empty() {
+                    "none".to_string()
+                } else {
+                    l.join(", ")
+                }
+            };
+            let shadow = if port.shadow.is_empty() && before.is_none_or(|b| b.shadow.is_empty()) {
+                String::new()
+            } else {
+                format!("; shadow: {}", list(Role::Shadow))
+            };
+            applied.push(format!("plugins of port `{name}` reloaded from their files ({}{shadow})", list(Role::Live)));
         }
+        self.plugin_metrics.replace(next);
         for (w, (a, b)) in old.workers.iter().zip(&new.workers).enumerate() {
             if a.idle.value != b.idle.value {
                 applied.push(format!("workers[{w}].idle = {:?}", b.idle.value).to_lowercase());
@@ -401,6 +484,7 @@ fn needs_new_queues(a: &PortSection, b: &PortSection) -> bool {
         let mut v = serde_json::to_value(p).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
             o.remove("plugins");
+            o.remove("shadow");
             o.remove("mtu");
             // Applied to the running slots (`Command::SetL2`).
             o.remove("vlan");
@@ -417,8 +501,12 @@ fn needs_new_queues(a: &PortSection, b: &PortSection) -> bool {
     strip(a) != strip(b) || !same_pacing
 }
 
-/// A reload request for the control thread; the answer goes back on the channel if any.
-type Job = Option<oneshot::Sender<ReloadResult>>;
+/// Work for the control thread, which runs it in order: reloads and shadow promotions or
+/// discards. The answer goes back on the channel (a SIGHUP reload has none).
+enum Job {
+    Reload(Option<oneshot::Sender<ReloadResult>>),
+    Shadow(String, ShadowOp, oneshot::Sender<ShadowResult>),
+}
 
 /// What the HTTP API and the signal handlers talk to.
 struct Daemon {
@@ -463,25 +551,56 @@ impl Control for Daemon {
         self.switch.config().control.token.clone()
     }
 
+    fn shadow_json(&self) -> serde_json::Value {
+        self.switch.shadow_json()
+    }
+
     fn start_reload(&self) -> Result<oneshot::Receiver<ReloadResult>, ReloadBusy> {
+        let (tx, rx) = oneshot::channel();
+        self.queue(Job::Reload(Some(tx)))?;
+        Ok(rx)
+    }
+
+    fn start_shadow(&self, port: String, op: ShadowOp) -> Result<oneshot::Receiver<ShadowResult>, ReloadBusy> {
+        let (tx, rx) = oneshot::channel();
+        self.queue(Job::Shadow(port, op, tx))?;
+        Ok(rx)
+    }
+}
+
+impl Daemon {
+    /// Hands `job` to the control thread, one at a time.
+    fn queue(&self, job: Job) -> Result<(), ReloadBusy> {
         if self.stopping.load(Ordering::Acquire) {
             return Err(ReloadBusy::ShuttingDown);
         }
         if self.reloading.swap(true, Ordering::AcqRel) {
             return Err(ReloadBusy::InProgress);
         }
-        let (tx, rx) = oneshot::channel();
-        if self.jobs.lock().unwrap_or_else(|e| e.into_inner()).send(Some(tx)).is_err() {
+        if self.jobs.lock().unwrap_or_else(|e| e.into_inner()).send(job).is_err() {
             self.reloading.store(false, Ordering::Release);
             return Err(ReloadBusy::ShuttingDown);
         }
-        Ok(rx)
+        Ok(())
     }
 }
 
-/// The control thread: runs reloads one after the other until the job channel closes.
+/// The control thread: runs jobs one after the other until the job channel closes.
 fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, jobs: mpsc::Receiver<Job>) {
-    for reply in jobs {
+    for job in jobs {
+        let reply = match job {
+            Job::Reload(reply) => reply,
+            Job::Shadow(port, op, reply) => {
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.shadow(&port, op)))
+                    .unwrap_or_else(|_| Err("it panicked (see the log)".into()));
+                if let Err(e) = &result {
+                    log::error!("port `{port}`: shadow {op:?} refused: {e}");
+                }
+                reloading.store(false, Ordering::Release);
+                let _ = reply.send(result);
+                continue;
+            }
+        };
         crate::notify::reloading();
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.reload()))
             .unwrap_or_else(|_| Err("reload refused: it panicked (see the log); nothing was changed".into()));
@@ -564,7 +683,7 @@ pub fn run(path: &Path) -> Result<()> {
             tokio::select! {
                 _ = term.recv() => { log::info!("SIGTERM: draining"); break; }
                 _ = int.recv() => { log::info!("SIGINT: draining"); break; }
-                _ = hup.recv() => match daemon.start_reload() {
+                _ = hup.recv() => match daemon.queue(Job::Reload(None)) {
                     // The control thread logs the result.
                     Ok(_) => log::info!("SIGHUP: reloading {}", path.display()),
                     Err(ReloadBusy::InProgress) => log::warn!("SIGHUP ignored: a reload is in progress"),

@@ -27,7 +27,7 @@ use wasmswitch_sim::TrafficSpec;
 
 use crate::config::{Config, DriverKind, Idle, Mode, PortSection, TrafficProto};
 use crate::drivers::{self, OpenCtx, OpenedPort, PortHandle, PortInfo, PortTable, MAX_PORT_IDS};
-use crate::plugins::Stages;
+use crate::plugins::{ChainStage, Stages};
 
 /// A change a worker applies between two rounds.
 pub enum Command {
@@ -52,6 +52,17 @@ pub enum Command {
     Pin(Option<usize>),
     /// New queues for a port whose interface came back (its plugins and counters stay).
     ReplaceQueues(PortId, Vec<Box<dyn wasmswitch_core::PortQueue>>),
+    /// Promote or discard a port's shadow chain.
+    Shadow(PortId, ShadowOp),
+}
+
+/// What to do with a port's shadow chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShadowOp {
+    /// It becomes the live chain; the live one goes.
+    Promote,
+    /// It goes; the live chain stays.
+    Discard,
 }
 
 /// A worker that has not finished a round for this long is reported by `/healthz`. The worst
@@ -368,6 +379,15 @@ fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, 
                     Command::SetFdb(fdb) => pipe.set_fdb(fdb),
                     Command::Pin(cpu) => pin(cpu),
                     Command::ReplaceQueues(p, queues) => control.retire(Some(pipe.replace_queues(p, queues))),
+                    Command::Shadow(p, op) => {
+                        let chains = pipe.ingress_mut(p).and_then(|s| s.as_any_mut()?.downcast_mut::<ChainStage>());
+                        if let Some(c) = chains {
+                            match op {
+                                ShadowOp::Promote => control.retire(c.promote()),
+                                ShadowOp::Discard => control.retire(c.discard()),
+                            }
+                        }
+                    }
                 }
             }
             control.applied.store(generation, Ordering::Release);
@@ -537,7 +557,7 @@ impl Dataplane {
         plugin_metrics: Option<&crate::plugins::PluginMetrics>,
     ) -> Result<Dataplane> {
         let id_of = |name: &str| cfg.port_index(name).map(|i| i as PortId);
-        let (stages, table) = crate::plugins::stages(cfg, &id_of, &Vec::new())?;
+        let (stages, table) = crate::plugins::stages(cfg, &id_of, &crate::plugins::RunningSet::default())?;
         if let Some(m) = plugin_metrics {
             m.replace(table);
         }

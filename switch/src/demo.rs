@@ -213,9 +213,11 @@ pub fn run(seconds: Option<u64>, sim: bool) -> Result<()> {
         }
     }
     let verdicts = || -> Vec<String> {
-        let table = sw.plugin_metrics.table.lock().unwrap_or_else(|e| e.into_inner());
-        let (pass, drop): (u64, u64) =
-            table.iter().fold((0, 0), |(p, d), (_, _, _, s)| (p + s.verdict_pass.get(), d + s.verdict_drop.get()));
+        let running = sw.plugin_metrics.get();
+        let (pass, drop): (u64, u64) = running
+            .plugins
+            .iter()
+            .fold((0, 0), |(p, d), r| (p + r.stats.verdict_pass.get(), d + r.stats.verdict_drop.get()));
         vec![format!("acl verdicts on h1: {pass} pass, {drop} drop")]
     };
     println!("\nlive (h1 pings everyone; the acl verdicts count up):");

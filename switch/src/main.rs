@@ -70,6 +70,14 @@ enum Command {
     },
     /// A running daemon's plugins and their counters.
     Plugins(ClientArgs),
+    /// A running daemon's shadow chains: show their verdict matrices (the default), promote
+    /// one to live or discard it.
+    Shadow {
+        #[command(subcommand)]
+        action: Option<ShadowAction>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Make a running daemon re-read its config (applied, or refused naming each key).
     Reload(ClientArgs),
     /// Build a lab (network namespaces on veth pairs), switch it through AF_XDP, ping across,
@@ -122,6 +130,24 @@ enum FdbAction {
     },
 }
 
+#[derive(Subcommand)]
+enum ShadowAction {
+    /// Each port's live and shadow chains and how their verdicts compare (live × shadow).
+    Show(ClientArgs),
+    /// Make a port's shadow chain its live chain, between two batches (no frame lost).
+    Promote {
+        port: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Remove a port's shadow chain; the live chain stays.
+    Discard {
+        port: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut logger = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
@@ -144,7 +170,7 @@ fn main() -> ExitCode {
         Command::Run { config } => daemon::run(&config),
         Command::Check { config } => Config::load(&config).map_err(anyhow::Error::from).and_then(|c| {
             // Plugins are loaded, type-checked against the world and initialised with their config.
-            let n: usize = c.ports.iter().map(|p| p.plugins.len()).sum();
+            let n: usize = c.ports.iter().map(|p| p.plugins.len() + p.shadow.len()).sum();
             if n > 0 {
                 let engine = wasmswitch::plugins::engine()?;
                 wasmswitch::plugins::compile(&engine, &c)?;
@@ -166,6 +192,12 @@ fn main() -> ExitCode {
             }
         },
         Command::Plugins(a) => ask(a, Ask::Plugins),
+        Command::Shadow { action, client } => match action {
+            None => ask(client, Ask::Shadow),
+            Some(ShadowAction::Show(a)) => ask(a, Ask::Shadow),
+            Some(ShadowAction::Promote { port, client }) => ask(client, Ask::ShadowChange { port, promote: true }),
+            Some(ShadowAction::Discard { port, client }) => ask(client, Ask::ShadowChange { port, promote: false }),
+        },
         Command::Reload(a) => ask(a, Ask::Reload),
     };
     match result {

@@ -1,13 +1,13 @@
 //! Plugin chains: YAML → compiled plugins (off the data path) → one chain stage per port per
-//! worker, swapped in at a batch boundary on reload.
+//! worker (its live chain and maybe a shadow chain), swapped in at a batch boundary on reload.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use prometheus_client::encoding::DescriptorEncoder;
+use wasmswitch_core::counter::Counter;
 use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
 use wasmswitch_core::{PortId, BATCH_SIZE};
 use wasmswitch_plugin_host::{
@@ -34,10 +34,47 @@ pub fn spec(s: &PluginSection) -> PluginSpec {
     }
 }
 
-/// Every configured port's compiled chain (index = the port's place in the config; empty for
-/// ports without plugins).
+/// Which chain of a port a plugin runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// `ports[].plugins`: its verdicts decide.
+    Live,
+    /// `ports[].shadow`: its verdicts are compared with the live chain's, never applied.
+    Shadow,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Live => "live",
+            Role::Shadow => "shadow",
+        }
+    }
+}
+
+/// One port's compiled chains.
+#[derive(Default)]
+pub struct PortChains {
+    pub live: Vec<Arc<PluginFactory>>,
+    pub shadow: Vec<Arc<PluginFactory>>,
+}
+
+impl PortChains {
+    pub fn get(&self, role: Role) -> &[Arc<PluginFactory>] {
+        match role {
+            Role::Live => &self.live,
+            Role::Shadow => &self.shadow,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty() && self.shadow.is_empty()
+    }
+}
+
+/// Every configured port's compiled chains (index = the port's place in the config).
 pub struct CompiledChains {
-    pub chains: Vec<Vec<Arc<PluginFactory>>>,
+    pub chains: Vec<PortChains>,
 }
 
 /// One engine per process: compiled code is cached under `$XDG_CACHE_HOME` (or /var/cache)
@@ -51,17 +88,23 @@ pub fn engine() -> Result<Arc<PluginEngine>> {
         .map_err(|e| anyhow::anyhow!("cannot start the plugin engine: {e}"))
 }
 
-/// Compiles (or loads from cache) and initialises every plugin of `cfg`; the first error names
-/// the port and plugin.
+/// Compiles (or loads from cache) and initialises every plugin of `cfg`, shadow chains
+/// included; the first error names the port and plugin.
 pub fn compile(engine: &Arc<PluginEngine>, cfg: &Config) -> Result<CompiledChains> {
     let mut chains = Vec::new();
     for port in &cfg.ports {
-        let mut chain = Vec::new();
-        for s in &port.plugins {
-            let f = engine.compile(&spec(s)).map_err(|e| anyhow::anyhow!("port `{}`: {e}", port.name.value))?;
-            chain.push(f);
+        let mut c = PortChains::default();
+        for (role, list, out) in [(Role::Live, &port.plugins, &mut c.live), (Role::Shadow, &port.shadow, &mut c.shadow)]
+        {
+            for s in list {
+                let f = engine.compile(&spec(s)).map_err(|e| match role {
+                    Role::Live => anyhow::anyhow!("port `{}`: {e}", port.name.value),
+                    Role::Shadow => anyhow::anyhow!("port `{}` (shadow chain): {e}", port.name.value),
+                })?;
+                out.push(f);
+            }
         }
-        chains.push(chain);
+        chains.push(c);
     }
     Ok(CompiledChains { chains })
 }
@@ -69,135 +112,508 @@ pub fn compile(engine: &Arc<PluginEngine>, cfg: &Config) -> Result<CompiledChain
 /// Ready stages for every port, by worker: `stages[w]` = (port id, stage) pairs.
 pub type Stages = Vec<Vec<(PortId, Option<Box<dyn VerdictStage>>)>>;
 
+/// One plugin on one worker, as the metrics, the API and the next reload see it.
+#[derive(Clone)]
+pub struct Running {
+    pub port: String,
+    pub role: Role,
+    pub worker: usize,
+    pub factory: Arc<PluginFactory>,
+    pub stats: Arc<PluginStats>,
+}
+
+impl Running {
+    pub fn name(&self) -> &str {
+        &self.factory.spec().name
+    }
+}
+
+/// A port's live × shadow comparison on one worker.
+#[derive(Clone)]
+pub struct ShadowRunning {
+    pub port: String,
+    pub worker: usize,
+    pub stats: Arc<ShadowStats>,
+}
+
+/// What the workers run: every plugin instance and every shadow comparison.
+#[derive(Clone, Default)]
+pub struct RunningSet {
+    pub plugins: Vec<Running>,
+    pub shadows: Vec<ShadowRunning>,
+}
+
 /// The one plugin-install path, for start and reload: compiles `cfg`'s plugins (off the data
 /// path; no engine at all when there are none) and instantiates every worker's stage for every
 /// configured port, addressed by id through `id_of`. Ports without plugins get `None`, which
-/// clears a chain a reload took away. The counters of the new stages are in the table; a
-/// plugin whose (port, plugin name, worker) is in `carried` (the running stages' table, on
-/// reload) keeps counting into those counters, so they never go backwards.
+/// clears a chain a reload took away.
+///
+/// `running` is what runs now (empty at start). A plugin running on the same port, in the
+/// same chain, under the same name, keeps counting into its counters, so they never go
+/// backwards; if its component, config and limits are also unchanged, its instance is kept
+/// with its state (the worker takes it over, see [`ChainStage`]'s `take_over`). The second
+/// value is what runs once the stages are installed.
 pub fn stages(
     cfg: &Config,
     id_of: &dyn Fn(&str) -> Option<PortId>,
-    carried: &StatsTable,
-) -> Result<(Stages, StatsTable)> {
+    running: &RunningSet,
+) -> Result<(Stages, RunningSet)> {
     let workers = cfg.workers.len();
-    let mut table = Vec::new();
-    let mut carried: Carried = carried.iter().map(|(p, n, w, s)| ((p.clone(), n.clone(), *w), s.clone())).collect();
-    let chains = if cfg.ports.iter().any(|p| !p.plugins.is_empty()) { Some(compile(&engine()?, cfg)?) } else { None };
+    let mut next = RunningSet::default();
+    let any = cfg.ports.iter().any(|p| !p.plugins.is_empty() || !p.shadow.is_empty());
+    let chains = if any { Some(compile(&engine()?, cfg)?) } else { None };
     let mut stages: Stages = (0..workers).map(|_| Vec::new()).collect();
     for (w, out) in stages.iter_mut().enumerate() {
         for (index, port) in cfg.ports.iter().enumerate() {
             let name = &port.name.value;
             let id = id_of(name).with_context(|| format!("port `{name}` has no id"))?;
             let stage = match &chains {
-                Some(c) => c.instantiate(w, index, name, &mut table, &mut carried)?,
+                Some(c) => c.instantiate(w, index, name, running, &mut next)?,
                 None => None,
             };
             out.push((id, stage));
         }
     }
     if chains.is_some() {
+        let kept = next
+            .plugins
+            .iter()
+            .filter(|r| {
+                running.plugins.iter().any(|o| Arc::ptr_eq(&o.stats, &r.stats) && o.factory.same_plugin(&r.factory))
+            })
+            .count();
         log::info!(
-            "plugins loaded: {}",
+            "plugins loaded: {} ({kept} of {} instances kept with their state)",
             cfg.ports
                 .iter()
-                .flat_map(|p| p.plugins.iter().map(|x| x.name.value.clone()))
+                .flat_map(|p| {
+                    p.plugins
+                        .iter()
+                        .map(|x| x.name.value.clone())
+                        .chain(p.shadow.iter().map(|x| format!("{} (shadow)", x.name.value)))
+                })
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            next.plugins.len()
         );
     }
-    Ok((stages, table))
+    Ok((stages, next))
 }
-
-/// A port's plugins run in order on the whole batch; the first non-`pass` verdict a packet
-/// gets decides it. One call per plugin per batch.
-pub struct ChainStage {
-    stages: Vec<WasmStage>,
-    scratch: [Verdict; BATCH_SIZE],
-}
-
-impl VerdictStage for ChainStage {
-    fn run(&mut self, batch: &BatchView<'_>, verdicts: &mut [Verdict]) {
-        let n = verdicts.len();
-        let (first, rest) = match self.stages.split_first_mut() {
-            Some(x) => x,
-            None => return,
-        };
-        first.run(batch, verdicts);
-        for stage in rest {
-            self.scratch[..n].fill(Verdict::Pass);
-            stage.run(batch, &mut self.scratch[..n]);
-            for (v, s) in verdicts.iter_mut().zip(&self.scratch[..n]) {
-                if *v == Verdict::Pass {
-                    *v = *s;
-                }
-            }
-        }
-    }
-}
-
-/// Per-worker plugin counters, for the metrics collector: (port, plugin, worker, stats).
-pub type StatsTable = Vec<(String, String, usize, Arc<PluginStats>)>;
-
-/// The running stages' counters by (port, plugin, worker), taken by the reload's stages.
-pub type Carried = HashMap<(String, String, usize), Arc<PluginStats>>;
 
 impl CompiledChains {
-    /// Worker `w`'s stage for configured port `index` (None when it has no plugins); the
-    /// plugins' counters are added to `table`. A plugin found in `carried` takes those
-    /// counters (each entry once: the worker that owns them is the only writer, and the
-    /// old stage stops running when this one is installed on the same worker).
+    /// Worker `w`'s stage for configured port `index` (None when it has no plugins); what it
+    /// runs is added to `next`. See [`stages`] for what is taken from `running`.
     pub fn instantiate(
         &self,
         w: usize,
         index: usize,
         port_name: &str,
-        table: &mut StatsTable,
-        carried: &mut Carried,
+        running: &RunningSet,
+        next: &mut RunningSet,
     ) -> Result<Option<Box<dyn VerdictStage>>> {
-        let Some(chain) = self.chains.get(index).filter(|c| !c.is_empty()) else { return Ok(None) };
-        let mut stages = Vec::new();
-        for f in chain {
-            let st = match carried.remove(&(port_name.to_string(), f.spec().name.clone(), w)) {
-                Some(stats) => f.instantiate_with_stats(w, stats),
-                None => f.instantiate(w),
+        let Some(chains) = self.chains.get(index).filter(|c| !c.is_empty()) else { return Ok(None) };
+        let mut chain = |role: Role| -> Result<Chain> {
+            let mut stages = Vec::new();
+            let mut adopt = Vec::new();
+            for f in chains.get(role) {
+                let was = running
+                    .plugins
+                    .iter()
+                    .find(|r| r.port == port_name && r.role == role && r.worker == w && r.name() == f.spec().name);
+                let (stage, keep) = match was {
+                    Some(r) if r.factory.same_plugin(f) => (r.factory.deferred(w, r.stats.clone()), true),
+                    Some(r) => (
+                        f.instantiate_with_stats(w, r.stats.clone())
+                            .map_err(|e| anyhow::anyhow!("port `{port_name}`: {e}"))?,
+                        false,
+                    ),
+                    None => (f.instantiate(w).map_err(|e| anyhow::anyhow!("port `{port_name}`: {e}"))?, false),
+                };
+                next.plugins.push(Running {
+                    port: port_name.to_string(),
+                    role,
+                    worker: w,
+                    factory: stage.factory().clone(),
+                    stats: stage.stats().clone(),
+                });
+                stages.push(stage);
+                adopt.push(keep);
             }
-            .map_err(|e| anyhow::anyhow!("port `{port_name}`: {e}"))?;
-            table.push((port_name.to_string(), st.name().to_string(), w, st.stats().clone()));
-            stages.push(st);
-        }
-        Ok(Some(Box::new(ChainStage { stages, scratch: [Verdict::Pass; BATCH_SIZE] })))
+            Ok(Chain::new(stages, adopt))
+        };
+        let live = chain(Role::Live)?;
+        let shadow = if chains.shadow.is_empty() {
+            None
+        } else {
+            // The comparison counts on as long as the port has a shadow chain.
+            let stats = running
+                .shadows
+                .iter()
+                .find(|s| s.port == port_name && s.worker == w)
+                .map(|s| s.stats.clone())
+                .unwrap_or_default();
+            next.shadows.push(ShadowRunning { port: port_name.to_string(), worker: w, stats: stats.clone() });
+            Some(Box::new(Shadow { chain: chain(Role::Shadow)?, verdicts: [Verdict::Pass; BATCH_SIZE], stats }))
+        };
+        Ok(Some(Box::new(ChainStage { port: port_name.into(), live, shadow })))
     }
 
     pub fn is_empty(&self) -> bool {
-        self.chains.iter().all(Vec::is_empty)
+        self.chains.iter().all(PortChains::is_empty)
     }
 }
 
-/// The plugin counters of the running chains (replaced on reload).
-#[derive(Debug, Default)]
-pub struct PluginMetrics {
-    pub table: std::sync::Mutex<StatsTable>,
+/// A port's ingress stage on one worker: the live chain, whose verdicts decide, and maybe a
+/// shadow chain run on the same batches, whose verdicts are only compared.
+pub struct ChainStage {
+    port: Arc<str>,
+    live: Chain,
+    shadow: Option<Box<Shadow>>,
 }
 
-impl PluginMetrics {
-    /// Puts the counters of newly installed stages in place of the old ones.
-    pub fn replace(&self, table: StatsTable) {
-        *self.table.lock().unwrap_or_else(|e| e.into_inner()) = table;
+impl ChainStage {
+    /// A port's stage from ready plugin stages, the shadow chain only if `shadow` has any
+    /// (the bench and tests; the daemon's come from [`stages`]).
+    pub fn new(port: &str, live: Vec<WasmStage>, shadow: Vec<WasmStage>) -> Self {
+        let chain = |v: Vec<WasmStage>| {
+            let n = v.len();
+            Chain::new(v, vec![false; n])
+        };
+        let shadow = (!shadow.is_empty()).then(|| {
+            Box::new(Shadow { chain: chain(shadow), verdicts: [Verdict::Pass; BATCH_SIZE], stats: Arc::default() })
+        });
+        ChainStage { port: port.into(), live: chain(live), shadow }
+    }
+
+    /// The live × shadow counts, when there is a shadow chain.
+    pub fn shadow_stats(&self) -> Option<&Arc<ShadowStats>> {
+        self.shadow.as_ref().map(|s| &s.stats)
+    }
+
+    /// Makes the shadow chain the live one (the worker calls it between two rounds, so no
+    /// batch sees half of each). A promoted plugin named like one of the live chain continues
+    /// its counters, so that series never goes backwards. The old live chain comes back, to
+    /// be dropped off the worker; `None` when there is no shadow chain.
+    pub fn promote(&mut self) -> Option<Chain> {
+        let shadow = self.shadow.take()?;
+        for st in &shadow.chain.stages {
+            if let Some(old) = self.live.stages.iter().find(|o| o.name() == st.name()) {
+                st.stats().absorb(old.stats());
+            }
+        }
+        Some(std::mem::replace(&mut self.live, shadow.chain))
+    }
+
+    /// Takes the shadow chain away (returned, to be dropped off the worker).
+    pub fn discard(&mut self) -> Option<Box<Shadow>> {
+        self.shadow.take()
+    }
+}
+
+impl VerdictStage for ChainStage {
+    fn run(&mut self, batch: &BatchView<'_>, verdicts: &mut [Verdict]) {
+        self.live.run(batch, verdicts);
+        if let Some(shadow) = self.shadow.as_mut() {
+            shadow.run(batch, verdicts);
+        }
+    }
+
+    fn take_over(&mut self, old: &mut dyn VerdictStage) {
+        let Some(old) = old.as_any_mut().and_then(|a| a.downcast_mut::<ChainStage>()) else { return };
+        self.live.take_over(&mut old.live);
+        if let (Some(new), Some(was)) = (self.shadow.as_mut(), old.shadow.as_mut()) {
+            new.chain.take_over(&mut was.chain);
+        }
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn bad_redirect(&mut self, packet: usize, to: PortId) {
+        self.live.bad_redirect(&self.port, packet, to);
     }
 }
 
 impl std::fmt::Debug for ChainStage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChainStage").field("plugins", &self.stages.len()).finish()
+        f.debug_struct("ChainStage")
+            .field("port", &self.port)
+            .field("plugins", &self.live.stages.len())
+            .field("shadow", &self.shadow.as_ref().map(|s| s.chain.stages.len()))
+            .finish()
+    }
+}
+
+/// Plugins run in order on the whole batch; the first non-`pass` verdict a packet gets
+/// decides it. One call per plugin per batch.
+pub struct Chain {
+    stages: Vec<WasmStage>,
+    /// Per stage: take the running instance of the same plugin over at `take_over`.
+    adopt: Vec<bool>,
+    /// Which stage decided each packet of the last batch (kept for chains of two or more,
+    /// to name the plugin behind a bad redirect).
+    decider: [u8; BATCH_SIZE],
+    scratch: [Verdict; BATCH_SIZE],
+    redirects: Vec<RedirectLog>,
+}
+
+impl Chain {
+    fn new(stages: Vec<WasmStage>, adopt: Vec<bool>) -> Self {
+        let redirects = stages.iter().map(|_| RedirectLog::default()).collect();
+        Chain { stages, adopt, decider: [0; BATCH_SIZE], scratch: [Verdict::Pass; BATCH_SIZE], redirects }
+    }
+
+    fn run(&mut self, batch: &BatchView<'_>, verdicts: &mut [Verdict]) {
+        let n = verdicts.len();
+        let Some((first, rest)) = self.stages.split_first_mut() else { return };
+        first.run(batch, verdicts);
+        if rest.is_empty() {
+            return;
+        }
+        self.decider[..n].fill(0);
+        for (k, stage) in rest.iter_mut().enumerate() {
+            self.scratch[..n].fill(Verdict::Pass);
+            stage.run(batch, &mut self.scratch[..n]);
+            for ((v, s), d) in verdicts.iter_mut().zip(&self.scratch[..n]).zip(&mut self.decider[..n]) {
+                if *v == Verdict::Pass && *s != Verdict::Pass {
+                    *v = *s;
+                    *d = k as u8 + 1;
+                }
+            }
+        }
+    }
+
+    /// Swaps in `old`'s instances of the plugins marked to adopt (see [`stages`]); the
+    /// placeholders go back into `old`, which is dropped off the worker.
+    fn take_over(&mut self, old: &mut Chain) {
+        for (stage, adopt) in self.stages.iter_mut().zip(&self.adopt) {
+            if !adopt {
+                continue;
+            }
+            if let Some(was) = old.stages.iter_mut().find(|o| o.name() == stage.name()) {
+                std::mem::swap(stage, was);
+                stage.lift_quarantine();
+            }
+        }
+    }
+
+    fn bad_redirect(&mut self, port: &str, packet: usize, to: PortId) {
+        let k = if self.stages.len() > 1 { self.decider.get(packet).copied().unwrap_or(0) as usize } else { 0 };
+        if let (Some(stage), Some(log)) = (self.stages.get(k), self.redirects.get_mut(k)) {
+            log.note(stage.name(), port, stage.worker(), to);
+        }
+    }
+}
+
+/// How often a plugin's bad redirects are logged on one port and worker, at most.
+const REDIRECT_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// Rate limit of one plugin's bad-redirect warnings: the first at once, then one a minute
+/// at most with the count since.
+#[derive(Default)]
+struct RedirectLog {
+    last: Option<Instant>,
+    since: u64,
+}
+
+impl RedirectLog {
+    /// Counts one bad redirect; true when it was logged.
+    fn note(&mut self, plugin: &str, port: &str, worker: usize, to: PortId) -> bool {
+        self.since += 1;
+        let now = Instant::now();
+        match self.last {
+            None => log::warn!(
+                target: "wasmswitch::plugin",
+                "plugin `{plugin}` on port `{port}` (worker {worker}): redirected a frame to port id {to}, which is not a port that is up; the frame is dropped and counted in wasmswitch_port_drops_total{{reason=\"bad_redirect\"}} (this is logged at most once a minute)"
+            ),
+            Some(t) if now.duration_since(t) >= REDIRECT_LOG_EVERY => log::warn!(
+                target: "wasmswitch::plugin",
+                "plugin `{plugin}` on port `{port}` (worker {worker}): {} more frames redirected to ports that are not up in the last {} s (the last to port id {to}); dropped",
+                self.since,
+                now.duration_since(t).as_secs()
+            ),
+            Some(_) => return false,
+        }
+        self.last = Some(now);
+        self.since = 0;
+        true
+    }
+}
+
+/// A shadow chain and its comparison with the live verdicts.
+pub struct Shadow {
+    chain: Chain,
+    verdicts: [Verdict; BATCH_SIZE],
+    stats: Arc<ShadowStats>,
+}
+
+impl Shadow {
+    /// Runs the shadow chain on `batch` and counts its verdicts against `live` (the live
+    /// chain's, already final). Its faults and verdicts stay here.
+    fn run(&mut self, batch: &BatchView<'_>, live: &[Verdict]) {
+        let n = live.len();
+        let shadow = &mut self.verdicts[..n];
+        shadow.fill(Verdict::Pass);
+        self.chain.run(batch, shadow);
+        // Counted in registers, added to the shared counters once per batch.
+        let mut matrix = [0u64; KINDS * KINDS];
+        let mut differ = 0u64;
+        for (l, s) in live.iter().zip(shadow.iter()) {
+            matrix[l.kind() * KINDS + s.kind()] += 1;
+            differ += u64::from(l != s);
+        }
+        for (c, m) in self.stats.matrix.iter().zip(matrix) {
+            if m != 0 {
+                c.add(m);
+            }
+        }
+        self.stats.differ.add(differ);
+    }
+}
+
+const KINDS: usize = Verdict::KINDS.len();
+
+/// A port's live × shadow verdict counts on one worker (single writer: the worker).
+#[derive(Debug, Default)]
+pub struct ShadowStats {
+    /// `matrix[live.kind() * 5 + shadow.kind()]`: packets by (live verdict, shadow verdict).
+    pub matrix: [Counter; KINDS * KINDS],
+    /// Packets whose verdicts differ, redirect targets included.
+    pub differ: Counter,
+}
+
+impl ShadowStats {
+    pub fn packets(&self) -> u64 {
+        self.matrix.iter().map(Counter::get).sum()
+    }
+}
+
+/// What runs (replaced on reload, promote and discard), for the metrics and the API.
+#[derive(Default)]
+pub struct PluginMetrics {
+    pub running: std::sync::Mutex<RunningSet>,
+}
+
+impl std::fmt::Debug for PluginMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self.get();
+        f.debug_struct("PluginMetrics").field("plugins", &r.plugins.len()).field("shadows", &r.shadows.len()).finish()
+    }
+}
+
+impl PluginMetrics {
+    /// Puts what newly installed stages run in place of the old.
+    pub fn replace(&self, running: RunningSet) {
+        *self.running.lock().unwrap_or_else(|e| e.into_inner()) = running;
+    }
+
+    /// A copy of what runs.
+    pub fn get(&self) -> RunningSet {
+        self.running.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+fn hex(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl RunningSet {
+    /// `/api/v1/plugins`: one entry per plugin per worker, with what is loaded (the
+    /// component's and the config's SHA-256) and its counters.
+    pub fn plugins_json(&self) -> serde_json::Value {
+        let plugins: Vec<_> = self
+            .plugins
+            .iter()
+            .map(|r| {
+                let s = &r.stats;
+                let verdicts: serde_json::Map<String, serde_json::Value> = Verdict::KINDS
+                    .iter()
+                    .zip([&s.verdict_pass, &s.verdict_drop, &s.verdict_redirect, &s.verdict_host, &s.verdict_host_copy])
+                    .map(|(k, c)| (k.to_string(), c.get().into()))
+                    .collect();
+                let faults: serde_json::Map<String, serde_json::Value> =
+                    FaultReason::ALL.iter().map(|f| (f.as_str().to_string(), s.faults(*f).get().into())).collect();
+                let counters: serde_json::Map<String, serde_json::Value> =
+                    s.named.snapshot().into_iter().map(|(k, v)| (k, v.into())).collect();
+                serde_json::json!({
+                    "port": r.port, "plugin": r.name(), "chain": r.role.as_str(), "worker": r.worker,
+                    "component_sha256": hex(&r.factory.component_digest()),
+                    "config_sha256": hex(&r.factory.config_digest()),
+                    "path": r.factory.spec().path,
+                    "batches": s.batches.get(), "packets": s.packets.get(),
+                    "verdicts": verdicts, "faults": s.faults_total(), "faults_by_reason": faults,
+                    "quarantined": s.quarantined.get() == 1, "quarantine_lifted": s.quarantine_lifted.get(),
+                    "reinstantiations": s.reinstantiations.get(), "counters": counters,
+                })
+            })
+            .collect();
+        serde_json::json!({ "plugins": plugins })
+    }
+
+    /// `/api/v1/shadow`: per port with a shadow chain, both chains and the live × shadow
+    /// verdict matrix summed over workers.
+    pub fn shadow_json(&self) -> serde_json::Value {
+        let mut ports: Vec<&str> = Vec::new();
+        for s in &self.shadows {
+            if !ports.contains(&s.port.as_str()) {
+                ports.push(&s.port);
+            }
+        }
+        let out: Vec<_> = ports
+            .into_iter()
+            .map(|port| {
+                let chain = |role: Role| {
+                    let names: Vec<&str> = self
+                        .plugins
+                        .iter()
+                        .filter(|r| r.port == port && r.role == role && r.worker == 0)
+                        .map(Running::name)
+                        .collect();
+                    names
+                };
+                let mut matrix = [0u64; KINDS * KINDS];
+                let mut differ = 0;
+                for s in self.shadows.iter().filter(|s| s.port == port) {
+                    for (m, c) in matrix.iter_mut().zip(&s.stats.matrix) {
+                        *m += c.get();
+                    }
+                    differ += s.stats.differ.get();
+                }
+                let rows: serde_json::Map<String, serde_json::Value> = Verdict::KINDS
+                    .iter()
+                    .enumerate()
+                    .map(|(l, lk)| {
+                        let row: serde_json::Map<String, serde_json::Value> = Verdict::KINDS
+                            .iter()
+                            .enumerate()
+                            .map(|(s, sk)| (sk.to_string(), matrix[l * KINDS + s].into()))
+                            .collect();
+                        (lk.to_string(), row.into())
+                    })
+                    .collect();
+                serde_json::json!({
+                    "port": port, "live": chain(Role::Live), "shadow": chain(Role::Shadow),
+                    "packets": matrix.iter().sum::<u64>(), "differ": differ, "matrix": rows,
+                })
+            })
+            .collect();
+        serde_json::json!({ "ports": out })
     }
 }
 
 impl MetricsSource for PluginMetrics {
     fn encode(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
-        let table = self.table.lock().unwrap_or_else(|x| x.into_inner());
-        let labels = |port: &str, plugin: &str, w: usize| {
-            vec![("port", port.to_string()), ("plugin", plugin.to_string()), ("worker", w.to_string())]
+        let running = self.get();
+        let table = &running.plugins;
+        // Shadow plugins carry `chain="shadow"`; live ones keep the labels they always had.
+        let labels = |r: &Running| {
+            let mut l =
+                vec![("port", r.port.clone()), ("plugin", r.name().to_string()), ("worker", r.worker.to_string())];
+            if r.role == Role::Shadow {
+                l.push(("chain", "shadow".to_string()));
+            }
+            l
         };
         type Pick = fn(&PluginStats) -> u64;
         let counters: [(&str, &str, Pick); 7] = [
@@ -226,30 +642,31 @@ impl MetricsSource for PluginMetrics {
             ),
         ];
         for (name, help, pick) in counters {
-            let samples: Vec<_> = table.iter().map(|(p, n, w, s)| (labels(p, n, *w), pick(s))).collect();
+            let samples: Vec<_> = table.iter().map(|r| (labels(r), pick(&r.stats))).collect();
             counter_family(e, name, help, &samples)?;
         }
         let mut verdicts = Vec::new();
-        for (p, n, w, s) in table.iter() {
-            for (kind, c) in [
-                ("pass", &s.verdict_pass),
-                ("drop", &s.verdict_drop),
-                ("redirect", &s.verdict_redirect),
-                ("host", &s.verdict_host),
-                ("host_copy", &s.verdict_host_copy),
-            ] {
-                let mut l = labels(p, n, *w);
+        for r in table {
+            let s = &r.stats;
+            for (kind, c) in Verdict::KINDS.iter().zip([
+                &s.verdict_pass,
+                &s.verdict_drop,
+                &s.verdict_redirect,
+                &s.verdict_host,
+                &s.verdict_host_copy,
+            ]) {
+                let mut l = labels(r);
                 l.push(("verdict", kind.to_string()));
                 verdicts.push((l, c.get()));
             }
         }
         counter_family(e, "wasmswitch_plugin_verdicts", "Verdicts returned by plugins, by kind.", &verdicts)?;
         let mut faults = Vec::new();
-        for (p, n, w, s) in table.iter() {
-            for r in FaultReason::ALL {
-                let mut l = labels(p, n, *w);
-                l.push(("reason", r.as_str().to_string()));
-                faults.push((l, s.faults(r).get()));
+        for r in table {
+            for f in FaultReason::ALL {
+                let mut l = labels(r);
+                l.push(("reason", f.as_str().to_string()));
+                faults.push((l, r.stats.faults(f).get()));
             }
         }
         counter_family(
@@ -258,16 +675,56 @@ impl MetricsSource for PluginMetrics {
             "Plugin faults (trap, deadline, memory, bad_output, instantiate).",
             &faults,
         )?;
-        let q: Vec<_> = table.iter().map(|(p, n, w, s)| (labels(p, n, *w), s.quarantined.get() as i64)).collect();
+        let q: Vec<_> = table.iter().map(|r| (labels(r), r.stats.quarantined.get() as i64)).collect();
         gauge_family(e, "wasmswitch_plugin_quarantined", "1 while the plugin is quarantined on that worker.", &q)?;
         let mut named = Vec::new();
-        for (p, n, w, s) in table.iter() {
-            for (cname, v) in s.named.snapshot() {
-                let mut l = labels(p, n, *w);
+        for r in table {
+            for (cname, v) in r.stats.named.snapshot() {
+                let mut l = labels(r);
                 l.push(("counter", cname));
                 named.push((l, v));
             }
         }
-        counter_family(e, "wasmswitch_plugin_counter", "Counters registered by plugins themselves.", &named)
+        counter_family(e, "wasmswitch_plugin_counter", "Counters registered by plugins themselves.", &named)?;
+        let mut matrix = Vec::new();
+        let mut differ = Vec::new();
+        for s in &running.shadows {
+            let base = vec![("port", s.port.clone()), ("worker", s.worker.to_string())];
+            for (i, c) in s.stats.matrix.iter().enumerate() {
+                let mut l = base.clone();
+                l.push(("live", Verdict::KINDS[i / KINDS].to_string()));
+                l.push(("shadow", Verdict::KINDS[i % KINDS].to_string()));
+                matrix.push((l, c.get()));
+            }
+            differ.push((base, s.stats.differ.get()));
+        }
+        counter_family(
+            e,
+            "wasmswitch_shadow_verdicts",
+            "Packets seen by a port's live and shadow chains, by (live verdict, shadow verdict); shadow verdicts are never applied.",
+            &matrix,
+        )?;
+        counter_family(
+            e,
+            "wasmswitch_shadow_differ",
+            "Packets whose shadow verdict differs from the live one (redirect targets included).",
+            &differ,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_redirects_are_logged_at_once_then_once_a_minute_with_the_count() {
+        let mut log = RedirectLog::default();
+        assert!(log.note("acl", "p0", 0, 9), "the first is logged");
+        assert!(!log.note("acl", "p0", 0, 9) && !log.note("acl", "p0", 0, 7));
+        assert_eq!(log.since, 2);
+        log.last = log.last.and_then(|t| t.checked_sub(REDIRECT_LOG_EVERY));
+        assert!(log.note("acl", "p0", 0, 9), "a minute later, with the count");
+        assert_eq!(log.since, 0);
     }
 }

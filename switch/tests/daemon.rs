@@ -215,7 +215,7 @@ fn acl_plugin_runs_in_the_daemon_datapath() {
     let p1_policy: u64 = dp.workers.iter().map(|w| w.stats.ports[1].drops[policy].get()).sum();
     assert!(dropped > 1000, "acl denies p0's UDP to 5001 ({dropped} dropped)");
     assert!(p1_rx > 1000 && p1_policy == 0, "p1 has no plugin");
-    assert!(m.table.lock().unwrap().iter().all(|(_, n, _, s)| n == "acl" && s.batches.get() > 0));
+    assert!(m.get().plugins.iter().all(|r| r.name() == "acl" && r.stats.batches.get() > 0));
     dp.stop().unwrap();
 }
 

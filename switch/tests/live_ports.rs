@@ -169,10 +169,14 @@ fn a_reload_storm_of_sim_ports_loses_nothing_and_refuses_what_it_cannot_open() {
 
 /// (worker, batches, packets, verdicts) of every plugin instance, by worker.
 fn plugin_totals(sw: &Switch) -> Vec<(usize, u64, u64, u64)> {
-    let t = sw.plugin_metrics.table.lock().unwrap();
+    let t = sw.plugin_metrics.get();
     let mut v: Vec<_> = t
+        .plugins
         .iter()
-        .map(|(_, _, w, s)| (*w, s.batches.get(), s.packets.get(), s.verdict_pass.get() + s.verdict_drop.get()))
+        .map(|r| {
+            let s = &r.stats;
+            (r.worker, s.batches.get(), s.packets.get(), s.verdict_pass.get() + s.verdict_drop.get())
+        })
         .collect();
     v.sort();
     v
@@ -201,7 +205,8 @@ fn plugin_counters_survive_a_reload_of_the_same_plugin() {
     let before = plugin_totals(&sw);
     assert_eq!(before.len(), 2, "one instance per worker: {before:?}");
     assert!(before.iter().all(|t| t.1 > 0), "traffic reached the plugin: {before:?}");
-    reload_ok(&sw, "the same plugin");
+    let r = reload_ok(&sw, "the same plugin");
+    assert!(r.contains("(acl kept with its state)"), "unchanged: its instances stay: {r}");
     let after = plugin_totals(&sw);
     for (b, a) in before.iter().zip(&after) {
         assert!(a.0 == b.0 && a.1 >= b.1 && a.2 >= b.2 && a.3 >= b.3, "before {b:?}, after {a:?}");
@@ -209,10 +214,21 @@ fn plugin_counters_survive_a_reload_of_the_same_plugin() {
     std::thread::sleep(Duration::from_millis(300));
     let later = plugin_totals(&sw);
     let sum = |v: &[(usize, u64, u64, u64)]| v.iter().map(|t| t.2).sum::<u64>();
-    assert!(sum(&later) > sum(&after), "the new instances count into the same counters");
+    assert!(sum(&later) > sum(&after), "the kept instances count on");
+    // A changed config: fresh instances, the same counters.
+    dir.write(&yaml("acl").replace("deny proto=tcp", "deny proto=udp dport=9"));
+    let r = reload_ok(&sw, "the same plugin with another config");
+    assert!(r.contains("reloaded from their files (acl)"), "changed: fresh instances: {r}");
+    let changed = plugin_totals(&sw);
+    for (b, a) in later.iter().zip(&changed) {
+        assert!(a.0 == b.0 && a.1 >= b.1 && a.2 >= b.2 && a.3 >= b.3, "before {b:?}, after {a:?}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let later = plugin_totals(&sw);
+    assert!(sum(&later) > sum(&changed), "the new instances count into the same counters");
     dir.write(&yaml("acl2"));
     reload_ok(&sw, "a renamed plugin");
-    let renamed = sw.plugin_metrics.table.lock().unwrap().iter().map(|(_, _, _, s)| s.packets.get()).sum::<u64>();
+    let renamed = sw.plugin_metrics.get().plugins.iter().map(|r| r.stats.packets.get()).sum::<u64>();
     assert!(renamed < sum(&later), "a renamed plugin has counters of its own ({renamed})");
     sw.dataplane.stop_shared().expect("every frame is back");
 }

@@ -167,18 +167,39 @@ impl Pipeline {
         &self.ports
     }
 
-    /// Swaps the ingress stage of `port` (hot reload happens between rounds, never inside one).
-    pub fn set_ingress(&mut self, port: PortId, stage: Option<Box<dyn VerdictStage>>) -> Option<Box<dyn VerdictStage>> {
-        std::mem::replace(&mut self.ports[port as usize].ingress, stage)
+    /// Swaps the ingress stage of `port` (hot reload happens between rounds, never inside one);
+    /// the new stage first takes over what it wants of the old one
+    /// ([`VerdictStage::take_over`]).
+    pub fn set_ingress(
+        &mut self,
+        port: PortId,
+        mut stage: Option<Box<dyn VerdictStage>>,
+    ) -> Option<Box<dyn VerdictStage>> {
+        let slot = &mut self.ports[port as usize].ingress;
+        if let (Some(new), Some(old)) = (stage.as_mut(), slot.as_mut()) {
+            new.take_over(old.as_mut());
+        }
+        std::mem::replace(slot, stage)
+    }
+
+    /// The ingress stage of `port`, for control commands between rounds.
+    pub fn ingress_mut(&mut self, port: PortId) -> Option<&mut (dyn VerdictStage + 'static)> {
+        self.ports.get_mut(port as usize)?.ingress.as_deref_mut()
     }
 
     /// Puts `slot` in as port `port` (a port added or replaced by a reload), between rounds.
     /// The port's counters on this worker start from zero when `fresh` (a new port; a
     /// replaced one keeps counting). A slot already there is released first and returned (see
     /// [`Pipeline::detach_port`]).
-    pub fn attach_port(&mut self, port: PortId, slot: PortSlot, fresh: bool) -> Option<PortSlot> {
+    pub fn attach_port(&mut self, port: PortId, mut slot: PortSlot, fresh: bool) -> Option<PortSlot> {
         let i = port as usize;
-        let old = self.detach_port(port);
+        let mut old = self.detach_port(port);
+        if !fresh {
+            // A port reopened with new settings keeps the state of the plugins that stay.
+            if let (Some(new), Some(was)) = (slot.ingress.as_mut(), old.as_mut().and_then(|o| o.ingress.as_mut())) {
+                new.take_over(was.as_mut());
+            }
+        }
         if self.ports.len() <= i {
             self.ports.resize_with(i + 1, PortSlot::absent);
             let per_port = BATCH_SIZE * self.ports.len();
@@ -455,6 +476,9 @@ impl Pipeline {
                         self.send(pi, q as usize, f);
                     } else {
                         self.drop_frame(pi, d.addr, DropReason::BadRedirect);
+                        if let Some(stage) = self.ports[pi].ingress.as_mut() {
+                            stage.bad_redirect(i, q);
+                        }
                     }
                     continue;
                 }

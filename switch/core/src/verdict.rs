@@ -21,6 +21,23 @@ pub enum Verdict {
     HostCopy,
 }
 
+impl Verdict {
+    /// The kinds of verdict, as metrics and the API name them, in [`Verdict::kind`] order.
+    pub const KINDS: [&'static str; 5] = ["pass", "drop", "redirect", "host", "host_copy"];
+
+    /// This verdict's index in [`Verdict::KINDS`] (a redirect's target aside).
+    #[inline]
+    pub fn kind(self) -> usize {
+        match self {
+            Verdict::Pass => 0,
+            Verdict::Drop => 1,
+            Verdict::Redirect(_) => 2,
+            Verdict::Host => 3,
+            Verdict::HostCopy => 4,
+        }
+    }
+}
+
 /// A view of one ingress batch handed to the verdict stage.
 pub struct BatchView<'a> {
     pub in_port: PortId,
@@ -36,4 +53,20 @@ pub trait VerdictStage: Send {
     /// Fills `verdicts[i]` for each packet `i` of `batch`. Entries arrive pre-set to `Pass`;
     /// packets already dropped by the parser are not in the batch.
     fn run(&mut self, batch: &BatchView<'_>, verdicts: &mut [Verdict]);
+
+    /// Called on the worker when this stage replaces `old` on the same port (a reload), before
+    /// its first batch: it may take over parts of `old` (plugin instances whose component and
+    /// config did not change keep their state). Once per reload, never on the data path.
+    fn take_over(&mut self, _old: &mut dyn VerdictStage) {}
+
+    /// The concrete stage, for [`VerdictStage::take_over`] and control commands (a downcast per
+    /// command, never per batch). `None` when the stage has nothing to offer.
+    fn as_any_mut(&mut self) -> Option<&mut dyn core::any::Any> {
+        None
+    }
+
+    /// Packet `packet` of the last batch got `Redirect(to)` and `to` is not a port that is up,
+    /// so the frame was dropped (`bad_redirect`): lets the stage say which of its plugins did
+    /// it. Called only on that error path.
+    fn bad_redirect(&mut self, _packet: usize, _to: PortId) {}
 }

@@ -237,7 +237,13 @@ impl PluginEngine {
         let pre = self.linker.instantiate_pre(&component).map_err(|e| {
             err(spec, ErrorKind::WrongWorld, format!("does not link against {}: {}", abi::HOST_INTERFACE, wt(&e)))
         })?;
-        let factory = Arc::new(PluginFactory { engine: self.clone(), spec: spec.clone(), pre, from_cache });
+        let factory = Arc::new(PluginFactory {
+            engine: self.clone(),
+            spec: spec.clone(),
+            pre,
+            from_cache,
+            component_digest: Sha256::digest(&bytes).into(),
+        });
         // The check run: types of the exports, instantiation under the limits, init.
         factory.new_instance(usize::MAX, Arc::default(), &mut LogGate::new(), INIT_DEADLINE)?;
         Ok(factory)

@@ -9,6 +9,8 @@ pub struct PluginFactory {
     pub(crate) spec: PluginSpec,
     pub(crate) pre: InstancePre<HostState>,
     pub(crate) from_cache: bool,
+    /// SHA-256 of the component file as loaded.
+    pub(crate) component_digest: [u8; 32],
 }
 
 /// The exports of one live instance.
@@ -28,6 +30,26 @@ impl PluginFactory {
     /// Whether the compiled code came from the cache directory (no compilation).
     pub fn from_cache(&self) -> bool {
         self.from_cache
+    }
+
+    /// SHA-256 of the component file this factory was compiled from.
+    pub fn component_digest(&self) -> [u8; 32] {
+        self.component_digest
+    }
+
+    /// SHA-256 of the config string handed to `init`.
+    pub fn config_digest(&self) -> [u8; 32] {
+        Sha256::digest(self.spec.config.as_bytes()).into()
+    }
+
+    /// True when an instance of `other` behaves as one of `self` would: the same component
+    /// bytes, config and limits (the file's path may differ). A reload keeps the running
+    /// instances of such a plugin, with their state.
+    pub fn same_plugin(&self, other: &PluginFactory) -> bool {
+        let (a, b) = (&self.spec, &other.spec);
+        self.component_digest == other.component_digest
+            && (&a.name, &a.config, a.header_bytes, a.on_error, a.deadline, a.memory_limit, a.max_faults)
+                == (&b.name, &b.config, b.header_bytes, b.on_error, b.deadline, b.memory_limit, b.max_faults)
     }
 
     /// A fresh instance, initialised. Instantiation (start functions) and `init` run under
@@ -159,6 +181,27 @@ impl PluginFactory {
     }
 }
 
+impl PluginFactory {
+    /// A stage for worker `worker` counting into `stats`, with no instance yet: one is made at
+    /// its first batch, on the worker, under the batch deadline (as after a fault). For a
+    /// plugin a reload keeps: the worker normally swaps the running stage in for it
+    /// ([`WasmStage::lift_quarantine`]), so this instance is made only if that one is missing.
+    pub fn deferred(self: &Arc<Self>, worker: usize, stats: Arc<PluginStats>) -> WasmStage {
+        WasmStage {
+            factory: self.clone(),
+            worker,
+            live: None,
+            stats,
+            faults: 0,
+            quarantined: false,
+            fresh: true,
+            log: LogGate::new(),
+            buf: Vec::new(),
+            ticks: deadline_ticks(self.spec.deadline, self.engine.opts.epoch_tick),
+        }
+    }
+}
+
 /// CPU time instantiation and `init` may use off the data path: the check run at load and
 /// each worker's instance, made by the control thread at start and on reload. The fresh
 /// instance after a fault is made on the worker, under the plugin's batch deadline.
@@ -245,6 +288,26 @@ impl WasmStage {
 
     pub fn is_quarantined(&self) -> bool {
         self.quarantined
+    }
+
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+
+    pub fn factory(&self) -> &Arc<PluginFactory> {
+        &self.factory
+    }
+
+    /// What a reload does to a plugin it keeps (same component and config): the instance
+    /// and its state stay, the fault count starts again, and a quarantine is lifted (counted
+    /// in `quarantine_lifted`), as for a plugin the reload loads afresh. Worker only.
+    pub fn lift_quarantine(&mut self) {
+        self.faults = 0;
+        if self.quarantined || self.stats.quarantined.get() != 0 {
+            self.quarantined = false;
+            self.stats.quarantined.set(0);
+            self.stats.quarantine_lifted.inc();
+        }
     }
 
     /// Bytes of all linear memories of the live instance together (what `memory_limit`

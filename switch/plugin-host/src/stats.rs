@@ -93,6 +93,38 @@ impl PluginStats {
     pub fn faults_total(&self) -> u64 {
         FaultReason::ALL.iter().map(|r| self.faults(*r).get()).sum()
     }
+
+    /// Adds `other`'s totals to these counters (a promoted shadow plugin continuing the live
+    /// one of the same name, so that series never goes backwards). The owning worker only.
+    pub fn absorb(&self, other: &PluginStats) {
+        let pairs = [
+            (&self.batches, &other.batches),
+            (&self.packets, &other.packets),
+            (&self.verdict_pass, &other.verdict_pass),
+            (&self.verdict_drop, &other.verdict_drop),
+            (&self.verdict_redirect, &other.verdict_redirect),
+            (&self.verdict_host, &other.verdict_host),
+            (&self.verdict_host_copy, &other.verdict_host_copy),
+            (&self.faults_trap, &other.faults_trap),
+            (&self.faults_deadline, &other.faults_deadline),
+            (&self.faults_memory, &other.faults_memory),
+            (&self.faults_bad_output, &other.faults_bad_output),
+            (&self.faults_instantiate, &other.faults_instantiate),
+            (&self.policy_packets, &other.policy_packets),
+            (&self.reinstantiations, &other.reinstantiations),
+            (&self.log_suppressed, &other.log_suppressed),
+            (&self.quarantine_lifted, &other.quarantine_lifted),
+            (&self.call_cycles, &other.call_cycles),
+        ];
+        for (a, b) in pairs {
+            a.add(b.get());
+        }
+        for (name, v) in other.named.snapshot() {
+            if let Ok(id) = self.named.register(&name) {
+                self.named.add(id, v);
+            }
+        }
+    }
 }
 
 /// Named counters a plugin registered (`register-counter`). The data path adds by id without

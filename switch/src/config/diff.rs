@@ -113,9 +113,9 @@ pub fn applies_live(c: &Change) -> bool {
     }
     rest == ".mtu"
         || rest.starts_with(".sim.")
-        || rest == ".plugins"
-        || rest.starts_with(".plugins[")
-        || rest.starts_with(".plugins.")
+        || [".plugins", ".shadow"]
+            .iter()
+            .any(|k| rest.strip_prefix(k).is_some_and(|r| r.is_empty() || r.starts_with('[') || r.starts_with('.')))
 }
 
 /// True for the L2 keys (see `config::l2`), all applied live: a port's `vlan` and `storm`, the

@@ -305,6 +305,10 @@ pub struct PortSection {
     /// than `pass` decides it.
     #[serde(default)]
     pub plugins: Vec<PluginSection>,
+    /// A candidate chain run in shadow next to `plugins`: it sees the same batches, its
+    /// verdicts are counted against the live chain's and never applied.
+    #[serde(default)]
+    pub shadow: Vec<PluginSection>,
     /// VLAN membership; an access port of VLAN 1 when absent.
     #[serde(default)]
     pub vlan: Option<l2::VlanSection>,
@@ -687,7 +691,7 @@ impl Config {
             ConfigError { file: path.to_owned(), line, column, message: plain_message(&e, text, line) }
         })?;
         for port in &mut cfg.ports {
-            for pl in &mut port.plugins {
+            for pl in port.plugins.iter_mut().chain(&mut port.shadow) {
                 pl.file = resolve(path, &pl.path.value);
             }
         }
@@ -824,19 +828,23 @@ impl Config {
                     ),
                 ));
             }
-            if p.plugins.len() > range::PLUGINS_PER_PORT.1 {
-                return Err(err(
-                    p.plugins[range::PLUGINS_PER_PORT.1].name.referenced,
-                    format!(
-                        "port `{name}`: {} plugins: at most {} per port",
-                        p.plugins.len(),
-                        range::PLUGINS_PER_PORT.1
-                    ),
-                ));
+            for (key, chain) in [("plugins", &p.plugins), ("shadow", &p.shadow)] {
+                if chain.len() > range::PLUGINS_PER_PORT.1 {
+                    return Err(err(
+                        chain[range::PLUGINS_PER_PORT.1].name.referenced,
+                        format!(
+                            "port `{name}`: {} plugins in `{key}`: at most {} per chain",
+                            chain.len(),
+                            range::PLUGINS_PER_PORT.1
+                        ),
+                    ));
+                }
             }
-            let mut plugin_names: HashMap<&str, Location> = HashMap::new();
-            for pl in &p.plugins {
-                if let Some(first) = plugin_names.insert(&pl.name.value, pl.name.referenced) {
+            // Names are unique per chain; the shadow chain may hold a new version of a live
+            // plugin under the same name.
+            let mut plugin_names: HashMap<(bool, &str), Location> = HashMap::new();
+            for (shadow, pl) in p.plugins.iter().map(|x| (false, x)).chain(p.shadow.iter().map(|x| (true, x))) {
+                if let Some(first) = plugin_names.insert((shadow, &pl.name.value), pl.name.referenced) {
                     return Err(err(
                         pl.name.referenced,
                         format!(
@@ -855,7 +863,7 @@ impl Config {
                     return Err(err(
                         or_loc(pl.deadline_us.referenced, pl.name.referenced),
                         format!(
-                            "plugin `{}`: the plugins' deadline_us add up to more than {} µs; a worker runs every chain in one round, so lower some deadlines",
+                            "plugin `{}`: the plugins' deadline_us (shadow chains included) add up to more than {} µs; a worker runs every chain in one round, so lower some deadlines",
                             pl.name.value,
                             range::MAX_TOTAL_DEADLINE_US
                         ),

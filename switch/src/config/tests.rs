@@ -324,6 +324,11 @@ ports:
         deadline_us: 2000
         memory_limit_kib: 1024
         max_faults: 3
+    shadow:
+      - name: a
+        path: {plugin}
+        config: rules v2
+        max_faults: 2
   - name: p1
     driver: afxdp
     afxdp:
