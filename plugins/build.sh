@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds every example plugin into a WebAssembly component of the wasmswitch:plugin world.
 #
-#   plugins/build.sh               # all examples
+#   plugins/build.sh               # every example: each folder of examples/ with a Cargo.toml or *.c
 #   plugins/build.sh acl c-portdeny  # just some
 #
 # Output: plugins/out/<name>.wasm (override the folder with WASMSWITCH_PLUGIN_OUT). The last
@@ -25,7 +25,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 wit=$(cd "$here/../wit" && pwd)
 out=${WASMSWITCH_PLUGIN_OUT:-$here/out}
 target=wasm32-unknown-unknown
-all=(acl ratelimit port-security sampler c-portdeny)
+# Without arguments: every folder under examples/ that holds a Cargo.toml (Rust) or *.c (C).
+all=()
+for d in "$here"/examples/*/; do
+    p=$(basename "$d")
+    if [ -f "$d/Cargo.toml" ] || compgen -G "$d/*.c" >/dev/null; then all+=("$p"); fi
+done
 if [ $# -gt 0 ]; then plugins=("$@"); else plugins=("${all[@]}"); fi
 # The wit-bindgen the C examples are generated with (pinned: the generated glue is part of the
 # plugin, so a new version is a deliberate change).
@@ -36,6 +41,12 @@ log() { echo "build.sh: $*" >&2; }
 rust=() c=()
 for p in "${plugins[@]}"; do
     if [ -f "$here/examples/$p/Cargo.toml" ]; then
+        # One cargo call builds them all by package name, and the core module is named after
+        # the library: both follow from the folder name.
+        if ! grep -qx "name = \"wasmswitch-plugin-$p\"" "$here/examples/$p/Cargo.toml"; then
+            log "examples/$p/Cargo.toml: the package must be named wasmswitch-plugin-$p (see plugins/README.md)"
+            exit 1
+        fi
         rust+=("$p")
     elif compgen -G "$here/examples/$p/*.c" >/dev/null; then
         c+=("$p")

@@ -14,5 +14,6 @@ pub mod drivers;
 pub mod lab;
 pub mod metrics;
 pub mod notify;
+pub mod plugin_cmd;
 pub mod plugins;
 pub mod privileges;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use wasmswitch::client::{self, Ask, Target};
-use wasmswitch::{bench, config::Config, daemon, demo};
+use wasmswitch::{bench, config::Config, daemon, demo, plugin_cmd};
 
 #[derive(Parser)]
 #[command(name = "wasmswitch", version, about = "A multi-queue AF_XDP software switch with WebAssembly policy plugins")]
@@ -90,6 +90,32 @@ enum Command {
         #[arg(long)]
         sim: bool,
     },
+    /// A plugin in its own crate: scaffold one, build it into a checked component.
+    Plugin {
+        #[command(subcommand)]
+        action: PluginAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum PluginAction {
+    /// Create a plugin crate in DIR/NAME, ready for `cargo test` and `plugin build`.
+    ///
+    /// It holds a small working plugin (drops UDP to the port of its `dport=N` config and counts
+    /// it), a native test through the SDK's harness, the example plugins' release profile and a
+    /// README with the commands. The SDK is not published: the crate depends on the plugins/sdk
+    /// of the checkout this binary was built from, by path (--sdk picks another). A folder that
+    /// exists and is not empty is refused.
+    New(plugin_cmd::NewArgs),
+    /// Build a plugin crate into a checked component (DIR/<crate name>.wasm).
+    ///
+    /// Runs cargo for wasm32-unknown-unknown (an installed rustup target, else Debian's
+    /// rustc-web + rust-web-src + lld-19 with -Zbuild-std, as plugins/build.sh does), wraps the
+    /// core module into a component of the wasmswitch:plugin world, then loads it with the
+    /// plugin host as `wasmswitch check` would, `init` getting --config: a missing export, a
+    /// forbidden import or a refused config fails the build. The output is written only once it
+    /// passed; the last line printed is its path and size.
+    Build(plugin_cmd::BuildArgs),
 }
 
 #[derive(Subcommand)]
@@ -199,6 +225,8 @@ fn main() -> ExitCode {
             Some(ShadowAction::Discard { port, client }) => ask(client, Ask::ShadowChange { port, promote: false }),
         },
         Command::Reload(a) => ask(a, Ask::Reload),
+        Command::Plugin { action: PluginAction::New(a) } => plugin_cmd::new(&a).map(|_| ()),
+        Command::Plugin { action: PluginAction::Build(a) } => plugin_cmd::build(&a).map(|_| ()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
