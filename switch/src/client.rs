@@ -197,32 +197,57 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
             if json {
                 println!("{plugins}");
             } else {
-                // One row per (port, plugin), summed over workers.
-                let mut rows: Vec<(String, String, u64, u64, u64, u64, u64)> = Vec::new();
+                // One row per (port, chain, plugin), summed over workers.
+                struct Row {
+                    key: (String, String, String),
+                    component: String,
+                    workers: u64,
+                    batches: u64,
+                    packets: u64,
+                    faults: u64,
+                    quarantined: u64,
+                }
+                let mut rows: Vec<Row> = Vec::new();
                 for p in plugins["plugins"].as_array().into_iter().flatten() {
-                    let key = (s(&p["port"]), s(&p["plugin"]));
-                    let i = match rows.iter().position(|r| (r.0.clone(), r.1.clone()) == key) {
+                    let key = (s(&p["port"]), s(&p["chain"]), s(&p["plugin"]));
+                    let i = match rows.iter().position(|r| r.key == key) {
                         Some(i) => i,
                         None => {
-                            rows.push((key.0, key.1, 0, 0, 0, 0, 0));
+                            // The first 12 hex digits of the component's SHA-256, as `git` shortens.
+                            let component = s(&p["component_sha256"]).chars().take(12).collect();
+                            rows.push(Row {
+                                key,
+                                component,
+                                workers: 0,
+                                batches: 0,
+                                packets: 0,
+                                faults: 0,
+                                quarantined: 0,
+                            });
                             rows.len() - 1
                         }
                     };
                     let r = &mut rows[i];
-                    r.2 += 1;
-                    r.3 += n(&p["batches"]);
-                    r.4 += n(&p["packets"]);
-                    r.5 += n(&p["faults"]);
-                    r.6 += u64::from(p["quarantined"].as_bool().unwrap_or(false));
+                    r.workers += 1;
+                    r.batches += n(&p["batches"]);
+                    r.packets += n(&p["packets"]);
+                    r.faults += n(&p["faults"]);
+                    r.quarantined += u64::from(p["quarantined"].as_bool().unwrap_or(false));
                 }
                 println!(
-                    "{:<16} {:<16} {:>7} {:>12} {:>14} {:>8} {:>11}",
-                    "port", "plugin", "workers", "batches", "packets", "faults", "quarantined"
+                    "{:<16} {:<6} {:<16} {:<12} {:>7} {:>12} {:>14} {:>8} {:>11}",
+                    "port", "chain", "plugin", "component", "workers", "batches", "packets", "faults", "quarantined"
                 );
-                for (port, plugin, workers, batches, packets, faults, q) in rows {
+                for r in rows {
+                    let (port, chain, plugin) = &r.key;
                     println!(
-                        "{port:<16} {plugin:<16} {workers:>7} {batches:>12} {packets:>14} {faults:>8} {:>11}",
-                        format!("{q}/{workers}")
+                        "{port:<16} {chain:<6} {plugin:<16} {:<12} {:>7} {:>12} {:>14} {:>8} {:>11}",
+                        r.component,
+                        r.workers,
+                        r.batches,
+                        r.packets,
+                        r.faults,
+                        format!("{}/{}", r.quarantined, r.workers)
                     );
                 }
             }

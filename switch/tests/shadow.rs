@@ -155,6 +155,13 @@ fn a_shadow_chain_is_compared_never_applied_then_promoted_or_discarded() {
     assert_ne!(of("p0", "live")["config_sha256"], of("p0", "shadow")["config_sha256"]);
     assert_eq!(of("p1", "shadow")["quarantined"], true);
     assert!(of("p0", "live")["verdicts"]["pass"].as_u64().unwrap() > 0);
+    let out = String::from_utf8_lossy(&cli(&["plugins", "-c", c]).stdout).into_owned();
+    let hash = &digest(&std::fs::read(&acl).unwrap())[..12];
+    let row = |cells: &[&str]| out.lines().any(|l| l.split_whitespace().collect::<Vec<_>>().starts_with(cells));
+    assert!(
+        row(&["p0", "live", "acl", hash]) && row(&["p0", "shadow", "acl", hash]) && row(&["p1", "shadow", "trap"]),
+        "{out}"
+    );
 
     // Promote p0's shadow through the CLI: its verdicts apply from the next batch on, and the
     // live series of `acl` carries on from where it was.
