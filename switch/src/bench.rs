@@ -206,6 +206,8 @@ pub struct BenchResult {
     pub frames_leaked: usize,
     /// Mpps of every round of this scenario (the row reports the best).
     pub rounds_mpps: Vec<f64>,
+    /// Workers that ran it (their sum is the row).
+    pub workers: usize,
 }
 
 /// Rounds of one scenario that disagree by more than this ((max - min) / median) mark the
@@ -257,12 +259,17 @@ pub struct BenchArgs {
     /// Header bytes the plugin sees per packet.
     #[arg(long, default_value_t = 64)]
     pub header_bytes: u16,
+    /// Workers, each on its own thread pinned to CPU 0, 1, ... (wrapping around the CPUs
+    /// there are), polling its own queue of every port; the rows are their sums.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
 }
 
 impl BenchArgs {
     /// The options [`run_with`] takes: reads the `--plugin-config` file.
     pub fn options(self) -> Result<BenchOptions> {
-        let BenchArgs { json, scenarios, seconds, frame_size, rounds, plugin, plugin_config, header_bytes } = self;
+        let BenchArgs { json, scenarios, seconds, frame_size, rounds, plugin, plugin_config, header_bytes, workers } =
+            self;
         let plugin = match plugin {
             Some(path) => {
                 let config = match plugin_config {
@@ -274,7 +281,7 @@ impl BenchArgs {
             }
             None => None,
         };
-        Ok(BenchOptions { json, scenarios, seconds, frame_size, rounds, plugin })
+        Ok(BenchOptions { json, scenarios, seconds, frame_size, rounds, plugin, workers })
     }
 }
 
@@ -286,19 +293,30 @@ pub struct BenchOptions {
     /// Passes over the scenarios, interleaved; each scenario reports its best pass.
     pub rounds: u32,
     pub plugin: Option<PluginBench>,
+    /// Pinned workers per scenario (see [`BenchArgs::workers`]).
+    pub workers: usize,
 }
 
-/// The YAML of the benchmark topology: 4 sim ports, 256 source MACs each (1024 in all). Mode
-/// `l2-vlan` is `l2` with every port a trunk of VLANs 10-13 and the traffic spread over them.
-pub fn topology_yaml(mode: &str, frame_size: usize) -> String {
+/// Most `--workers`.
+pub const MAX_WORKERS: usize = 64;
+
+/// The YAML of the benchmark topology: 4 sim ports, 256 source MACs each (1024 in all), one
+/// queue per port per worker. Mode `l2-vlan` is `l2` with every port a trunk of VLANs 10-13 and
+/// the traffic spread over them.
+pub fn topology_yaml(mode: &str, frame_size: usize, workers: usize) -> String {
     let (mode, vlan) = match mode {
         "l2-vlan" => ("l2", "        vlan: [\"10-13\"]\n    vlan: { mode: trunk, allowed: [\"10-13\"] }\n"),
         m => (m, ""),
     };
-    let mut y = format!("switch:\n  mode: {mode}\npool:\n  frames: 16384\nworkers:\n  - idle: poll\nports:\n");
+    let frames = 16384 * workers;
+    let mut y = format!("switch:\n  mode: {mode}\npool:\n  frames: {frames}\nworkers:\n");
+    for _ in 0..workers {
+        y += "  - idle: poll\n";
+    }
+    y += "ports:\n";
     for p in 0..4 {
         y += &format!(
-            "  - name: p{p}\n    driver: sim\n    sim:\n      ring_size: 1024\n      traffic:\n        src_macs: 256\n        frame_sizes: [{frame_size}]\n        broadcast_percent: 5\n        flows: 1024\n{vlan}"
+            "  - name: p{p}\n    driver: sim\n    sim:\n      queues: {workers}\n      ring_size: 1024\n      traffic:\n        src_macs: 256\n        frame_sizes: [{frame_size}]\n        broadcast_percent: 5\n        flows: 1024\n{vlan}"
         );
     }
     y
@@ -380,6 +398,60 @@ pub fn measure(
         frame_size,
         frames_leaked: 0,
         rounds_mpps: Vec::new(),
+        workers: 1,
+    }
+}
+
+/// Runs every pipeline of `pipes` on a thread of its own pinned to CPU w (w = its index,
+/// wrapping around the CPUs), started together, and sums them: Mpps add up, ns/packet is the
+/// switch's (1 / Mpps), cycles/packet is all workers' cycles over all packets.
+pub fn measure_workers(
+    name: &str,
+    pipes: &mut [Pipeline],
+    seconds: f64,
+    frame_size: usize,
+    progress: impl FnMut(f64),
+) -> BenchResult {
+    if let [pipe] = pipes {
+        return measure(name, pipe, seconds, frame_size, progress);
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let start = std::sync::Barrier::new(pipes.len());
+    let rows: Vec<BenchResult> = std::thread::scope(|scope| {
+        let threads: Vec<_> = pipes
+            .iter_mut()
+            .enumerate()
+            .map(|(w, pipe)| {
+                let start = &start;
+                scope.spawn(move || {
+                    if let Err(e) = wasmswitch_afxdp::sys::pin_to_cpu(w % cpus) {
+                        eprintln!("bench worker {w}: cannot pin to cpu {}: {e}", w % cpus);
+                    }
+                    start.wait();
+                    measure(name, pipe, seconds, frame_size, |_| {})
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().expect("a bench worker panicked")).collect()
+    });
+    let packets: u64 = rows.iter().map(|r| r.packets).sum();
+    let cycles: f64 = rows.iter().map(|r| r.cycles_per_pkt * r.packets as f64).sum();
+    let mpps: f64 = rows.iter().map(|r| r.mpps).sum();
+    let drops: u64 = rows.iter().map(|r| r.drops).sum();
+    BenchResult {
+        scenario: name.to_string(),
+        mpps,
+        ns_per_pkt: 1e3 / mpps.max(f64::MIN_POSITIVE),
+        cycles_per_pkt: cycles / packets.max(1) as f64,
+        packets,
+        tx_packets: rows.iter().map(|r| r.tx_packets).sum(),
+        drops,
+        loss_pct: 100.0 * drops as f64 / packets.max(1) as f64,
+        seconds: rows.iter().map(|r| r.seconds).fold(0.0, f64::max),
+        frame_size,
+        frames_leaked: 0,
+        rounds_mpps: Vec::new(),
+        workers: rows.len(),
     }
 }
 
@@ -391,27 +463,34 @@ pub fn with_pipeline(
     bulk: bool,
     run: impl FnOnce(&mut Pipeline) -> BenchResult,
 ) -> Result<BenchResult> {
-    with_stages(mode, frame_size, alloc, bulk, Vec::new(), run)
+    with_stages(mode, frame_size, alloc, bulk, 1, Vec::new(), |pipes| run(&mut pipes[0]))
 }
 
-/// [`with_pipeline`] with `stages[p]` as port p's ingress stage.
+/// [`with_pipeline`] with `workers` pipelines, and `stages[w * 4 + p]` as port p's ingress
+/// stage on worker w.
 fn with_stages(
     mode: &str,
     frame_size: usize,
     alloc: AllocMode,
     bulk: bool,
+    workers: usize,
     stages: Vec<Box<dyn VerdictStage>>,
-    run: impl FnOnce(&mut Pipeline) -> BenchResult,
+    run: impl FnOnce(&mut [Pipeline]) -> BenchResult,
 ) -> Result<BenchResult> {
-    let cfg = Config::parse(&topology_yaml(mode, frame_size), Path::new("<bench>"))?;
+    let cfg = Config::parse(&topology_yaml(mode, frame_size, workers), Path::new("<bench>"))?;
     let Built { pool, mut pipelines, .. } = build(&cfg, alloc, bulk)?;
-    let mut pipe = pipelines.pop().expect("one worker");
-    for (p, stage) in stages.into_iter().enumerate() {
-        pipe.set_ingress(p as u16, Some(stage));
+    let mut stages = stages.into_iter();
+    for pipe in &mut pipelines {
+        for p in 0..4 {
+            if let Some(stage) = stages.next() {
+                pipe.set_ingress(p, Some(stage));
+            }
+        }
     }
-    let mut r = run(&mut pipe);
-    pipe.shutdown();
-    drop(pipe);
+    let mut r = run(&mut pipelines);
+    for mut pipe in pipelines {
+        pipe.shutdown();
+    }
     r.frames_leaked = match check_no_leak(&pool, &[]) {
         Ok(()) => 0,
         Err(e) => {
@@ -433,7 +512,8 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
         SCENARIOS
             .iter()
             .filter(|s| match s.stage {
-                Stage::None | Stage::Floor => true,
+                Stage::None => true,
+                Stage::Floor => opts.workers == 1,
                 Stage::Wasm | Stage::WasmShadow => opts.plugin.is_some(),
                 Stage::Native => opts.plugin.is_some() && native.is_some(),
             })
@@ -464,13 +544,19 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
     if opts.rounds == 0 {
         bail!("--rounds must be at least 1");
     }
+    if !(1..=MAX_WORKERS).contains(&opts.workers) {
+        bail!("--workers {} is out of range: expected 1-{MAX_WORKERS}", opts.workers);
+    }
+    if opts.workers > 1 && chosen.iter().any(|s| s.stage == Stage::Floor) {
+        bail!("scenario `floor` runs on one worker only: leave it out with --workers {}", opts.workers);
+    }
     // results[i]: the best pass so far of chosen[i].
     let mut results: Vec<Option<BenchResult>> = chosen.iter().map(|_| None).collect();
     let (total, rounds) = (chosen.len(), opts.rounds);
     for round in 1..=rounds {
         for (i, s) in chosen.iter().enumerate() {
             let stages = match &opts.plugin {
-                Some(p) => p.stages(s.stage, 4, native)?,
+                Some(p) => p.stages(s.stage, 4 * opts.workers, native)?,
                 None => Vec::new(),
             };
             let progress = |t: f64| {
@@ -487,8 +573,8 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
             let r = if s.stage == Stage::Floor {
                 floor(opts.seconds, opts.frame_size, progress)
             } else {
-                with_stages(s.mode, opts.frame_size, s.alloc, s.bulk_return, stages, |pipe| {
-                    measure(s.name, pipe, opts.seconds, opts.frame_size, progress)
+                with_stages(s.mode, opts.frame_size, s.alloc, s.bulk_return, opts.workers, stages, |pipes| {
+                    measure_workers(s.name, pipes, opts.seconds, opts.frame_size, progress)
                 })?
             };
             if opts.json {
@@ -509,6 +595,13 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
     let results: Vec<BenchResult> = results.into_iter().flatten().collect();
     if !opts.json {
         print_table(&results, opts.plugin.as_ref().map(|p| p.name()).as_deref());
+        if opts.workers > 1 {
+            println!(
+                "({} workers on their own threads, pinned to CPUs 0, 1, ... of {}; each row is their sum)",
+                opts.workers,
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            );
+        }
         if rounds > 1 {
             println!(
                 "(each row: the best of {rounds} interleaved rounds; spread = (max - min) / median of its rounds)"
@@ -589,6 +682,7 @@ fn floor(seconds: f64, frame_size: usize, mut progress: impl FnMut(f64)) -> Benc
         frame_size,
         frames_leaked: FRAMES - free.len(),
         rounds_mpps: Vec::new(),
+        workers: 1,
     }
 }
 

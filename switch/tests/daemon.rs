@@ -186,6 +186,35 @@ fn bench_json_prints_one_line_per_scenario() {
 }
 
 #[test]
+fn bench_workers_each_forward_and_add_up() {
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = Command::new(bin()).args(["bench", "--json", "--seconds", "0.3"]).args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let two = json(&["--scenario", "l2", "--workers", "2"]);
+    assert_eq!(two["workers"], 2);
+    assert_eq!(two["frames_leaked"], 0, "every frame of both workers back: {two}");
+    assert!(two["packets"].as_u64().unwrap() > 0 && two["mpps"].as_f64().unwrap() > 0.0, "{two}");
+    // ns/packet is the switch's, over both workers.
+    let (mpps, ns) = (two["mpps"].as_f64().unwrap(), two["ns_per_pkt"].as_f64().unwrap());
+    assert!((mpps * ns - 1e3).abs() < 1.0, "{two}");
+    if let Some(acl) = example_plugin("acl") {
+        let p = json(&["--scenario", "l2+plugin+shadow", "--workers", "2", "--plugin", acl.to_str().unwrap()]);
+        assert_eq!((p["workers"].clone(), p["frames_leaked"].clone()), (2.into(), 0.into()), "{p}");
+    }
+    for (args, want) in [
+        (&["--workers", "0"][..], "--workers 0 is out of range: expected 1-64"),
+        (&["--workers", "65"][..], "--workers 65 is out of range"),
+        (&["--workers", "2", "--scenario", "floor"][..], "scenario `floor` runs on one worker only"),
+    ] {
+        let out = Command::new(bin()).args(["bench", "--seconds", "0.1"]).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn bench_plugin_scenarios_say_what_they_need() {
     let out = Command::new(bin()).args(["bench", "--seconds", "0.2", "--scenario", "l2+plugin"]).output().unwrap();
     assert!(!out.status.success());
