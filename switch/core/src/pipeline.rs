@@ -122,6 +122,9 @@ pub struct Pipeline {
     dropped: Vec<u64>,
     /// (port, queue index in its slot) of every queue this worker polls for RX.
     rx_list: Vec<(PortId, usize)>,
+    /// TX completions on their way back to the pool; kept across rounds (empty between them),
+    /// so the pool it returns to is looked up once, not every round.
+    bulk: BulkReturn,
     now: u32,
 }
 
@@ -151,6 +154,7 @@ impl Pipeline {
             stats,
             opts,
             batch: Batch::default(),
+            bulk: if opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() },
             now: 0,
         }
     }
@@ -690,14 +694,13 @@ impl Pipeline {
 
     /// Drains every port's completions into the pool through a `BulkReturn`.
     fn complete(&mut self) -> usize {
-        let mut bulk = if self.opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() };
         let mut n = 0;
         for port in self.ports.iter_mut() {
             for queue in port.queues.iter_mut() {
-                n += queue.complete(&mut self.pool, &mut bulk);
+                n += queue.complete(&mut self.pool, &mut self.bulk);
             }
         }
-        bulk.flush(&mut self.pool);
+        self.bulk.flush(&mut self.pool);
         n
     }
 

@@ -320,6 +320,9 @@ impl Drop for PoolCache {
 #[derive(Debug)]
 pub struct BulkReturn {
     pool: PoolId,
+    /// The pool of the queued frames, kept to return them there when a frame of another pool
+    /// comes (cloned when the pool changes, never per frame).
+    owner: Option<Arc<SharedPool>>,
     count: usize,
     frames: [u64; BULK],
     /// 1 disables bulking (the single-return ablation).
@@ -334,25 +337,24 @@ impl Default for BulkReturn {
 
 impl BulkReturn {
     pub fn new() -> Self {
-        Self { pool: 0, count: 0, frames: [0; BULK], limit: BULK }
+        Self { pool: 0, owner: None, count: 0, frames: [0; BULK], limit: BULK }
     }
 
     /// A `BulkReturn` that flushes after every frame (ablation of bulk return).
     pub fn single() -> Self {
-        Self { limit: 1, ..Self::new() }
+        let mut b = Self::new();
+        b.limit = 1;
+        b
     }
 
     /// Queues `addr`, which belongs to `cache`'s pool; flushes first if the queue holds frames
-    /// of another pool, and after if it is full.
+    /// of another pool (as the kernel's `xdp_return_frame_bulk` does when the allocator
+    /// changes), and after if it is full.
     #[inline]
     pub fn push(&mut self, cache: &mut PoolCache, addr: u64) {
-        if self.count > 0 && self.pool != cache.id() {
-            // Frames of the previous pool cannot go into this pool's cache; the caller flushes
-            // per pool (`flush_to`) when it switches, this catches a missed switch.
-            debug_assert!(false, "BulkReturn mixed pools without a flush");
-            self.count = 0;
+        if self.pool != cache.id() || self.owner.is_none() {
+            self.switch_pool(cache);
         }
-        self.pool = cache.id();
         self.frames[self.count] = addr;
         self.count += 1;
         if self.count >= self.limit {
@@ -377,6 +379,21 @@ impl BulkReturn {
 
     pub fn is_empty(&self) -> bool {
         self.count == 0
+    }
+
+    /// The queued frames (of another pool than `cache`'s) go back to their own pool, through
+    /// its shared lists (counted in `cache`'s stats: the worker's); `cache`'s pool is the
+    /// owner from now on. Cold: taken when the pool changes, not per frame.
+    #[cold]
+    fn switch_pool(&mut self, cache: &PoolCache) {
+        if self.count > 0 {
+            if let Some(owner) = &self.owner {
+                owner.put_bulk(&self.frames[..self.count], cache.stats());
+            }
+            self.count = 0;
+        }
+        self.pool = cache.id();
+        self.owner = Some(cache.shared().clone());
     }
 }
 
@@ -495,6 +512,30 @@ mod tests {
         bulk.flush(&mut c);
         let cached = c.cached().to_vec();
         check_no_leak(&p, &cached).unwrap();
+    }
+
+    #[test]
+    fn bulk_return_gives_each_pool_its_own_frames_back_when_the_pool_changes() {
+        let (a, b) = (SharedPool::new(1, Umem::new(64, 2048).unwrap().into(), 64), pool(64, 64));
+        let (mut ca, mut cb) =
+            (PoolCache::new(a.clone(), 16, AllocMode::Recycling), PoolCache::new(b.clone(), 16, AllocMode::Recycling));
+        let (mut fa, mut fb) = (vec![0u64; 5], vec![0u64; 7]);
+        assert_eq!((ca.alloc_bulk(&mut fa), cb.alloc_bulk(&mut fb)), (5, 7));
+        let mut bulk = BulkReturn::new();
+        // Interleaved, as completions of ports of two groups would be.
+        for &x in &fa[..3] {
+            bulk.push(&mut ca, x);
+        }
+        for &x in &fb {
+            bulk.push(&mut cb, x);
+        }
+        for &x in &fa[3..] {
+            bulk.push(&mut ca, x);
+        }
+        bulk.flush(&mut ca);
+        let (at_a, at_b) = (ca.cached().to_vec(), cb.cached().to_vec());
+        check_no_leak(&a, &at_a).unwrap();
+        check_no_leak(&b, &at_b).unwrap();
     }
 
     #[test]
