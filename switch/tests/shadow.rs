@@ -27,13 +27,9 @@ const DENY_5001: &str = "default allow\n          deny proto=udp dport=5001";
 /// everything; p0's shadow chain is an `acl` denying that traffic, p1's a plugin that traps on
 /// every batch.
 fn yaml(port: u16, acl: &str, trap: &str) -> String {
-    format!(
-        "metrics:
-  listen: 127.0.0.1:{port}
-workers:
-  - idle: sleep
-ports:
-  - name: p0
+    let sim_port = |name: &str, shadow: &str| {
+        format!(
+            "  - name: {name}
     driver: sim
     sim:
       traffic:
@@ -45,27 +41,13 @@ ports:
         config: |
           {ALLOW}
     shadow:
-      - name: acl
-        path: {acl}
-        config: |
-          {DENY_5001}
-  - name: p1
-    driver: sim
-    sim:
-      traffic:
-        rate_pps: 20000
-        src_macs: 16
-    plugins:
-      - name: acl
-        path: {acl}
-        config: |
-          {ALLOW}
-    shadow:
-      - name: trap
-        path: {trap}
-        max_faults: 3
-"
-    )
+{shadow}"
+        )
+    };
+    let p0 =
+        sim_port("p0", &format!("      - name: acl\n        path: {acl}\n        config: |\n          {DENY_5001}\n"));
+    let p1 = sim_port("p1", &format!("      - name: trap\n        path: {trap}\n        max_faults: 3\n"));
+    format!("metrics:\n  listen: 127.0.0.1:{port}\nworkers:\n  - idle: sleep\nports:\n{p0}{p1}")
 }
 
 fn get(port: u16, path: &str) -> Value {

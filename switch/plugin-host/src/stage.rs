@@ -166,18 +166,7 @@ impl PluginFactory {
         stats: Arc<PluginStats>,
     ) -> Result<WasmStage, PluginError> {
         let live = self.new_instance(worker, stats.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
-        Ok(WasmStage {
-            factory: self.clone(),
-            worker,
-            live: Some(live),
-            stats,
-            faults: 0,
-            quarantined: false,
-            fresh: true,
-            log: LogGate::new(),
-            buf: Vec::new(),
-            ticks: deadline_ticks(self.spec.deadline, self.engine.opts.epoch_tick),
-        })
+        Ok(WasmStage { live: Some(live), ..self.deferred(worker, stats) })
     }
 }
 
