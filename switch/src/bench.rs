@@ -758,6 +758,7 @@ mod tests {
             frame_size: 64,
             frames_leaked: 0,
             rounds_mpps: rounds.to_vec(),
+            workers: 1,
         }
     }
 
