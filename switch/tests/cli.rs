@@ -204,6 +204,19 @@ fn check_runs_each_plugin_on_built_in_frames() {
         "{err}"
     );
     assert!(err.contains("\n  port `p1`: plugin `arp`: smoke run: trap on frame `ARP request`"), "{err}");
+    // A faulting shadow plugin only warns: its verdicts are never applied.
+    let (ok, _, err) = check(
+        &dir.write(&format!(
+            "ports:\n  - name: p0\n    driver: sim\n{}    shadow:\n      - name: arp\n        path: arp.wasm\n",
+            plugin("pass")
+        )),
+        &[],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("warning: port `p0` (shadow chain): plugin `arp`: smoke run: trap on frame `ARP request`"),
+        "{err}"
+    );
     let (ok, out, err) = check(&cfg, &["--no-smoke"]);
     assert!(ok && !out.contains("ok on"), "{out}{err}");
 
