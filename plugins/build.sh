@@ -3,6 +3,7 @@
 #
 #   plugins/build.sh               # every example: each folder of examples/ with a Cargo.toml or *.c
 #   plugins/build.sh acl c-portdeny  # just some
+#   plugins/build.sh panicky       # a test plugin of testdata/ (never built by default)
 #
 # Output: plugins/out/<name>.wasm (override the folder with WASMSWITCH_PLUGIN_OUT). The last
 # line printed is that folder.
@@ -40,18 +41,21 @@ log() { echo "build.sh: $*" >&2; }
 
 rust=() c=()
 for p in "${plugins[@]}"; do
-    if [ -f "$here/examples/$p/Cargo.toml" ]; then
+    # testdata/: plugins the tests need (a panicking one), built only when named.
+    dir=$here/examples/$p
+    if [ ! -d "$dir" ] && [ -f "$here/testdata/$p/Cargo.toml" ]; then dir=$here/testdata/$p; fi
+    if [ -f "$dir/Cargo.toml" ]; then
         # One cargo call builds them all by package name, and the core module is named after
         # the library: both follow from the folder name.
-        if ! grep -qx "name = \"wasmswitch-plugin-$p\"" "$here/examples/$p/Cargo.toml"; then
-            log "examples/$p/Cargo.toml: the package must be named wasmswitch-plugin-$p (see plugins/README.md)"
+        if ! grep -qx "name = \"wasmswitch-plugin-$p\"" "$dir/Cargo.toml"; then
+            log "${dir#"$here"/}/Cargo.toml: the package must be named wasmswitch-plugin-$p (see plugins/README.md)"
             exit 1
         fi
         rust+=("$p")
     elif compgen -G "$here/examples/$p/*.c" >/dev/null; then
         c+=("$p")
     else
-        log "no example plugin $p in $here/examples"
+        log "no example plugin $p in $here/examples (nor a test plugin in $here/testdata)"
         exit 1
     fi
 done

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod check;
 pub mod client;
 pub mod config;
 pub mod daemon;

@@ -50,10 +50,14 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
-    /// Validate a config file (and its plugins); exit 0 or print a precise error.
+    /// Validate a config file and its plugins (each is run on built-in test frames); exit 0 or
+    /// print a precise error.
     Check {
         #[arg(short, long)]
         config: PathBuf,
+        /// Only load and initialise the plugins; do not run them on the built-in test frames.
+        #[arg(long)]
+        no_smoke: bool,
     },
     /// Measure the sim datapath on one worker: Mpps, ns/packet, cycles/packet, loss.
     Bench(bench::BenchArgs),
@@ -194,12 +198,19 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Run { config } => daemon::run(&config),
-        Command::Check { config } => Config::load(&config).map_err(anyhow::Error::from).and_then(|c| {
-            // Plugins are loaded, type-checked against the world and initialised with their config.
+        Command::Check { config, no_smoke } => Config::load(&config).map_err(anyhow::Error::from).and_then(|c| {
+            // Plugins are loaded, type-checked against the world and initialised with their
+            // config, then (unless --no-smoke) run on the built-in test frames.
             let n: usize = c.ports.iter().map(|p| p.plugins.len() + p.shadow.len()).sum();
             if n > 0 {
                 let engine = wasmswitch::plugins::engine()?;
-                wasmswitch::plugins::compile(&engine, &c)?;
+                let chains = wasmswitch::plugins::compile(&engine, &c)?;
+                if !no_smoke {
+                    let smoke = wasmswitch::check::smoke(&c, &chains);
+                    smoke.ok.iter().for_each(|l| println!("{l}"));
+                    smoke.warnings.iter().for_each(|w| eprintln!("warning: {w}"));
+                    smoke.result()?;
+                }
             }
             println!("{}: ok ({} ports, {} workers, {n} plugins)", config.display(), c.ports.len(), c.workers.len());
             Ok(())

@@ -288,13 +288,16 @@ pub fn build(args: &BuildArgs) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// Loads `path` as the switch would, with `config`: type-checked, instantiated, `init` run.
+/// Loads `path` as the switch would, with `config`: type-checked, instantiated, `init` run,
+/// then the smoke run of `wasmswitch check` (the built-in frames, the default limits).
 fn check(name: &str, path: &Path, config: &str) -> Result<()> {
     let engine = PluginEngine::new(EngineOptions::default())
         .map_err(|e| anyhow::anyhow!("cannot start the plugin engine: {e}"))?;
     let mut spec = PluginSpec::new(name, path);
     spec.config = config.to_string();
-    engine.compile(&spec).map_err(|e| anyhow::anyhow!("the built component does not load: {e}"))?;
+    let f = engine.compile(&spec).map_err(|e| anyhow::anyhow!("the built component does not load: {e}"))?;
+    let report = f.smoke(0).map_err(|e| anyhow::anyhow!("the built component faults on a test frame: {e}"))?;
+    eprintln!("smoke run: {report}");
     Ok(())
 }
 

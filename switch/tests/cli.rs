@@ -132,3 +132,101 @@ fn the_daemon_tells_systemd_when_it_is_ready_reloading_and_stopping() {
     assert_eq!(next(), "STOPPING=1");
     assert!(daemon.wait().unwrap().success());
 }
+
+/// `check` runs each plugin on the plugin host's built-in frames: a good one gets a line with
+/// its verdicts, a redirect to a port the config lacks a warning, and a plugin that traps on
+/// one kind of frame fails the check in one line naming the port, plugin and frame.
+/// `--no-smoke` only loads and initialises.
+#[test]
+fn check_runs_each_plugin_on_built_in_frames() {
+    let dir = Scratch::new("smoke");
+    let n = wasmswitch_plugin_host::smoke_frames().len();
+    // Verdicts: `count` records of `verdict` (4 bytes each) at 32768, (ptr, len) at 32.
+    let answer = |verdict: u32| {
+        format!(
+            "(local.set 1 (i32.mul (i32.load16_u offset=2 (local.get 0)) (i32.const 4)))
+             (i32.store (i32.const 32) (i32.const 32768))
+             (i32.store (i32.const 36) (local.get 1))
+             (loop $l
+               (local.set 1 (i32.sub (local.get 1) (i32.const 4)))
+               (i32.store offset=32768 (local.get 1) (i32.const {verdict}))
+               (br_if $l (local.get 1)))
+             (return (i32.const 32))"
+        )
+    };
+    std::fs::write(dir.path("pass.wasm"), plugin_with_process(&answer(0))).unwrap();
+    // Redirect (kind 2) to port 9.
+    std::fs::write(dir.path("away.wasm"), plugin_with_process(&answer(0x0009_0002))).unwrap();
+    // Traps when the first packet's ethertype (metadata offset 6) is ARP.
+    let arp = format!(
+        "(if (i32.eq (i32.load16_u offset=22 (local.get 0)) (i32.const 0x0806)) (then unreachable)) {}",
+        answer(0)
+    );
+    std::fs::write(dir.path("arp.wasm"), plugin_with_process(&arp)).unwrap();
+    let plugin = |name: &str| format!("    plugins:\n      - name: {name}\n        path: {name}.wasm\n");
+    let config = |p0: &str, p1: &str| {
+        dir.write(&format!(
+            "ports:\n  - name: p0\n    driver: sim\n{}  - name: p1\n    driver: sim\n{}",
+            plugin(p0),
+            plugin(p1)
+        ))
+    };
+    let check = |cfg: &std::path::Path, extra: &[&str]| {
+        let o = Command::new(bin()).arg("check").args(extra).arg("-c").arg(cfg).output().unwrap();
+        (o.status.success(), stdout(&o), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+
+    let (ok, out, err) = check(&config("pass", "away"), &[]);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("port `p0`, plugin `pass`: ok on {n} frames (pass {n})\n")), "{out}");
+    assert!(out.contains(&format!("port `p1`, plugin `away`: ok on {n} frames (redirect {n})\n")), "{out}");
+    assert!(
+        err.contains(
+            "warning: port `p1`, plugin `away`: redirects `ARP request` to port 9, but the config has ports 0-1"
+        ),
+        "{err}"
+    );
+
+    let cfg = config("pass", "arp");
+    let (ok, out, err) = check(&cfg, &[]);
+    assert!(!ok, "{out}");
+    let line = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_default();
+    assert!(
+        line.starts_with("error: port `p1`: plugin `arp`: smoke run: trap on frame `ARP request` (batch of 1): "),
+        "{err}"
+    );
+    assert!(line.contains("unreachable"), "{err}");
+    assert!(out.contains(&format!("port `p0`, plugin `pass`: ok on {n} frames")), "the others still run: {out}");
+    // Every faulty plugin is named, each in its line.
+    let (ok, _, err) = check(&config("arp", "arp"), &[]);
+    assert!(
+        !ok && err.contains("error: 2 plugins failed the smoke run:\n  port `p0`: plugin `arp`: smoke run: trap"),
+        "{err}"
+    );
+    assert!(err.contains("\n  port `p1`: plugin `arp`: smoke run: trap on frame `ARP request`"), "{err}");
+    // A faulting shadow plugin only warns: its verdicts are never applied.
+    let (ok, _, err) = check(
+        &dir.write(&format!(
+            "ports:\n  - name: p0\n    driver: sim\n{}    shadow:\n      - name: arp\n        path: arp.wasm\n",
+            plugin("pass")
+        )),
+        &[],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("warning: port `p0` (shadow chain): plugin `arp`: smoke run: trap on frame `ARP request`"),
+        "{err}"
+    );
+    let (ok, out, err) = check(&cfg, &["--no-smoke"]);
+    assert!(ok && !out.contains("ok on"), "{out}{err}");
+
+    // A real plugin, when built: the ACL dropping TCP to port 80 (the SYN and the full-size frame).
+    if let Some(acl) = example_plugin("acl") {
+        let cfg = dir.write(&format!(
+            "ports:\n  - name: p0\n    driver: sim\n    plugins:\n      - name: acl\n        path: {}\n        config: \"deny proto=tcp dport=80\"\n",
+            acl.display()
+        ));
+        let (ok, out, err) = check(&cfg, &[]);
+        assert!(ok && out.contains(&format!("plugin `acl`: ok on {n} frames (pass {}, drop 2)", n - 2)), "{out}{err}");
+    }
+}

@@ -103,7 +103,7 @@ fn scaffolded_plugin_tests_builds_and_loads() {
     let wasm = crate_dir.join("droptest.wasm");
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.trim_end().ends_with("bytes)") && out.contains(wasm.to_str().unwrap()), "{}", text(&o));
-    for step in ["building droptest", "componentizing", "checking"] {
+    for step in ["building droptest", "componentizing", "checking", "smoke run: ok on "] {
         assert!(stderr(&o).contains(step), "no `{step}` line: {}", text(&o));
     }
     let built = t0.elapsed();

@@ -28,6 +28,14 @@ pub fn run_batch<P: Plugin>(plugin: &mut P, batch: &[u8], out: &mut Vec<u8>) -> 
     Ok(())
 }
 
+/// The log line of a panic: `plugin panicked at src/lib.rs:3:5: message`, on one line (the
+/// hook's `PanicHookInfo` displays as two, which a line-based log splits from its context).
+pub fn panic_line(location: Option<&std::panic::Location<'_>>, message: Option<&str>) -> String {
+    let at = location.map_or_else(|| "an unknown location".to_string(), |l| l.to_string());
+    let message = message.unwrap_or("(a panic payload that is not a string)").replace(['\n', '\r'], "\\n");
+    format!("plugin panicked at {at}: {message}")
+}
+
 #[cfg(target_arch = "wasm32")]
 pub use wasm::*;
 
@@ -130,7 +138,7 @@ mod wasm {
             *done = true;
             // Panics abort (an `unreachable` trap); say why first, through the host's log.
             std::panic::set_hook(Box::new(|info| {
-                crate::host::log(crate::Level::Error, &format!("plugin panicked: {info}"));
+                crate::host::log(crate::Level::Error, &super::panic_line(info.location(), info.payload_as_str()));
             }));
         }
     }
@@ -182,5 +190,22 @@ mod wasm {
         ret[0] = out.as_ptr() as u32;
         ret[1] = out.len() as u32;
         ret.as_mut_ptr() as *mut u8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_panic_is_one_line_with_its_location() {
+        let at = std::panic::Location::caller();
+        let line = super::panic_line(Some(at), Some("bad frame\nsecond line"));
+        assert_eq!(
+            line,
+            format!("plugin panicked at {}:{}:{}: bad frame\\nsecond line", at.file(), at.line(), at.column())
+        );
+        assert_eq!(
+            super::panic_line(None, None),
+            "plugin panicked at an unknown location: (a panic payload that is not a string)"
+        );
     }
 }

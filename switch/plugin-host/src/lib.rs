@@ -18,12 +18,17 @@
 //!    trapped component instance cannot be entered again). After `max_faults` faults the
 //!    plugin is quarantined on that worker: skipped, policy applied, until reloaded.
 //!
+//! `wasmswitch check` also runs [`PluginFactory::smoke`]: a fresh instance over built-in
+//! frames of every kind, under the plugin's limits, so a plugin that faults on some kind of
+//! frame fails the check instead of its first batch in production.
+//!
 //! The call shape (why `list<u8>` in and out, hand-written guest glue, no post-return) is
 //! explained in `plugins/sdk/src/rt.rs` and `plugins/README.md`, with measurements.
 
 mod codec;
 mod engine;
 mod sandbox;
+mod smoke;
 mod spec;
 mod stage;
 mod stats;
@@ -41,11 +46,13 @@ use wasmtime::{Config, Engine, Store, StoreContextMut};
 
 use wasmswitch_core::counter::cycles;
 use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
+use wasmswitch_core::PortId;
 use wasmswitch_plugin_sdk::abi;
 
 pub use codec::{decode_verdicts, encode_batch, NativeStage};
 pub use engine::{read_regular_file, EngineOptions, PluginEngine, MAX_PLUGIN_BYTES};
 pub use sandbox::HostState;
+pub use smoke::{smoke_frames, SmokeFrame, SmokeReport};
 pub use spec::{ErrorKind, OnError, PluginError, PluginSpec};
 pub use stage::{stage_from_file, PluginFactory, WasmStage, INIT_DEADLINE};
 // The modules see each other's crate-visible items through `use super::*` (the public ones

@@ -86,6 +86,20 @@ pub(crate) fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// How a log line names the instance it is about: `worker N`, or `check` for the instances
+/// the control thread makes for no worker (the check run at load, `wasmswitch check`'s smoke
+/// run), which are numbered `usize::MAX`.
+pub(crate) struct On(pub(crate) usize);
+
+impl fmt::Display for On {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            usize::MAX => f.write_str("check"),
+            w => write!(f, "worker {w}"),
+        }
+    }
+}
+
 /// Lines one plugin may log on one worker at once, then [`LOG_PER_SEC`] lines per second.
 pub(crate) const LOG_BURST: f64 = 10.0;
 pub(crate) const LOG_PER_SEC: f64 = 1.0;
@@ -118,7 +132,8 @@ impl LogGate {
             if self.suppressed == 0 {
                 log::warn!(
                     target: "wasmswitch::plugin",
-                    "plugin `{name}` (worker {worker}): too many log lines ({LOG_BURST} at once, then {LOG_PER_SEC}/s); suppressing, counted in wasmswitch_plugin_log_suppressed_total"
+                    "plugin `{name}` ({}): too many log lines ({LOG_BURST} at once, then {LOG_PER_SEC}/s); suppressing, counted in wasmswitch_plugin_log_suppressed_total",
+                    On(worker)
                 );
             }
             self.suppressed += 1;
@@ -127,7 +142,7 @@ impl LogGate {
         }
         self.tokens -= 1.0;
         if self.suppressed > 0 {
-            log::warn!(target: "wasmswitch::plugin", "plugin `{name}` (worker {worker}): {} log lines suppressed", self.suppressed);
+            log::warn!(target: "wasmswitch::plugin", "plugin `{name}` ({}): {} log lines suppressed", On(worker), self.suppressed);
             self.suppressed = 0;
         }
         true
@@ -212,13 +227,14 @@ pub(crate) fn host_log(mut cx: StoreContextMut<'_, HostState>, (level, msg): (Le
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    let text = &text[..end];
+    // One record per call: a newline in the text would let a plugin forge log lines.
+    let text = text[..end].replace(['\n', '\r'], "\\n");
     let level = match level {
         Level::Error => log::Level::Error,
         Level::Warn => log::Level::Warn,
         Level::Info => log::Level::Info,
         Level::Debug => log::Level::Debug,
     };
-    log::log!(target: "wasmswitch::plugin", level, "plugin `{name}` (worker {worker}): {text}");
+    log::log!(target: "wasmswitch::plugin", level, "plugin `{name}` ({}): {text}", On(worker));
     Ok(())
 }

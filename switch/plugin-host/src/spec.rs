@@ -70,6 +70,8 @@ pub enum ErrorKind {
     Instantiate,
     /// `init` refused the config (or trapped).
     Init,
+    /// It faulted on a built-in test frame in the smoke run of `wasmswitch check`.
+    Smoke,
 }
 
 /// An error that names the plugin it is about.

@@ -200,8 +200,13 @@ pub(crate) fn deadline_ticks(deadline: Duration, tick: Duration) -> u64 {
     (deadline.as_nanos().div_ceil(tick.as_nanos().max(1)) as u64).max(1) + 1
 }
 
-/// Classifies a failed call.
+/// Classifies a failed call. The reason is one line (see [`fault_text`]); the whole error,
+/// with wasmtime's full backtrace, goes to the debug log for whoever needs every frame.
 pub(crate) fn describe_fault(e: &wasmtime::Error, store: &Store<HostState>) -> (FaultReason, String) {
+    if log::log_enabled!(target: "wasmswitch::plugin", log::Level::Debug) {
+        let s = store.data();
+        log::debug!(target: "wasmswitch::plugin", "plugin `{}` ({}): call failed: {e:?}", s.name, On(s.worker));
+    }
     let trap = e.downcast_ref::<wasmtime::Trap>().copied();
     if trap == Some(wasmtime::Trap::Interrupt) {
         (FaultReason::Deadline, "deadline exceeded (the call used its deadline of CPU time)".into())
@@ -226,25 +231,36 @@ pub(crate) const FAULT_FRAMES: usize = 3;
 
 /// A failed call in one line: the root cause and the innermost [`FAULT_FRAMES`] frames.
 /// wasmtime's full text is the whole backtrace over many lines, plus a note, for every fault.
+/// After a Rust panic the innermost frames are the panic runtime's (`rust_panic`,
+/// `__rust_abort`, ...), the same for every panic: they are skipped, so the frames shown are
+/// the plugin's (the panic's message and place are in the SDK's log line before).
 pub(crate) fn fault_text(e: &wasmtime::Error) -> String {
     let cause = e.root_cause().to_string();
     let mut s = cause.lines().next().unwrap_or("").to_string();
     if let Some(bt) = e.downcast_ref::<wasmtime::WasmBacktrace>() {
         let frames = bt.frames();
-        let names: Vec<String> = frames
+        let panic = frames.iter().take_while(|f| f.func_name().is_some_and(is_panic_runtime)).count();
+        let names: Vec<String> = frames[panic..]
             .iter()
             .take(FAULT_FRAMES)
             .map(|f| f.func_name().map_or_else(|| format!("func[{}]", f.func_index()), str::to_owned))
             .collect();
         if !names.is_empty() {
-            s.push_str("; at ");
+            s.push_str(if panic > 0 { "; panic in " } else { "; at " });
             s.push_str(&names.join(" < "));
         }
-        if frames.len() > FAULT_FRAMES {
-            s.push_str(&format!(" (+{} frames)", frames.len() - FAULT_FRAMES));
+        if frames.len() > panic + names.len() {
+            s.push_str(&format!(" (+{} frames)", frames.len() - panic - names.len()));
         }
     }
     s
+}
+
+/// Whether a (mangled or plain) function name is Rust's panic machinery.
+fn is_panic_runtime(name: &str) -> bool {
+    ["rust_panic", "rust_abort", "rust_start_panic", "rust_begin_unwind", "panicking", "panic_fmt", "panic_handler"]
+        .iter()
+        .any(|p| name.contains(p))
 }
 
 /// A plugin instance owned by one worker: a [`VerdictStage`] making one call per batch.
@@ -360,23 +376,38 @@ impl WasmStage {
         let header_bytes = self.factory.spec.header_bytes as usize;
         encode_batch(batch, header_bytes, &mut self.buf);
         let Some(live) = self.live.as_mut() else { return };
-        live.store.set_epoch_deadline(self.ticks);
-        let state = live.store.data_mut();
+        if let Err((reason, why)) = live.process(self.ticks, &self.buf, verdicts, &self.stats) {
+            self.fault(reason, &why, verdicts);
+        }
+    }
+}
+
+impl Live {
+    /// One `process` call on an encoded batch under the deadline of `ticks`: the verdicts
+    /// into `verdicts` (counted into `stats`), or why the call failed. After an `Err` the
+    /// instance must not be called again.
+    #[inline]
+    pub(crate) fn process(
+        &mut self,
+        ticks: u64,
+        batch: &[u8],
+        verdicts: &mut [Verdict],
+        stats: &PluginStats,
+    ) -> Result<(), (FaultReason, String)> {
+        self.store.set_epoch_deadline(ticks);
+        let state = self.store.data_mut();
         state.limiter.denied = false;
         state.deadline.arm();
-        // SAFETY: `live.process` was checked with `Func::typed::<(&[u8],), (WasmList<u8>,)>`
+        // SAFETY: `self.process` was checked with `Func::typed::<(&[u8],), (WasmList<u8>,)>`
         // when this instance was created (`new_instance`); the parameter lifetime is the only
         // difference, and it is not part of the component type. Re-checking per batch would
         // cost a type comparison on every call.
-        let f: ProcessFn<'_> = unsafe { TypedFunc::new_unchecked(live.process) };
-        let result = f.call(&mut live.store, (&self.buf[..],));
-        let outcome = match result {
-            Ok((list,)) => decode_verdicts(list.as_le_slice(&live.store), verdicts, &self.stats)
-                .map_err(|m| (FaultReason::BadOutput, m)),
-            Err(e) => Err(describe_fault(&e, &live.store)),
-        };
-        if let Err((reason, why)) = outcome {
-            self.fault(reason, &why, verdicts);
+        let f: ProcessFn<'_> = unsafe { TypedFunc::new_unchecked(self.process) };
+        match f.call(&mut self.store, (batch,)) {
+            Ok((list,)) => {
+                decode_verdicts(list.as_le_slice(&self.store), verdicts, stats).map_err(|m| (FaultReason::BadOutput, m))
+            }
+            Err(e) => Err(describe_fault(&e, &self.store)),
         }
     }
 }

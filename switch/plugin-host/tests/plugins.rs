@@ -648,3 +648,173 @@ fn componentize_names_the_export_macro_when_exports_are_missing() {
         "{err}"
     );
 }
+
+// ---------------------------------------------------------------- smoke run (`wasmswitch check`)
+
+/// A guest that passes every packet but traps (`unreachable`) when `cond` holds; `cond` sees
+/// `$p`, the batch, whose first record's metadata starts at `$p + 16`.
+fn trap_if(cond: &str) -> String {
+    guest(&format!("(if {cond} (then unreachable)) (call $ok (local.get $p))"))
+}
+
+#[test]
+fn smoke_run_reports_the_verdicts_of_a_good_plugin() {
+    let n = wasmswitch_plugin_host::smoke_frames().len();
+    let path = write("smoke-pass.wasm", &component(&guest("(call $ok (local.get $p))"), None));
+    let report = engine().compile(&spec("all-pass", path, "")).unwrap().smoke(0).unwrap();
+    assert_eq!(report.to_string(), format!("ok on {n} frames (pass {n})"));
+    assert!(report.redirects.is_empty());
+    // The acl denying TCP port 80 drops the SYN and the full-size frame (both to port 80).
+    let acl = engine().compile(&spec("acl", examples().join("acl.wasm"), "deny proto=tcp dport=80")).unwrap();
+    let t = Instant::now();
+    let report = acl.smoke(1).unwrap();
+    eprintln!("acl smoke run: {:?}", t.elapsed());
+    assert_eq!(report.to_string(), format!("ok on {n} frames (pass {}, drop 2)", n - 2));
+    // The plugin sees `header_bytes` of each frame: with 20, no ports, so the acl passes all.
+    let mut short = spec("acl-20", examples().join("acl.wasm"), "deny proto=tcp dport=80");
+    short.header_bytes = 20;
+    assert_eq!(engine().compile(&short).unwrap().smoke(0).unwrap().to_string(), format!("ok on {n} frames (pass {n})"));
+    // Every frame kind the brief lists is there, and each parses as the switch parses it.
+    let what: Vec<&str> = wasmswitch_plugin_host::smoke_frames().iter().map(|f| f.what).collect();
+    for kind in ["ARP", "IPv4 UDP", "SYN-ACK", "ICMP echo", "IPv6 UDP", "IPv6 TCP", "802.1Q", "broadcast", "multicast"]
+    {
+        assert!(what.iter().any(|w| w.contains(kind)), "{kind} in {what:?}");
+    }
+    for f in wasmswitch_plugin_host::smoke_frames() {
+        assert!(wasmswitch_core::wire::parse(&f.bytes, 1522).is_ok(), "{} parses", f.what);
+    }
+}
+
+#[test]
+fn smoke_run_names_the_frame_kind_a_plugin_traps_on() {
+    // The ethertype of the first record (offset 6 of its metadata): 0x88b5, the non-IP frame.
+    let core = trap_if("(i32.eq (i32.load16_u offset=22 (local.get $p)) (i32.const 0x88b5))");
+    let f = engine().compile(&spec("no-experiments", write("smoke-88b5.wasm", &component(&core, None)), "")).unwrap();
+    let e = f.smoke(0).expect_err("traps on the non-IP frame");
+    assert_eq!(e.kind, ErrorKind::Smoke);
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("plugin `no-experiments`: smoke run: trap on frame `non-IP ethertype 0x88b5` (batch of 1): "),
+        "{msg}"
+    );
+    assert!(msg.contains("unreachable") && !msg.contains('\n'), "one line with the trap: {msg}");
+    // Only full batches: the first frame's batch of 64 copies is named.
+    let core = trap_if("(i32.eq (i32.load16_u offset=2 (local.get $p)) (i32.const 64))");
+    let e = engine()
+        .compile(&spec("no-full-batches", write("smoke-64.wasm", &component(&core, None)), ""))
+        .unwrap()
+        .smoke(0)
+        .expect_err("traps on a full batch");
+    assert!(e.to_string().contains("trap on frame `ARP request` (batch of 64 copies)"), "{e}");
+}
+
+#[test]
+fn smoke_run_stops_a_spinning_or_allocating_plugin_by_its_limits() {
+    let mut s =
+        spec("spinner", write("smoke-spin.wasm", &component(&guest("(loop $l (br $l)) (unreachable)"), None)), "");
+    s.deadline = Duration::from_millis(20);
+    let f = engine().compile(&s).unwrap();
+    let t = Instant::now();
+    let e = f.smoke(0).expect_err("spins");
+    assert!(t.elapsed() < Duration::from_secs(2), "stopped after {:?}", t.elapsed());
+    assert_eq!(e.kind, ErrorKind::Smoke);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("smoke run: deadline on frame `ARP request` (batch of 1)") && msg.contains("deadline_us 20000"),
+        "{msg}"
+    );
+    // Growing memory without bound on one frame kind only (the IPv6 ones).
+    let bomb = "(if (i32.eq (i32.load16_u offset=22 (local.get $p)) (i32.const 0x86dd)) (then (loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) (unreachable))) (call $ok (local.get $p))";
+    let mut s = spec("hoarder", write("smoke-bomb.wasm", &component(&guest(bomb), None)), "");
+    s.memory_limit = 2 << 20;
+    let e = engine().compile(&s).unwrap().smoke(0).expect_err("hits the memory limit");
+    let msg = e.to_string();
+    assert!(msg.contains("smoke run: memory on frame `IPv6 UDP` (batch of 1): memory limit of 2097152 bytes"), "{msg}");
+}
+
+#[test]
+fn smoke_run_reports_redirects_for_the_caller_to_judge() {
+    // Redirects every packet to port 7 (verdict bytes 2, 0, 7, 0).
+    let body = "(local.set $len (i32.mul (i32.load16_u offset=2 (local.get $p)) (i32.const 4))) (i32.store (i32.const 32) (i32.const 32768)) (i32.store (i32.const 36) (local.get $len)) (loop $l (local.set $len (i32.sub (local.get $len) (i32.const 4))) (i32.store offset=32768 (local.get $len) (i32.const 0x00070002)) (br_if $l (local.get $len))) (i32.const 32)";
+    let f =
+        engine().compile(&spec("elsewhere", write("smoke-redirect.wasm", &component(&guest(body), None)), "")).unwrap();
+    let report = f.smoke(0).unwrap();
+    let n = wasmswitch_plugin_host::smoke_frames().len();
+    assert_eq!(report.to_string(), format!("ok on {n} frames (redirect {n})"));
+    assert_eq!(report.redirects.len(), n, "each frame once: {:?}", report.redirects);
+    assert!(report.redirects.iter().all(|(_, port)| *port == 7));
+}
+
+/// A Rust plugin's panic, end to end: the SDK's hook logs one line with the message and the
+/// place, the trap that follows is one fault line, and the full backtrace is at debug level
+/// only. The smoke run names the frame kind it panicked on.
+#[test]
+fn a_panicking_rust_plugin_logs_one_line_and_fails_the_smoke_run() {
+    let path = test_plugin("panicky");
+    let e = engine().compile(&spec("panicky-smoke", path.clone(), "")).unwrap().smoke(0).expect_err("panics on ARP");
+    assert!(e.to_string().contains("smoke run: trap on frame `ARP request` (batch of 1)"), "{e}");
+    // On a worker: a fault, on_error applied.
+    let mut st = engine().compile(&spec("panicky-stage", path, "")).unwrap().instantiate(0).unwrap();
+    let arp = wasmswitch_plugin_host::smoke_frames().swap_remove(0).bytes;
+    assert_eq!(TestBatch::new(&[arp], 0).run(&mut st), vec![Verdict::Pass]);
+    assert_eq!(st.stats().faults(FaultReason::Trap).get(), 1);
+
+    let panic = "panicky: ARP is not handled (a 60-byte frame)";
+    for (name, on) in [("panicky-smoke", "check"), ("panicky-stage", "worker 0")] {
+        let mine: Vec<_> = logged().into_iter().filter(|(_, m)| m.contains(&format!("plugin `{name}`"))).collect();
+        let loud: Vec<_> = mine.iter().filter(|(l, _)| *l <= log::Level::Warn).collect();
+        let said: Vec<_> = loud.iter().filter(|(_, m)| m.contains(panic)).collect();
+        assert_eq!(said.len(), 1, "one line says why: {mine:#?}");
+        let line = &said[0].1;
+        assert!(line.contains(&format!("plugin `{name}` ({on}): plugin panicked at ")), "{line}");
+        assert!(line.contains("src/lib.rs:") && line.ends_with(panic), "the place, then the message: {line}");
+        assert!(loud.iter().all(|(_, m)| !m.contains('\n')), "one line per record: {loud:#?}");
+        assert!(
+            mine.iter().any(|(l, m)| *l == log::Level::Debug && m.contains("wasm backtrace")),
+            "the full backtrace at debug level: {mine:#?}"
+        );
+    }
+    let fault = logged().into_iter().find(|(_, m)| m.contains("plugin `panicky-stage` (worker 0): fault 1/3 (trap)"));
+    let (level, fault) = fault.expect("the fault line");
+    assert_eq!(level, log::Level::Warn);
+    // The panic runtime's frames (the same for every panic) are skipped: the plugin's are shown.
+    assert!(fault.contains("unreachable") && fault.contains("; panic in process"), "{fault}");
+    assert!(!fault.contains("rust_abort"), "{fault}");
+}
+
+/// A core module importing WASI (what `println!` in a wasm32-wasip1 build links) is refused
+/// by the componentize step, naming the import and the way out.
+#[test]
+fn componentize_refuses_wasi_imports_by_name() {
+    let _ = examples();
+    let tool = repo().join("plugins/target/tool/release/wasmswitch-componentize");
+    if !tool.exists() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "plugins/build.sh did not build the componentize tool");
+        eprintln!("skipped: no componentize tool (run plugins/build.sh)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("wasmswitch-componentize-wasi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |import: &str| {
+        let core = guest("(call $ok (local.get $p))").replacen("(module\n", &format!("(module\n  {import}\n"), 1);
+        let module = dir.join("core.wasm");
+        std::fs::write(&module, wat::parse_str(&core).unwrap()).unwrap();
+        let out = std::process::Command::new(&tool)
+            .arg(repo().join("wit"))
+            .arg(&module)
+            .arg(dir.join("out.wasm"))
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, err) = run(r#"(import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32)))"#);
+    assert!(!ok);
+    assert!(err.contains("imports `wasi_snapshot_preview1::fd_write`, outside the wasmswitch:plugin world"), "{err}");
+    assert!(err.contains("wasm32-unknown-unknown") && err.contains("wasmswitch_plugin_sdk::log"), "{err}");
+    let (ok, err) = run(r#"(import "env" "memcpy" (func (param i32 i32 i32) (result i32)))"#);
+    assert!(!ok && err.contains("`env::memcpy`") && err.contains("no libc"), "{err}");
+    // The host interface is allowed.
+    let (ok, err) = run(r#"(import "wasmswitch:plugin/host@0.2.0" "now-ns" (func (result i64)))"#);
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -30,6 +30,26 @@ fn with_l4_checksum(mut f: Vec<u8>) -> Vec<u8> {
     f
 }
 
+/// An Ethernet frame: the header, then `payload`, zero-padded to 60 bytes (a non-IP frame,
+/// an ARP request).
+pub fn ethernet_frame(dst: MacAddr, src: MacAddr, ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity((14 + payload.len()).max(60));
+    eth_header(&mut f, dst, src, ethertype);
+    f.extend_from_slice(payload);
+    f.resize(f.len().max(60), 0);
+    f
+}
+
+/// An Ethernet/IPv4 frame carrying `payload` as protocol `proto` (ICMP, say), valid IP
+/// checksum, not padded: the IP length covers `payload` exactly.
+pub fn ipv4_frame(dst: MacAddr, src: MacAddr, sip: [u8; 4], dip: [u8; 4], proto: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(34 + payload.len());
+    eth_header(&mut f, dst, src, ethertype::IPV4);
+    ipv4_header(&mut f, sip, dip, proto, payload.len());
+    f.extend_from_slice(payload);
+    f
+}
+
 /// An Ethernet/IPv4/UDP frame of exactly `frame_len` bytes (at least 42), valid IP and UDP
 /// checksums.
 pub fn udp4_frame(

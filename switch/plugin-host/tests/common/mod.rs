@@ -31,10 +31,77 @@ pub fn examples() -> &'static Path {
     })
 }
 
+/// Builds test plugins of `plugins/testdata` (never built by default) once per test binary,
+/// into the same folder as [`examples`].
+pub fn test_plugin(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let out = examples();
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !built.iter().any(|b| b == name) {
+        let status = std::process::Command::new("bash")
+            .arg(repo().join("plugins/build.sh"))
+            .arg(name)
+            .env("WASMSWITCH_PLUGIN_OUT", out)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run plugins/build.sh");
+        assert!(status.success(), "plugins/build.sh {name} failed");
+        built.push(name.to_owned());
+    }
+    out.join(format!("{name}.wasm"))
+}
+
+/// The test binary's logger: env_logger (as `RUST_LOG` says) behind a recorder of every
+/// record of the switch's own targets, debug level included, for the tests of what a plugin's
+/// faults log ([`logged`]).
+struct Capture {
+    inner: env_logger::Logger,
+    records: std::sync::Mutex<Vec<(log::Level, String)>>,
+}
+
+impl log::Log for Capture {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.target().starts_with("wasmswitch") || self.inner.enabled(m)
+    }
+
+    fn log(&self, r: &log::Record<'_>) {
+        if r.target().starts_with("wasmswitch") {
+            self.records.lock().unwrap_or_else(|e| e.into_inner()).push((r.level(), r.args().to_string()));
+        }
+        if self.inner.matches(r) {
+            self.inner.log(r);
+        }
+    }
+
+    fn flush(&self) {
+        self.inner.flush();
+    }
+}
+
+static CAPTURE: OnceLock<&'static Capture> = OnceLock::new();
+
+/// Every record logged so far by the switch's targets, with its level. Tests run in parallel:
+/// filter by a plugin name of your own.
+pub fn logged() -> Vec<(log::Level, String)> {
+    init_logger();
+    CAPTURE.get().map(|c| c.records.lock().unwrap_or_else(|e| e.into_inner()).clone()).unwrap_or_default()
+}
+
+fn init_logger() {
+    CAPTURE.get_or_init(|| {
+        let inner = env_logger::Builder::from_env(env_logger::Env::default()).is_test(true).build();
+        let c: &'static Capture = Box::leak(Box::new(Capture { inner, records: Default::default() }));
+        if log::set_logger(c).is_ok() {
+            log::set_max_level(log::LevelFilter::Debug);
+        }
+        c
+    });
+}
+
 pub fn engine() -> Arc<PluginEngine> {
     static E: OnceLock<Arc<PluginEngine>> = OnceLock::new();
     E.get_or_init(|| {
-        let _ = env_logger::builder().is_test(true).try_init();
+        init_logger();
         PluginEngine::new(EngineOptions::default()).unwrap()
     })
     .clone()

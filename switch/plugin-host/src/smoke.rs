@@ -1,0 +1,227 @@
+//! The smoke run of `wasmswitch check`: a fresh instance of a compiled plugin classifies a
+//! fixed set of built-in frames, one of each kind a plugin meets on a real network, under the
+//! plugin's own deadline and memory limit. A plugin that panics on an ARP request or spins on
+//! a fragment then fails `check`, naming the frame, instead of faulting on its first batch in
+//! production.
+
+use super::*;
+
+use wasmswitch_core::batch::Desc;
+use wasmswitch_core::wire::build::{ethernet_frame, insert_vlan, ipv4_frame, l4_frame, tcp_flags, IpPair, L4};
+use wasmswitch_core::wire::checksum::checksum;
+use wasmswitch_core::wire::{self, ethertype, ipproto, MacAddr, PacketMeta};
+use wasmswitch_core::{Umem, BATCH_SIZE};
+
+use crate::stage::deadline_ticks;
+
+/// One built-in frame and what it is (the name errors and reports use).
+#[derive(Clone, Debug)]
+pub struct SmokeFrame {
+    pub what: &'static str,
+    pub bytes: Vec<u8>,
+}
+
+const A: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
+const B: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x02]);
+const V4: IpPair = IpPair::V4([10, 0, 0, 1], [10, 0, 0, 2]);
+const V6: IpPair = IpPair::V6(
+    [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+    [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+);
+
+/// The frames of the smoke run, every one accepted by the switch's parser (the switch drops
+/// runts and malformed headers before any plugin sees them, so those are not here).
+pub fn smoke_frames() -> Vec<SmokeFrame> {
+    let mut arp = vec![0, 1, 0x08, 0, 6, 4, 0, 1];
+    arp.extend_from_slice(&A.0);
+    arp.extend_from_slice(&[10, 0, 0, 1]);
+    arp.extend_from_slice(&[0; 6]);
+    arp.extend_from_slice(&[10, 0, 0, 2]);
+    let mut echo = vec![8, 0, 0, 0, 0x12, 0x34, 0, 1];
+    echo.extend((0..56u8).map(|i| i.wrapping_add(0x10)));
+    let c = checksum(&echo);
+    echo[2..4].copy_from_slice(&c.to_be_bytes());
+    let mut tagged = l4_frame(B, A, V4, L4::Udp, 40000, 53, 64);
+    insert_vlan(&mut tagged, 100);
+    // A second fragment: IP says "offset 185 (1480 bytes)", so there is no L4 header.
+    let mut fragment = ipv4_frame(B, A, [10, 0, 0, 1], [10, 0, 0, 2], ipproto::TCP, &[0x5a; 40]);
+    fragment[20..22].copy_from_slice(&185u16.to_be_bytes());
+    fragment[24..26].fill(0);
+    let c = checksum(&fragment[14..34]);
+    fragment[24..26].copy_from_slice(&c.to_be_bytes());
+    let mdns = MacAddr([0x01, 0, 0x5e, 0, 0, 0xfb]);
+    vec![
+        SmokeFrame { what: "ARP request", bytes: ethernet_frame(MacAddr::BROADCAST, A, ethertype::ARP, &arp) },
+        SmokeFrame { what: "IPv4 UDP", bytes: l4_frame(B, A, V4, L4::Udp, 40000, 53, 80) },
+        SmokeFrame { what: "IPv4 TCP SYN", bytes: l4_frame(B, A, V4, L4::Tcp(tcp_flags::SYN), 40000, 80, 66) },
+        SmokeFrame {
+            what: "IPv4 TCP SYN-ACK",
+            bytes: l4_frame(
+                A,
+                B,
+                IpPair::V4([10, 0, 0, 2], [10, 0, 0, 1]),
+                L4::Tcp(tcp_flags::SYN | tcp_flags::ACK),
+                80,
+                40000,
+                66,
+            ),
+        },
+        SmokeFrame {
+            what: "IPv4 ICMP echo request",
+            bytes: ipv4_frame(B, A, [10, 0, 0, 1], [10, 0, 0, 2], ipproto::ICMP, &echo),
+        },
+        SmokeFrame { what: "IPv6 UDP", bytes: l4_frame(B, A, V6, L4::Udp, 40000, 53, 100) },
+        SmokeFrame {
+            what: "IPv6 TCP",
+            bytes: l4_frame(B, A, V6, L4::Tcp(tcp_flags::ACK | tcp_flags::PSH), 40000, 443, 120),
+        },
+        SmokeFrame { what: "802.1Q-tagged IPv4 UDP (VLAN 100)", bytes: tagged },
+        SmokeFrame {
+            what: "broadcast IPv4 UDP",
+            bytes: l4_frame(MacAddr::BROADCAST, A, IpPair::V4([0; 4], [255; 4]), L4::Udp, 68, 67, 342),
+        },
+        SmokeFrame {
+            what: "multicast IPv4 UDP",
+            bytes: l4_frame(mdns, A, IpPair::V4([10, 0, 0, 1], [224, 0, 0, 251]), L4::Udp, 5353, 5353, 90),
+        },
+        SmokeFrame { what: "minimum-size frame (60 bytes, IPv4 UDP)", bytes: l4_frame(B, A, V4, L4::Udp, 1, 2, 60) },
+        // What reaches a plugin with its L4 header cut short: the parser checks the TCP and
+        // UDP headers (a cut one is dropped), but not those of other protocols. The frame ends
+        // 4 bytes into the ICMP header, as a veth delivers it (no padding to 60).
+        SmokeFrame {
+            what: "IPv4 ICMP with a truncated L4 header",
+            bytes: ipv4_frame(B, A, [10, 0, 0, 1], [10, 0, 0, 2], ipproto::ICMP, &echo[..4]),
+        },
+        SmokeFrame { what: "IPv4 TCP fragment without L4 header", bytes: fragment },
+        SmokeFrame {
+            what: "full-size frame (1514 bytes, IPv4 TCP)",
+            bytes: l4_frame(B, A, V4, L4::Tcp(tcp_flags::ACK), 40000, 80, 1514),
+        },
+        SmokeFrame {
+            what: "non-IP ethertype 0x88b5",
+            bytes: ethernet_frame(B, A, 0x88b5, b"wasmswitch smoke test, local experimental ethertype"),
+        },
+    ]
+}
+
+/// What a plugin answered in its smoke run: the kinds of verdicts it gave the frames (one
+/// each, from the batches of one) and every redirect it asked for in any batch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SmokeReport {
+    pub frames: usize,
+    pub pass: usize,
+    pub drop: usize,
+    pub redirect: usize,
+    pub host: usize,
+    pub host_copy: usize,
+    /// (frame, port) for each frame redirected: the caller knows which ports exist.
+    pub redirects: Vec<(&'static str, PortId)>,
+}
+
+impl fmt::Display for SmokeReport {
+    /// `ok on 15 frames (pass 13, drop 2)`: the kinds that occurred.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ok on {} frames (", self.frames)?;
+        let kinds = [
+            ("pass", self.pass),
+            ("drop", self.drop),
+            ("redirect", self.redirect),
+            ("host", self.host),
+            ("host-copy", self.host_copy),
+        ];
+        let shown: Vec<String> = kinds.iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+        write!(f, "{})", shown.join(", "))
+    }
+}
+
+/// The built-in frames in one UMEM (one frame slot each) with the metadata the switch's
+/// parser gives them.
+struct Frames {
+    umem: Umem,
+    descs: Vec<Desc>,
+    meta: Vec<PacketMeta>,
+    what: Vec<&'static str>,
+}
+
+impl Frames {
+    fn new(frames: &[SmokeFrame]) -> Result<Self, String> {
+        const SLOT: u32 = 2048;
+        let umem = Umem::new(frames.len() as u32, SLOT).map_err(|e| format!("smoke run: frame memory: {e}"))?;
+        let (mut descs, mut meta) = (Vec::new(), Vec::new());
+        for (i, f) in frames.iter().enumerate() {
+            let addr = i as u64 * SLOT as u64;
+            if !umem.in_bounds(addr, f.bytes.len()) {
+                return Err(format!("smoke run: frame `{}` does not fit a frame slot", f.what));
+            }
+            // SAFETY: this function owns the whole UMEM; frame i lives alone in slot i.
+            unsafe { umem.bytes_mut(addr, f.bytes.len()) }.copy_from_slice(&f.bytes);
+            descs.push(Desc { addr, len: f.bytes.len() as u32, options: 0 });
+            let m = wire::parse(&f.bytes, usize::MAX)
+                .map_err(|e| format!("smoke run: built-in frame `{}` does not parse: {e:?}", f.what))?;
+            meta.push(m);
+        }
+        Ok(Self { umem, descs, meta, what: frames.iter().map(|f| f.what).collect() })
+    }
+}
+
+impl PluginFactory {
+    /// The smoke run (`wasmswitch check`): a fresh instance, made as a worker's would be,
+    /// classifies each of [`smoke_frames`] alone and in a batch of [`BATCH_SIZE`] copies, then
+    /// all of them mixed in one full batch, as packets of port `in_port`. Each call runs
+    /// under the plugin's deadline and memory limit. The first fault (trap or panic, deadline,
+    /// memory, malformed verdicts) is an error of kind [`ErrorKind::Smoke`] in one line:
+    /// which frame, which batch, why.
+    pub fn smoke(&self, in_port: PortId) -> Result<SmokeReport, PluginError> {
+        let spec = &self.spec;
+        let frames = Frames::new(&smoke_frames()).map_err(|m| err(spec, ErrorKind::Smoke, m))?;
+        let stats = Arc::new(PluginStats::default());
+        let mut live = self.new_instance(usize::MAX, stats.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
+        let ticks = deadline_ticks(spec.deadline, self.engine.opts.epoch_tick);
+        let mut report = SmokeReport { frames: frames.descs.len(), ..Default::default() };
+        let (mut buf, mut verdicts) = (Vec::new(), Vec::new());
+        let n = frames.descs.len();
+        // (frame indices, what the batch is called in an error)
+        let mut batches: Vec<(Vec<usize>, String)> = Vec::new();
+        for i in 0..n {
+            batches.push((vec![i], format!("frame `{}` (batch of 1)", frames.what[i])));
+            batches.push((vec![i; BATCH_SIZE], format!("frame `{}` (batch of {BATCH_SIZE} copies)", frames.what[i])));
+        }
+        batches.push(((0..BATCH_SIZE).map(|k| k % n).collect(), format!("a batch of {BATCH_SIZE} mixed frames")));
+        for (idx, what) in &batches {
+            let descs: Vec<Desc> = idx.iter().map(|&i| frames.descs[i]).collect();
+            let meta: Vec<PacketMeta> = idx.iter().map(|&i| frames.meta[i]).collect();
+            let view = BatchView { in_port, queue: 0, umem: &frames.umem, descs: &descs, meta: &meta };
+            encode_batch(&view, spec.header_bytes as usize, &mut buf);
+            verdicts.clear();
+            verdicts.resize(idx.len(), Verdict::Pass);
+            if let Err((reason, why)) = live.process(ticks, &buf, &mut verdicts, &stats) {
+                let limit = match reason {
+                    FaultReason::Deadline => format!(" (deadline_us {})", spec.deadline.as_micros()),
+                    _ => String::new(),
+                };
+                return Err(err(
+                    spec,
+                    ErrorKind::Smoke,
+                    format!("smoke run: {} on {what}: {why}{limit}", reason.as_str()),
+                ));
+            }
+            for (&i, v) in idx.iter().zip(&verdicts) {
+                if let Verdict::Redirect(port) = *v {
+                    if !report.redirects.contains(&(frames.what[i], port)) {
+                        report.redirects.push((frames.what[i], port));
+                    }
+                }
+            }
+            if idx.len() == 1 {
+                match verdicts[0] {
+                    Verdict::Pass => report.pass += 1,
+                    Verdict::Drop => report.drop += 1,
+                    Verdict::Redirect(_) => report.redirect += 1,
+                    Verdict::Host => report.host += 1,
+                    Verdict::HostCopy => report.host_copy += 1,
+                }
+            }
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,70 @@
+//! `wasmswitch check`'s smoke run: each compiled plugin classifies the plugin host's built-in
+//! frames ([`wasmswitch_plugin_host::smoke_frames`]) as packets of its port, under its own
+//! limits, before the config is called good.
+
+use anyhow::{anyhow, Result};
+
+use crate::config::Config;
+use crate::plugins::CompiledChains;
+
+/// What the smoke run found, one line each: plugins that passed (with their verdicts),
+/// warnings that do not fail the check, and faults that do.
+#[derive(Debug, Default)]
+pub struct Smoke {
+    pub ok: Vec<String>,
+    pub warnings: Vec<String>,
+    pub faults: Vec<String>,
+}
+
+impl Smoke {
+    /// `Err` when a plugin faulted: that fault's line, or with several, all of them.
+    pub fn result(&self) -> Result<()> {
+        match self.faults.as_slice() {
+            [] => Ok(()),
+            [one] => Err(anyhow!("{one}")),
+            all => Err(anyhow!("{} plugins failed the smoke run:\n  {}", all.len(), all.join("\n  "))),
+        }
+    }
+}
+
+/// Runs every plugin of `chains` (compiled from `cfg`), live and shadow, over the built-in
+/// frames; all of them, so one check names every plugin that faults. A fault names the port,
+/// the plugin, the frame and why; a shadow plugin's fault is a warning. A redirect to a port the config does not have is a warning: the switch would drop
+/// those packets (`bad_redirect`), which may be what a plugin written for another config does.
+pub fn smoke(cfg: &Config, chains: &CompiledChains) -> Smoke {
+    let mut out = Smoke::default();
+    // Ports a redirect may name: the configured ones, then the host port.
+    let ports = cfg.ports.len() + usize::from(cfg.host.is_some());
+    for (index, (port, chains)) in cfg.ports.iter().zip(&chains.chains).enumerate() {
+        let live = format!("port `{}`", port.name.value);
+        let shadow = format!("{live} (shadow chain)");
+        let all = chains.live.iter().map(|f| (&live, f, false)).chain(chains.shadow.iter().map(|f| (&shadow, f, true)));
+        for (at, f, is_shadow) in all {
+            let name = &f.spec().name;
+            let report = match f.smoke(index as u16) {
+                Ok(r) => r,
+                // A shadow plugin's verdicts are never applied, so its fault costs traffic
+                // nothing: a warning (it is what a shadow run is there to show, and a candidate
+                // may be put in shadow precisely because it is suspect).
+                Err(e) if is_shadow => {
+                    out.warnings.push(format!("{at}: {e} (its verdicts are never applied)"));
+                    continue;
+                }
+                Err(e) => {
+                    out.faults.push(format!("{at}: {e}"));
+                    continue;
+                }
+            };
+            for (frame, to) in &report.redirects {
+                if *to as usize >= ports {
+                    out.warnings.push(format!(
+                        "{at}, plugin `{name}`: redirects `{frame}` to port {to}, but the config has ports 0-{} (the switch drops such packets as bad_redirect)",
+                        ports.saturating_sub(1)
+                    ));
+                }
+            }
+            out.ok.push(format!("{at}, plugin `{name}`: {report}"));
+        }
+    }
+    out
+}
