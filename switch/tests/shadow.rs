@@ -2,7 +2,8 @@
 //! a candidate chain runs next to the live one on the same batches, its verdicts counted live ×
 //! shadow and never applied, its faults kept away from traffic; promote and discard through the
 //! CLI and the API, refused by name when there is nothing to do; a reload keeps the instances of
-//! plugins whose component and config did not change; `/api/v1/plugins` says what is loaded.
+//! plugins whose component and config did not change; `/api/v1/plugins` says what is loaded; a
+//! redirect to a port that does not exist is dropped, counted and logged once.
 
 mod common;
 
@@ -228,4 +229,65 @@ fn check_refuses_a_bad_shadow_chain_by_name() {
     let out = cli(&["check", "-c", dir.write(&bad).to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("port `p0` (shadow chain)"), "{err}");
+}
+
+/// A plugin that redirects every packet to port id 9, which the switch does not have.
+fn redirect_to_9() -> Vec<u8> {
+    // Verdict records of 4 bytes at 40000 (kind 2 = redirect, 0, port u16 LE), then the list
+    // (pointer, length) at 32 as the canonical ABI returns it. The batch's packet count is the
+    // u16 at offset 2 of the input.
+    plugin_with_process(
+        "(local $n i32) (local $i i32)
+    (local.set $n (i32.load16_u offset=2 (local.get 0)))
+    (block $done (loop $l
+      (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+      (i32.store (i32.add (i32.const 40000) (i32.shl (local.get $i) (i32.const 2))) (i32.const 589826))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $l)))
+    (i32.store (i32.const 32) (i32.const 40000))
+    (i32.store (i32.const 36) (i32.shl (local.get $n) (i32.const 2)))
+    (return (i32.const 32))",
+    )
+}
+
+#[test]
+fn a_bad_redirect_is_dropped_counted_and_logged_once_per_plugin_and_port() {
+    let dir = Scratch::new("bad-redirect");
+    std::fs::write(dir.path("redirect.wasm"), redirect_to_9()).unwrap();
+    let port = free_port();
+    let cfg = dir.write(&format!(
+        "metrics:
+  listen: 127.0.0.1:{port}
+workers:
+  - idle: sleep
+ports:
+  - name: p0
+    driver: sim
+    sim:
+      traffic:
+        rate_pps: 20000
+    plugins:
+      - name: sender
+        path: redirect.wasm
+  - name: p1
+    driver: sim
+"
+    ));
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c", cfg.to_str().unwrap()]).stderr(Stdio::piped());
+    die_with_test(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    wait_healthy(port, &mut child);
+    eventually("2000 frames dropped as bad_redirect", || {
+        port_drops(&http(port, "GET", "/metrics").unwrap().1, "p0", "bad_redirect") > 2000.0
+    });
+    let m = http(port, "GET", "/metrics").unwrap().1;
+    assert_eq!(sample(&m, "wasmswitch_port_tx_packets_total", &["port=\"p1\""]).unwrap_or(0.0), 0.0, "{m}");
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let log = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("redirected a frame to port id 9")).collect();
+    assert_eq!(lines.len(), 1, "one warning for thousands of bad redirects: {log}");
+    assert!(lines[0].contains("plugin `sender` on port `p0` (worker 0)"), "{}", lines[0]);
 }
