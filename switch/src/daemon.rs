@@ -410,13 +410,7 @@ impl Switch {
                     .plugins
                     .iter()
                     .filter(|r| &r.port == name && r.role == role && r.worker == 0)
-                    .map(|r| {
-                        let kept = running
-                            .plugins
-                            .iter()
-                            .any(|o| Arc::ptr_eq(&o.stats, &r.stats) && o.factory.same_plugin(&r.factory));
-                        format!("{}{}", r.name(), if kept { " kept with its state" } else { "" })
-                    })
+                    .map(|r| format!("{}{}", r.name(), if running.keeps(r) { " kept with its state" } else { "" }))
                     .collect();
                 if l.is_empty() {
                     "none".to_string()

@@ -175,13 +175,7 @@ pub fn stages(
         }
     }
     if chains.is_some() {
-        let kept = next
-            .plugins
-            .iter()
-            .filter(|r| {
-                running.plugins.iter().any(|o| Arc::ptr_eq(&o.stats, &r.stats) && o.factory.same_plugin(&r.factory))
-            })
-            .count();
+        let kept = next.plugins.iter().filter(|r| running.keeps(r)).count();
         log::info!(
             "plugins loaded: {} ({kept} of {} instances kept with their state)",
             cfg.ports
@@ -519,6 +513,12 @@ fn hex(d: &[u8]) -> String {
 }
 
 impl RunningSet {
+    /// True when `r` (of the set a reload installs) is one of these instances, kept with its
+    /// state: same counters, same component, config and limits.
+    pub fn keeps(&self, r: &Running) -> bool {
+        self.plugins.iter().any(|o| Arc::ptr_eq(&o.stats, &r.stats) && o.factory.same_plugin(&r.factory))
+    }
+
     /// `/api/v1/plugins`: one entry per plugin per worker, with what is loaded (the
     /// component's and the config's SHA-256) and its counters.
     pub fn plugins_json(&self) -> serde_json::Value {
