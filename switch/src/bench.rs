@@ -21,14 +21,13 @@ use wasmswitch_core::stats::WorkerStats;
 use wasmswitch_core::verdict::VerdictStage;
 
 use crate::config::Config;
-use crate::dataplane::{build, Built};
+use crate::dataplane::{build, Built, Variant};
 
-/// A scenario: name, forwarding mode, allocation mode, bulk return, ingress stage.
+/// A scenario: name, forwarding mode, datapath variant, ingress stage.
 struct Scenario {
     name: &'static str,
     mode: &'static str,
-    alloc: AllocMode,
-    bulk_return: bool,
+    variant: Variant,
     stage: Stage,
     about: &'static str,
 }
@@ -48,76 +47,77 @@ enum Stage {
     Floor,
 }
 
+/// What the daemon runs (`Variant::default()`, which is not `const`).
+const DEFAULT: Variant = Variant { alloc: AllocMode::Recycling, bulk_return: true, parse_all: false };
+
 const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "floor",
         mode: "l2",
-        alloc: AllocMode::Recycling,
-        bulk_return: true,
+        variant: DEFAULT,
         stage: Stage::Floor,
         about: "least work: template copy, two MACs, FxHashMap learn + lookup, batch 64; no rings, parse or counters",
     },
     Scenario {
         name: "passthrough",
         mode: "passthrough",
-        alloc: AllocMode::Recycling,
-        bulk_return: true,
+        variant: DEFAULT,
         stage: Stage::None,
         about: "RX -> TX on the same port, no parsing or lookup (the ceiling)",
     },
     Scenario {
         name: "l2",
         mode: "l2",
-        alloc: AllocMode::Recycling,
-        bulk_return: true,
+        variant: DEFAULT,
         stage: Stage::None,
         about: "learning switch, 4 ports, 1024 source MACs, 5% broadcast",
     },
     Scenario {
+        name: "l2-parse-all",
+        mode: "l2",
+        variant: Variant { parse_all: true, ..DEFAULT },
+        stage: Stage::None,
+        about: "l2 parsing every frame down to L4, as a port with plugins does (l2 stops after the tags)",
+    },
+    Scenario {
         name: "l2-vlan",
         mode: "l2-vlan",
-        alloc: AllocMode::Recycling,
-        bulk_return: true,
+        variant: DEFAULT,
         stage: Stage::None,
         about: "l2 with 4 trunk ports carrying VLANs 10-13, every frame tagged, learning per VLAN",
     },
     Scenario {
         name: "l2-single-return",
         mode: "l2",
-        alloc: AllocMode::Recycling,
-        bulk_return: false,
+        variant: Variant { bulk_return: false, ..DEFAULT },
         stage: Stage::None,
         about: "l2, TX completions returned one at a time",
     },
     Scenario {
         name: "l2-no-recycle",
         mode: "l2",
-        alloc: AllocMode::SharedLocked,
-        bulk_return: true,
+        variant: Variant { alloc: AllocMode::SharedLocked, ..DEFAULT },
         stage: Stage::None,
         about: "l2, every frame from/to a shared locked allocator, no per-worker cache",
     },
     Scenario {
         name: "l2+plugin",
         mode: "l2",
-        alloc: AllocMode::Recycling,
-        bulk_return: true,
+        variant: DEFAULT,
         stage: Stage::Wasm,
         about: "l2 with --plugin on every port's ingress, through wasmtime",
     },
     Scenario {
         name: "l2+plugin+shadow",
         mode: "l2",
-        alloc: AllocMode::Recycling,
-        bulk_return: true,
+        variant: DEFAULT,
         stage: Stage::WasmShadow,
         about: "l2+plugin with a second instance of --plugin in shadow on every port (verdicts compared, not applied)",
     },
     Scenario {
         name: "l2+native",
         mode: "l2",
-        alloc: AllocMode::Recycling,
-        bulk_return: true,
+        variant: DEFAULT,
         stage: Stage::Native,
         about: "l2 with the same plugin's logic compiled natively (example plugins only)",
     },
@@ -455,30 +455,18 @@ pub fn measure_workers(
     }
 }
 
-/// Builds the topology for `s` and hands its single pipeline to `run`; checks for leaks after.
-pub fn with_pipeline(
-    mode: &str,
-    frame_size: usize,
-    alloc: AllocMode,
-    bulk: bool,
-    run: impl FnOnce(&mut Pipeline) -> BenchResult,
-) -> Result<BenchResult> {
-    with_stages(mode, frame_size, alloc, bulk, 1, Vec::new(), |pipes| run(&mut pipes[0]))
-}
-
-/// [`with_pipeline`] with `workers` pipelines, and `stages[w * 4 + p]` as port p's ingress
-/// stage on worker w.
+/// Builds the topology with `workers` pipelines, puts `stages[w * 4 + p]` as port p's ingress
+/// stage on worker w, hands the pipelines to `run` and checks for leaks after.
 fn with_stages(
     mode: &str,
     frame_size: usize,
-    alloc: AllocMode,
-    bulk: bool,
+    variant: Variant,
     workers: usize,
     stages: Vec<Box<dyn VerdictStage>>,
     run: impl FnOnce(&mut [Pipeline]) -> BenchResult,
 ) -> Result<BenchResult> {
     let cfg = Config::parse(&topology_yaml(mode, frame_size, workers), Path::new("<bench>"))?;
-    let Built { pool, mut pipelines, .. } = build(&cfg, alloc, bulk)?;
+    let Built { pool, mut pipelines, .. } = build(&cfg, variant)?;
     let mut stages = stages.into_iter();
     for pipe in &mut pipelines {
         for p in 0..4 {
@@ -573,7 +561,7 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
             let r = if s.stage == Stage::Floor {
                 floor(opts.seconds, opts.frame_size, progress)
             } else {
-                with_stages(s.mode, opts.frame_size, s.alloc, s.bulk_return, opts.workers, stages, |pipes| {
+                with_stages(s.mode, opts.frame_size, s.variant, opts.workers, stages, |pipes| {
                     measure_workers(s.name, pipes, opts.seconds, opts.frame_size, progress)
                 })?
             };
@@ -710,6 +698,9 @@ fn print_table(results: &[BenchResult], plugin: Option<&str>) {
     }
     if let (Some(l2), Some(s)) = (get("l2"), get("l2-single-return")) {
         println!("bulk return gain          = {:+.1}%", (l2 / s - 1.0) * 100.0);
+    }
+    if let (Some(l2), Some(s)) = (get("l2"), get("l2-parse-all")) {
+        println!("lazy parse gain           = {:+.1}%", (l2 / s - 1.0) * 100.0);
     }
     if let (Some(l2), Some(s)) = (get("l2"), get("l2-no-recycle")) {
         println!("recycling gain            = {:+.1}%", (l2 / s - 1.0) * 100.0);

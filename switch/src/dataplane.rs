@@ -289,9 +289,26 @@ fn slot(port: &mut OpenedPort, w: usize, ingress: Option<Box<dyn VerdictStage>>)
     }
 }
 
+/// Datapath variants the benchmark compares with each other; the daemon runs the default.
+#[derive(Clone, Copy, Debug)]
+pub struct Variant {
+    pub alloc: AllocMode,
+    /// See [`PipelineOptions::bulk_return`].
+    pub bulk_return: bool,
+    /// See [`PipelineOptions::parse_all`].
+    pub parse_all: bool,
+}
+
+impl Default for Variant {
+    fn default() -> Self {
+        Self { alloc: AllocMode::Recycling, bulk_return: true, parse_all: false }
+    }
+}
+
 /// Builds pools, FDB, drivers and one pipeline per worker. Configured port `i` gets id `i`,
 /// the host port the id after them.
-pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built> {
+pub fn build(cfg: &Config, variant: Variant) -> Result<Built> {
+    let Variant { alloc, bulk_return, parse_all } = variant;
     let workers = cfg.workers.len();
     let umem = Arc::new(
         Umem::new(cfg.pool.frames.value, cfg.pool.frame_size.value).context("cannot map the frame memory (UMEM)")?,
@@ -326,7 +343,7 @@ pub fn build(cfg: &Config, alloc: AllocMode, bulk_return: bool) -> Result<Built>
         let cache = PoolCache::new(pool.clone(), cfg.pool.cache.value, alloc);
         let stats = Arc::new(WorkerStats::new(w, MAX_PORT_IDS, cache.stats().clone()));
         let ports = opened.iter_mut().map(|o| slot(o, w, None)).collect();
-        let opts = PipelineOptions { mode, bulk_return, host_port };
+        let opts = PipelineOptions { mode, bulk_return, host_port, parse_all };
         pipelines.push(Pipeline::new(ports, cache, fdb.clone(), stats, opts));
     }
     let table = PortTable::default();
@@ -567,7 +584,7 @@ impl Dataplane {
     /// Builds the datapath, installs the ready `stages` (worker by worker; empty for none) and
     /// starts the worker threads.
     pub fn start_with_stages(cfg: &Config, stages: Stages) -> Result<Dataplane> {
-        let mut built = build(cfg, AllocMode::Recycling, true)?;
+        let mut built = build(cfg, Variant::default())?;
         for (pipe, stages) in built.pipelines.iter_mut().zip(stages) {
             for (p, stage) in stages {
                 pipe.set_ingress(p, stage);

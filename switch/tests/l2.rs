@@ -316,6 +316,54 @@ fn mirrors_copy_what_a_port_receives_and_sends() {
     r.finish();
 }
 
+/// Records the metadata of every packet it is shown and passes them all.
+#[derive(Default)]
+struct SeeMeta(Arc<std::sync::Mutex<Vec<wasmswitch_core::wire::PacketMeta>>>);
+
+impl VerdictStage for SeeMeta {
+    fn run(&mut self, batch: &BatchView<'_>, _: &mut [Verdict]) {
+        self.0.lock().unwrap().extend_from_slice(batch.meta);
+    }
+}
+
+#[test]
+fn parsing_goes_past_the_tags_only_where_something_looks() {
+    // An IPv4 header with IHL 3: malformed past L2. The destination is learned on port 1.
+    let mut r = rig(3, 1024, 300);
+    r.send(1, frame(mac(9), mac(2)));
+    r.take();
+    let mut bad = frame(mac(2), mac(1));
+    bad[14] = 0x43;
+    // Port 0 has no plugin and completes no checksums: a bridge, it forwards the frame as is.
+    r.send(0, bad.clone());
+    assert_eq!(r.take()[1], vec![bad.clone()], "switched on its Ethernet header");
+    let st = &r.pipe.stats().ports[0];
+    assert_eq!(st.drops[DropReason::BadL3 as usize].get(), 0);
+    // With a stage on port 0, the frame is parsed to L4 for it, and dropped as malformed.
+    let seen = SeeMeta::default();
+    let log = seen.0.clone();
+    r.pipe.set_ingress(0, Some(Box::new(seen)));
+    r.send(0, bad);
+    assert!(r.take()[1].is_empty());
+    assert_eq!(r.pipe.stats().ports[0].drops[DropReason::BadL3 as usize].get(), 1);
+    // A good frame reaches the stage fully parsed, after L2-only frames used the same slot.
+    let good = frame(mac(2), mac(1));
+    r.send(0, good.clone());
+    assert_eq!(r.take()[1], vec![good.clone()]);
+    let meta = log.lock().unwrap().clone();
+    assert_eq!(
+        meta,
+        vec![wasmswitch_core::wire::parse(&good, 1522)
+            .map(|m| wasmswitch_core::wire::PacketMeta { vlan: 1, ..m })
+            .unwrap()]
+    );
+    // Runts are dropped either way: the Ethernet header is always read.
+    r.pipe.set_ingress(0, None);
+    r.send(0, good[..13].to_vec());
+    assert_eq!(r.pipe.stats().ports[0].drops[DropReason::Runt as usize].get(), 1);
+    r.finish();
+}
+
 #[test]
 fn destination_on_the_ingress_port_is_filtered() {
     let mut r = rig(2, 512, 300);

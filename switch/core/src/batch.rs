@@ -1,7 +1,7 @@
 //! Packet batches: the unit of work of every stage.
 
 use crate::verdict::Verdict;
-use crate::wire::PacketMeta;
+use crate::wire::{MacAddr, PacketMeta};
 
 /// Packets per RX burst and per pipeline batch.
 pub const BATCH_SIZE: usize = 64;
@@ -18,12 +18,27 @@ pub struct Desc {
     pub options: u32,
 }
 
+/// What the L2 stage needs of a frame: its addresses, copied out of the header by the parser,
+/// and the VLAN it is switched in. Kept in a dense array of its own so that the passes over a
+/// batch after parsing (prefetch, learn and look up, send) never touch the frame again: frames
+/// lie 2 KiB apart, so a batch's headers compete for a few cache sets and would be reloaded
+/// from L2 on every pass.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct L2Header {
+    pub dst: MacAddr,
+    pub src: MacAddr,
+    pub vlan: u16,
+    /// The VID of the 802.1Q tag it arrived with (0 for a priority tag); `None` untagged.
+    pub tag: Option<u16>,
+}
+
 /// Up to [`BATCH_SIZE`] received packets with their parsed metadata and verdicts, stored as
 /// parallel arrays so each stage walks one dense array. Allocated once per worker, reused.
 pub struct Batch {
     pub len: usize,
     pub descs: [Desc; BATCH_SIZE],
     pub meta: [PacketMeta; BATCH_SIZE],
+    pub l2: [L2Header; BATCH_SIZE],
     pub verdicts: [Verdict; BATCH_SIZE],
 }
 
@@ -33,6 +48,7 @@ impl Default for Batch {
             len: 0,
             descs: [Desc::default(); BATCH_SIZE],
             meta: [PacketMeta::default(); BATCH_SIZE],
+            l2: [L2Header::default(); BATCH_SIZE],
             verdicts: [Verdict::Pass; BATCH_SIZE],
         }
     }

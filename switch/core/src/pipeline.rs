@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::batch::{Batch, Desc, BATCH_SIZE};
+use crate::batch::{Batch, Desc, L2Header, BATCH_SIZE};
 use crate::counter::cycles;
 use crate::fdb::{Fdb, Learned};
 use crate::pool::{BulkReturn, PoolCache};
@@ -91,11 +91,15 @@ pub struct PipelineOptions {
     pub bulk_return: bool,
     /// Port that receives `host` verdicts and floods (the TAP), if any.
     pub host_port: Option<PortId>,
+    /// Parse every frame down to L4 (`true`), or only as deep as someone looks (`false`: the
+    /// Ethernet header and tags, unless the port has plugins or completes checksums). An
+    /// ablation: what lazy parsing saves.
+    pub parse_all: bool,
 }
 
 impl Default for PipelineOptions {
     fn default() -> Self {
-        Self { mode: ForwardMode::L2, bulk_return: true, host_port: None }
+        Self { mode: ForwardMode::L2, bulk_return: true, host_port: None, parse_all: false }
     }
 }
 
@@ -363,7 +367,9 @@ impl Pipeline {
     }
 
     /// Parses the batch in place, compacting out (and counting) frames that fail to parse or
-    /// that the port's VLANs do not admit, copies each parsed frame to the port's ingress
+    /// that the port's VLANs do not admit (parsing stops after the Ethernet header and tags
+    /// on a port without plugins or checksums to complete: nothing past them is read there,
+    /// so a malformed IP header is only dropped where something would look at it), copies each parsed frame to the port's ingress
     /// mirrors (as received), sets each frame's `meta.vlan` to the VLAN it is switched in, and
     /// completes offloaded checksums where the port asks for it (before any plugin, so plugins
     /// see the frame as it will leave).
@@ -373,6 +379,7 @@ impl Pipeline {
         let slot = &self.ports[pi];
         let max = slot.max_frame;
         let fix_checksums = slot.complete_partial_checksums;
+        let deep = fix_checksums || slot.ingress.is_some() || self.opts.parse_all;
         let l2 = &slot.l2;
         let mirrors = !l2.mirror_ingress.is_empty();
         let st = &self.stats.ports[pi];
@@ -385,10 +392,16 @@ impl Pipeline {
             // frame and nothing else reads or writes it while this slice lives.
             let bytes = unsafe { umem.bytes_mut(d.addr, d.len as usize) };
             // A length beyond the frame reads as an empty slice, i.e. a runt.
+            let m = &mut b.meta[kept];
             let parsed = if d.len as usize > max {
                 Err(DropReason::Oversize)
             } else {
-                wire::parse_into(bytes, max, &mut b.meta[kept]).map_err(DropReason::from)
+                match wire::parse_l2_into(bytes, max, m) {
+                    Ok(l3) if deep => wire::parse_l3_into(bytes, l3, m),
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e),
+                }
+                .map_err(DropReason::from)
             };
             if mirrors && parsed.is_ok() {
                 for &m in &l2.mirror_ingress {
@@ -409,6 +422,12 @@ impl Pipeline {
                 match l2.vlan.classify(tag) {
                     Some(v) => {
                         m.vlan = v;
+                        b.l2[kept] = L2Header {
+                            dst: MacAddr::from_bytes(&bytes[ethernet::field::DST]),
+                            src: MacAddr::from_bytes(&bytes[ethernet::field::SRC]),
+                            vlan: v,
+                            tag,
+                        };
                         Ok(())
                     }
                     None if l2.mirror_destination => Err(DropReason::MirrorDestination),
@@ -460,16 +479,14 @@ impl Pipeline {
         let mut last_src = u64::MAX;
         // Prefetch pass: start every FDB bucket load of the batch before using any (VPP-style),
         // so the misses overlap instead of stalling one packet at a time.
-        let umem = self.pool.umem().clone();
-        for (d, m) in self.batch.descs[..self.batch.len].iter().zip(&self.batch.meta) {
-            // SAFETY: the worker holds the frame; parse guaranteed at least 14 bytes.
-            let hdr = unsafe { umem.bytes(d.addr, 12) };
-            self.fdb.prefetch(m.vlan, MacAddr::from_bytes(&hdr[ethernet::field::DST]));
-            self.fdb.prefetch(m.vlan, MacAddr::from_bytes(&hdr[ethernet::field::SRC]));
+        for h in &self.batch.l2[..self.batch.len] {
+            self.fdb.prefetch(h.vlan, h.dst);
+            self.fdb.prefetch(h.vlan, h.src);
         }
         for i in 0..self.batch.len {
             let d = self.batch.descs[i];
-            let f = Frame { d, vlan: self.batch.meta[i].vlan, tagged: self.batch.meta[i].flags & flags::CTAG != 0 };
+            let h = self.batch.l2[i];
+            let f = Frame { d, vlan: h.vlan, tag: h.tag };
             let egress = match self.batch.verdicts[i] {
                 Verdict::Drop => {
                     self.drop_frame(pi, d.addr, DropReason::Policy);
@@ -499,9 +516,9 @@ impl Pipeline {
                         // No host to copy to: the original still forwards, nothing is lost.
                         _ => {}
                     }
-                    self.l2_lookup(p, f, &mut last_src)
+                    self.l2_lookup(p, &h, &mut last_src)
                 }
-                Verdict::Pass => self.l2_lookup(p, f, &mut last_src),
+                Verdict::Pass => self.l2_lookup(p, &h, &mut last_src),
             };
             match egress {
                 Egress::Port(q) if q == p => self.drop_frame(pi, d.addr, DropReason::Hairpin),
@@ -527,19 +544,15 @@ impl Pipeline {
         }
     }
 
-    /// Learns the source of `f` in its VLAN and looks its destination up.
+    /// Learns the source of `h` in its VLAN and looks its destination up.
     #[inline]
-    fn l2_lookup(&mut self, p: PortId, f: Frame, last_src: &mut u64) -> Egress {
-        let umem = self.pool.umem();
-        // SAFETY: the worker holds the frame; parse guaranteed at least 14 bytes.
-        let hdr = unsafe { umem.bytes(f.d.addr, 12) };
-        let dst = MacAddr::from_bytes(&hdr[ethernet::field::DST]);
-        let src = MacAddr::from_bytes(&hdr[ethernet::field::SRC]);
+    fn l2_lookup(&mut self, p: PortId, h: &L2Header, last_src: &mut u64) -> Egress {
+        let L2Header { dst, src, vlan, .. } = *h;
         // Consecutive packets of one flow share a source and VLAN: learn once per run of them.
-        let src_u = src.to_u64() | (f.vlan as u64) << 48;
+        let src_u = src.to_u64() | (vlan as u64) << 48;
         if src_u != *last_src && !src.is_group() {
             *last_src = src_u;
-            match self.fdb.learn(f.vlan, src, p, self.now) {
+            match self.fdb.learn(vlan, src, p, self.now) {
                 Learned::Known | Learned::Full => {}
                 Learned::New => self.stats.fdb_learned.inc(),
                 Learned::Moved => self.stats.fdb_moved.inc(),
@@ -550,7 +563,7 @@ impl Pipeline {
             }
         }
         if !dst.is_group() {
-            return match self.fdb.lookup(f.vlan, dst) {
+            return match self.fdb.lookup(vlan, dst) {
                 Some(q) => Egress::Port(q),
                 None => Egress::Flood(FloodClass::UnknownUnicast),
             };
@@ -598,12 +611,9 @@ impl Pipeline {
         let untagged = self.ports[q].l2.vlan.untagged(f.vlan);
         // Untagged in and out (every port of a config without VLANs), or tagged in and out
         // (trunk to trunk) with a real VID: the frame leaves as it came.
-        let as_is = if f.tagged {
-            // SAFETY: the worker holds the frame; the parser saw its whole tag (18 bytes).
-            let hdr = unsafe { self.pool.umem().bytes(f.d.addr, 16) };
-            !untagged && ethernet::tci(hdr).is_some_and(|t| t & 0x0fff != 0)
-        } else {
-            untagged
+        let as_is = match f.tag {
+            Some(vid) => !untagged && vid != 0,
+            None => untagged,
         };
         if as_is {
             self.staged[q].push(f.d);
@@ -723,12 +733,12 @@ impl Pipeline {
 }
 
 /// A frame on its way through the L2 stage: where it is, the VLAN it is switched in, and
-/// whether it arrived with an 802.1Q tag.
+/// the VID of the 802.1Q tag it arrived with (see [`L2Header::tag`]).
 #[derive(Clone, Copy)]
 struct Frame {
     d: Desc,
     vlan: u16,
-    tagged: bool,
+    tag: Option<u16>,
 }
 
 /// Where the L2 lookup sends a frame.
@@ -744,15 +754,15 @@ enum Egress {
 /// `None` when a tag must be pushed and the frame has no headroom left.
 #[inline]
 fn egress_form(umem: &Umem, f: Frame, untagged: bool) -> Option<Desc> {
-    let Frame { d, vlan, tagged } = f;
+    let Frame { d, vlan, tag: vid } = f;
     let len = d.len as usize;
     let tag = ethernet::TAG_LEN as u64;
-    match (tagged, untagged) {
+    match (vid.is_some(), untagged) {
         (false, true) => Some(d),
         (true, false) => {
-            // SAFETY: the worker holds the frame and nothing else touches it while this lives.
-            let frame = unsafe { umem.bytes_mut(d.addr, len) };
-            if ethernet::tci(frame).is_some_and(|t| t & 0x0fff == 0) {
+            if vid == Some(0) {
+                // SAFETY: the worker holds the frame and nothing else touches it while this lives.
+                let frame = unsafe { umem.bytes_mut(d.addr, len) };
                 ethernet::set_vid(frame, vlan);
             }
             Some(d)

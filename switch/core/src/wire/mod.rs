@@ -108,17 +108,26 @@ pub fn parse(frame: &[u8], max_len: usize) -> Result<PacketMeta, ParseError> {
 }
 
 /// Parses `frame` into `m` in place (the datapath's form: the metadata is written straight
-/// into the batch, never returned by value through the stack).
+/// into the batch, never returned by value through the stack): [`parse_l2_into`], then
+/// [`parse_l3_into`].
 #[inline]
 pub fn parse_into(frame: &[u8], max_len: usize, m: &mut PacketMeta) -> Result<(), ParseError> {
+    let l3 = parse_l2_into(frame, max_len, m)?;
+    parse_l3_into(frame, l3, m)
+}
+
+/// The Ethernet part of [`parse_into`]: length, up to two VLAN tags and the ethertype after
+/// them; returns where the L3 header starts. Writes only `len`, `flags`, `vlan`, `ethertype`,
+/// `l3_offset` and `l4_offset` (the first 12 bytes of `m`): a port nobody inspects past L2
+/// (no plugin, no checksum to complete) stops here and leaves the rest of `m` as it was.
+#[inline]
+pub fn parse_l2_into(frame: &[u8], max_len: usize, m: &mut PacketMeta) -> Result<usize, ParseError> {
     if frame.len() > max_len {
         return Err(ParseError::Oversize);
     }
     let eth = EthernetFrame::new_checked(frame).map_err(|_| ParseError::Runt)?;
-    *m = PacketMeta { len: frame.len() as u16, ..Default::default() };
-    if eth.dst().is_group() {
-        m.flags |= flags::GROUP_DST;
-    }
+    let mut flags = if eth.dst().is_group() { flags::GROUP_DST } else { 0 };
+    let mut vlan = 0;
     let mut ethertype = eth.ethertype();
     let mut off = ethernet::HEADER_LEN;
     // Up to two tags (802.1ad outer + 802.1Q inner); the outer VLAN id is the one reported.
@@ -127,19 +136,36 @@ pub fn parse_into(frame: &[u8], max_len: usize, m: &mut PacketMeta) -> Result<()
             break;
         }
         let tag = frame.get(off..off + 4).ok_or(ParseError::TruncatedVlan)?;
-        if m.flags & flags::VLAN == 0 {
-            m.vlan = u16::from_be_bytes([tag[0], tag[1]]) & 0x0fff;
-            m.flags |= flags::VLAN;
+        if flags & flags::VLAN == 0 {
+            vlan = u16::from_be_bytes([tag[0], tag[1]]) & 0x0fff;
+            flags |= flags::VLAN;
             if ethertype == ethertype::VLAN {
-                m.flags |= flags::CTAG;
+                flags |= flags::CTAG;
             }
         }
         ethertype = u16::from_be_bytes([tag[2], tag[3]]);
         off += 4;
     }
+    m.len = frame.len() as u16;
+    m.flags = flags;
+    m.vlan = vlan;
     m.ethertype = ethertype;
+    m.l3_offset = 0;
+    m.l4_offset = 0;
+    Ok(off)
+}
+
+/// The IP and TCP/UDP part of [`parse_into`], for a frame whose L3 header starts at `off`
+/// (as [`parse_l2_into`] returned it): fills the rest of `m`.
+#[inline]
+pub fn parse_l3_into(frame: &[u8], off: usize, m: &mut PacketMeta) -> Result<(), ParseError> {
+    m.ip_proto = 0;
+    m.src_port = 0;
+    m.dst_port = 0;
+    m.src_ip = [0; 16];
+    m.dst_ip = [0; 16];
     let l3 = &frame[off..];
-    let (proto, l4_rel, is_first_fragment) = match ethertype {
+    let (proto, l4_rel, is_first_fragment) = match m.ethertype {
         ethertype::IPV4 => {
             let ip = Ipv4Packet::new_checked(l3).map_err(|_| ParseError::BadL3)?;
             m.flags |= flags::IPV4;
@@ -251,6 +277,23 @@ mod tests {
         let m = parse(&f, 1518).unwrap();
         assert_eq!(m.ethertype, ethertype::ARP);
         assert_eq!(m.l3_offset, 0);
+    }
+
+    #[test]
+    fn parse_into_a_used_meta_leaves_nothing_of_the_last_frame() {
+        let tcp = tcp6_frame(MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]), [0x20; 16], [0x30; 16], 1, 2);
+        let mut arp = vec![0xffu8; 60];
+        arp[12..14].copy_from_slice(&ethertype::ARP.to_be_bytes());
+        let mut m = parse(&tcp, 1518).unwrap();
+        parse_into(&arp, 1518, &mut m).unwrap();
+        assert_eq!(m, parse(&arp, 1518).unwrap());
+        // The L2 part alone writes the L2 fields and clears the offsets.
+        let mut m = parse(&tcp, 1518).unwrap();
+        assert_eq!(parse_l2_into(&arp, 1518, &mut m), Ok(14));
+        assert_eq!(
+            (m.len, m.flags, m.vlan, m.ethertype, m.l3_offset, m.l4_offset),
+            (60, flags::GROUP_DST, 0, ethertype::ARP, 0, 0)
+        );
     }
 
     #[test]
