@@ -233,9 +233,10 @@ pub struct BenchArgs {
     /// One JSON object per scenario per line.
     #[arg(long)]
     pub json: bool,
-    /// Scenario(s) to run (default: all that the other options allow): passthrough, l2,
-    /// l2-vlan, l2-single-return, l2-no-recycle, l2+plugin (needs --plugin), l2+plugin+shadow (needs --plugin), l2+native (needs --plugin;
-    /// only in wasmswitch-bench-native).
+    /// Scenario(s) to run (default: all that the other options allow): floor (one worker
+    /// only), passthrough, l2, l2-parse-all, l2-vlan, l2-single-return, l2-no-recycle,
+    /// l2+plugin (needs --plugin), l2+plugin+shadow (needs --plugin), l2+native (needs
+    /// --plugin; only in wasmswitch-bench-native).
     #[arg(long = "scenario")]
     pub scenarios: Vec<String>,
     /// Measured seconds per scenario (after a 0.2 s warm-up).
@@ -750,6 +751,20 @@ mod tests {
             frames_leaked: 0,
             rounds_mpps: rounds.to_vec(),
             workers: 1,
+        }
+    }
+
+    #[test]
+    fn the_help_names_every_scenario() {
+        use clap::CommandFactory;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: BenchArgs,
+        }
+        let help = Cli::command().render_long_help().to_string().replace('\n', " ");
+        for name in scenario_names() {
+            assert!(help.contains(&format!(" {name}")), "`bench --help` does not name {name}");
         }
     }
 
