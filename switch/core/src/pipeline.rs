@@ -129,6 +129,8 @@ pub struct Pipeline {
     /// TX completions on their way back to the pool; kept across rounds (empty between them),
     /// so the pool it returns to is looked up once, not every round.
     bulk: BulkReturn,
+    /// The pool's UMEM, held apart from `pool` so a batch can read frames while it allocates.
+    umem: Arc<Umem>,
     now: u32,
 }
 
@@ -148,6 +150,7 @@ impl Pipeline {
         let n = ports.len();
         // Worst case per round: every packet of every RX burst floods to every port.
         let per_port = BATCH_SIZE * n.max(1);
+        let umem = pool.umem().clone();
         Self {
             rx_list: rx_list(&ports),
             staged: (0..n).map(|_| Vec::with_capacity(per_port)).collect(),
@@ -159,6 +162,7 @@ impl Pipeline {
             opts,
             batch: Batch::default(),
             bulk: if opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() },
+            umem,
             now: 0,
         }
     }
@@ -375,7 +379,9 @@ impl Pipeline {
     /// see the frame as it will leave).
     fn parse_batch(&mut self, p: PortId) {
         let pi = p as usize;
-        let umem = self.pool.umem().clone();
+        // A reference, not a clone: the `Arc` is shared by every worker, and its count's cache
+        // line would bounce between them once per batch.
+        let umem: &Umem = &self.umem;
         let slot = &self.ports[pi];
         let max = slot.max_frame;
         let fix_checksums = slot.complete_partial_checksums;
