@@ -4,7 +4,7 @@
 // Input: byte 0..2 pick the port's maximum frame size, the rest is the frame.
 
 use wasmswitch_core::wire::checksum::{complete_partial, fill_l4_checksum, l4_checksum_ok, Completion};
-use wasmswitch_core::wire::{flags, parse_into, PacketMeta, ParseError};
+use wasmswitch_core::wire::{flags, parse_into, parse_l2_into, PacketMeta, ParseError};
 
 pub fn check(data: &[u8]) {
     if data.len() < 2 {
@@ -14,8 +14,43 @@ pub fn check(data: &[u8]) {
     let max_len = u16::from_le_bytes([data[0], data[1]]) as usize;
     let frame = &data[2..];
     // A stale meta (the datapath reuses batch slots) must not leak into the result.
-    let mut m = PacketMeta { len: 0xffff, flags: 0xffff, l4_offset: 0xffff, ..Default::default() };
-    match parse_into(frame, max_len, &mut m) {
+    let stale = PacketMeta {
+        len: 0xffff,
+        flags: 0xffff,
+        vlan: 0xffff,
+        ethertype: 0xffff,
+        l3_offset: 0xffff,
+        l4_offset: 0xffff,
+        ip_proto: 0xff,
+        src_port: 0xffff,
+        dst_port: 0xffff,
+        src_ip: [0xee; 16],
+        dst_ip: [0xee; 16],
+        ..Default::default()
+    };
+    let mut m = stale;
+    let full = parse_into(frame, max_len, &mut m);
+    if full.is_ok() {
+        // Every field the parser owns was rewritten: the result is that of a fresh meta.
+        let mut fresh = PacketMeta::default();
+        assert_eq!(parse_into(frame, max_len, &mut fresh), Ok(()));
+        assert_eq!(m, fresh, "a stale meta leaked into the result");
+    }
+    // The datapath's L2-only parse (ports nobody inspects past the tags) fails where the full
+    // parse fails on the Ethernet part, and agrees with it on the fields it writes.
+    let mut l2 = stale;
+    match (parse_l2_into(frame, max_len, &mut l2), full) {
+        (Ok(l3), Ok(())) => {
+            assert!((14..=22).contains(&l3) && l3 <= frame.len());
+            assert_eq!((l2.len, l2.vlan, l2.ethertype), (m.len, m.vlan, m.ethertype));
+            let l2_flags = flags::VLAN | flags::CTAG | flags::GROUP_DST;
+            assert_eq!(l2.flags, m.flags & l2_flags);
+            assert_eq!((l2.l3_offset, l2.l4_offset), (0, 0));
+        }
+        (Ok(_), Err(e)) => assert!(matches!(e, ParseError::BadL3 | ParseError::TruncatedL4), "{e:?} after L2"),
+        (Err(e), r) => assert_eq!(r, Err(e), "the L2 part decides alone"),
+    }
+    match full {
         Err(ParseError::Oversize) => assert!(frame.len() > max_len),
         Err(ParseError::Runt) => assert!(frame.len() < 14),
         Err(_) => {}
