@@ -205,8 +205,11 @@ fn healthz_metrics_and_sigterm_do_not_wait_for_a_reload_compiling_a_large_plugin
     assert!(body.contains("reload in progress"), "{body}");
     assert!(!reload.is_finished(), "the reload finished before the probes: make the component larger");
     eprintln!("during the reload: {probes} probes, slowest {:.1} ms; the 409 took {:.1} ms", worst * 1e3, secs * 1e3);
-    // A generous bound (the probes took 12-26 s when the reload held the HTTP thread).
-    assert!(worst < 1.0, "slowest probe {worst:.2} s during the reload");
+    // That the reload was still running when all the probes were answered (asserted above) is
+    // what shows they did not wait for it. This bound only catches probes slowed to the scale
+    // of the compile (12-26 s when the reload held the HTTP thread); a tighter one (1 s) failed
+    // at 1.48 s on a 2-core CI machine, with the parallel compile and another test on both cores.
+    assert!(worst < 3.0, "slowest probe {worst:.2} s during the reload");
     // SIGTERM while the compile is still running.
     let (secs, ok, log) = terminate(child);
     eprintln!("exit {secs:.3} s after SIGTERM during the reload");
