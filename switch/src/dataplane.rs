@@ -299,9 +299,14 @@ pub struct Variant {
     pub parse_all: bool,
 }
 
+impl Variant {
+    /// What the daemon runs.
+    pub const DAEMON: Variant = Variant { alloc: AllocMode::Recycling, bulk_return: true, parse_all: false };
+}
+
 impl Default for Variant {
     fn default() -> Self {
-        Self { alloc: AllocMode::Recycling, bulk_return: true, parse_all: false }
+        Self::DAEMON
     }
 }
 

@@ -129,7 +129,8 @@ pub struct Pipeline {
     /// TX completions on their way back to the pool; kept across rounds (empty between them),
     /// so the pool it returns to is looked up once, not every round.
     bulk: BulkReturn,
-    /// The pool's UMEM, held apart from `pool` so a batch can read frames while it allocates.
+    /// The pool's UMEM (the one `pool` hands frames of), held apart from it so a batch can
+    /// read frames while it allocates; every frame access of the pipeline goes through it.
     umem: Arc<Umem>,
     now: u32,
 }
@@ -371,12 +372,12 @@ impl Pipeline {
     }
 
     /// Parses the batch in place, compacting out (and counting) frames that fail to parse or
-    /// that the port's VLANs do not admit (parsing stops after the Ethernet header and tags
-    /// on a port without plugins or checksums to complete: nothing past them is read there,
-    /// so a malformed IP header is only dropped where something would look at it), copies each parsed frame to the port's ingress
+    /// that the port's VLANs do not admit, copies each parsed frame to the port's ingress
     /// mirrors (as received), sets each frame's `meta.vlan` to the VLAN it is switched in, and
     /// completes offloaded checksums where the port asks for it (before any plugin, so plugins
-    /// see the frame as it will leave).
+    /// see the frame as it will leave). Parsing stops after the Ethernet header and tags on a
+    /// port without plugins or checksums to complete: nothing past them is read there, so a
+    /// malformed IP header is only dropped where something would look at it.
     fn parse_batch(&mut self, p: PortId) {
         let pi = p as usize;
         // A reference, not a clone: the `Arc` is shared by every worker, and its count's cache
@@ -402,12 +403,9 @@ impl Pipeline {
             let parsed = if d.len as usize > max {
                 Err(DropReason::Oversize)
             } else {
-                match wire::parse_l2_into(bytes, max, m) {
-                    Ok(l3) if deep => wire::parse_l3_into(bytes, l3, m),
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(e),
-                }
-                .map_err(DropReason::from)
+                wire::parse_l2_into(bytes, max, m)
+                    .and_then(|l3| if deep { wire::parse_l3_into(bytes, l3, m) } else { Ok(()) })
+                    .map_err(DropReason::from)
             };
             if mirrors && parsed.is_ok() {
                 for &m in &l2.mirror_ingress {
@@ -469,13 +467,7 @@ impl Pipeline {
         let queue = self.ports[pi].queue_index;
         let Some(stage) = self.ports[pi].ingress.as_mut() else { return };
         let b = &mut self.batch;
-        let view = BatchView {
-            in_port: p,
-            queue,
-            umem: self.pool.shared().umem(),
-            descs: &b.descs[..b.len],
-            meta: &b.meta[..b.len],
-        };
+        let view = BatchView { in_port: p, queue, umem: &self.umem, descs: &b.descs[..b.len], meta: &b.meta[..b.len] };
         stage.run(&view, &mut b.verdicts[..b.len]);
     }
 
@@ -630,7 +622,7 @@ impl Pipeline {
 
     #[inline(never)]
     fn send_reshaped(&mut self, ingress: usize, q: usize, f: Frame, untagged: bool) {
-        match egress_form(self.pool.umem(), f, untagged) {
+        match egress_form(&self.umem, f, untagged) {
             Some(d) => self.staged[q].push(d),
             None => self.drop_frame(ingress, f.d.addr, DropReason::NoHeadroom),
         }
