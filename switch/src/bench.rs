@@ -87,6 +87,13 @@ const SCENARIOS: &[Scenario] = &[
         about: "l2 with 4 trunk ports carrying VLANs 10-13, every frame tagged, learning per VLAN",
     },
     Scenario {
+        name: "l2-two-umem",
+        mode: "l2-two-umem",
+        variant: DEFAULT,
+        stage: Stage::None,
+        about: "l2 with ports p2, p3 in a second UMEM group: frames between the groups are copied",
+    },
+    Scenario {
         name: "l2-single-return",
         mode: "l2",
         variant: Variant { bulk_return: false, ..DEFAULT },
@@ -208,6 +215,8 @@ pub struct BenchResult {
     pub rounds_mpps: Vec<f64>,
     /// Workers that ran it (their sum is the row).
     pub workers: usize,
+    /// Frames copied from one UMEM group into another (`l2-two-umem`).
+    pub umem_copies: u64,
 }
 
 /// Rounds of one scenario that disagree by more than this ((max - min) / median) mark the
@@ -234,7 +243,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Scenario(s) to run (default: all that the other options allow): floor (one worker
-    /// only), passthrough, l2, l2-parse-all, l2-vlan, l2-single-return, l2-no-recycle,
+    /// only), passthrough, l2, l2-parse-all, l2-vlan, l2-two-umem, l2-single-return, l2-no-recycle,
     /// l2+plugin (needs --plugin), l2+plugin+shadow (needs --plugin), l2+native (needs
     /// --plugin; only in wasmswitch-bench-native).
     #[arg(long = "scenario")]
@@ -303,12 +312,16 @@ pub const MAX_WORKERS: usize = 64;
 
 /// The YAML of the benchmark topology: 4 sim ports, 256 source MACs each (1024 in all), one
 /// queue per port per worker. Mode `l2-vlan` is `l2` with every port a trunk of VLANs 10-13 and
-/// the traffic spread over them.
+/// the traffic spread over them; mode `l2-two-umem` is `l2` with p2 and p3 in a second UMEM
+/// group.
 pub fn topology_yaml(mode: &str, frame_size: usize, workers: usize) -> String {
+    let two_umem = mode == "l2-two-umem";
     let (mode, vlan) = match mode {
         "l2-vlan" => ("l2", "        vlan: [\"10-13\"]\n    vlan: { mode: trunk, allowed: [\"10-13\"] }\n"),
+        "l2-two-umem" => ("l2", ""),
         m => (m, ""),
     };
+    let second = |p: usize| if two_umem && p >= 2 { "    umem: second\n" } else { "" };
     let frames = 16384 * workers;
     let mut y = format!("switch:\n  mode: {mode}\npool:\n  frames: {frames}\nworkers:\n");
     for _ in 0..workers {
@@ -317,7 +330,8 @@ pub fn topology_yaml(mode: &str, frame_size: usize, workers: usize) -> String {
     y += "ports:\n";
     for p in 0..4 {
         y += &format!(
-            "  - name: p{p}\n    driver: sim\n    sim:\n      queues: {workers}\n      ring_size: 1024\n      traffic:\n        src_macs: 256\n        frame_sizes: [{frame_size}]\n        broadcast_percent: 5\n        flows: 1024\n{vlan}"
+            "  - name: p{p}\n    driver: sim\n    sim:\n      queues: {workers}\n      ring_size: 1024\n      traffic:\n        src_macs: 256\n        frame_sizes: [{frame_size}]\n        broadcast_percent: 5\n        flows: 1024\n{vlan}{}",
+            second(p)
         );
     }
     y
@@ -328,10 +342,12 @@ struct Snapshot {
     tx: u64,
     drops: u64,
     cycles: u64,
+    umem_copies: u64,
 }
 
 fn snapshot(s: &WorkerStats) -> Snapshot {
     Snapshot {
+        umem_copies: s.umem_copies.get(),
         packets: s.packets.get(),
         tx: s.ports.iter().map(|p| p.tx_packets.get()).sum(),
         drops: s.ports.iter().map(|p| p.drops_total()).sum(),
@@ -400,6 +416,7 @@ pub fn measure(
         frames_leaked: 0,
         rounds_mpps: Vec::new(),
         workers: 1,
+        umem_copies: after.umem_copies - before.umem_copies,
     }
 }
 
@@ -453,6 +470,7 @@ pub fn measure_workers(
         frames_leaked: 0,
         rounds_mpps: Vec::new(),
         workers: rows.len(),
+        umem_copies: rows.iter().map(|r| r.umem_copies).sum(),
     }
 }
 
@@ -467,7 +485,7 @@ fn with_stages(
     run: impl FnOnce(&mut [Pipeline]) -> BenchResult,
 ) -> Result<BenchResult> {
     let cfg = Config::parse(&topology_yaml(mode, frame_size, workers), Path::new("<bench>"))?;
-    let Built { pool, mut pipelines, .. } = build(&cfg, variant)?;
+    let Built { groups, mut pipelines, .. } = build(&cfg, variant)?;
     let mut stages = stages.into_iter();
     for pipe in &mut pipelines {
         for p in 0..4 {
@@ -480,13 +498,12 @@ fn with_stages(
     for mut pipe in pipelines {
         pipe.shutdown();
     }
-    r.frames_leaked = match check_no_leak(&pool, &[]) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("{}: {e}", r.scenario);
-            pool.total_frames() - pool.frames_at_rest()
+    for g in &groups {
+        if let Err(e) = check_no_leak(&g.pool, &[]) {
+            eprintln!("{} (UMEM group `{}`): {e}", r.scenario, g.name);
+            r.frames_leaked += g.pool.total_frames().saturating_sub(g.pool.frames_at_rest()).max(1);
         }
-    };
+    }
     Ok(r)
 }
 
@@ -672,6 +689,7 @@ fn floor(seconds: f64, frame_size: usize, mut progress: impl FnMut(f64)) -> Benc
         frames_leaked: FRAMES - free.len(),
         rounds_mpps: Vec::new(),
         workers: 1,
+        umem_copies: 0,
     }
 }
 
@@ -696,6 +714,16 @@ fn print_table(results: &[BenchResult], plugin: Option<&str>) {
     }
     if let (Some(l2), Some(pt)) = (get("l2"), get("passthrough")) {
         println!("l2 / passthrough          = {:.2}", l2 / pt);
+    }
+    if let (Some(l2), Some(r)) = (get("l2"), results.iter().find(|r| r.scenario == "l2-two-umem")) {
+        let copied = r.umem_copies as f64 / r.packets.max(1) as f64;
+        let l2_ns = results.iter().find(|r| r.scenario == "l2").map_or(0.0, |r| r.ns_per_pkt);
+        println!(
+            "l2-two-umem / l2          = {:.2}   ({:.0}% of frames copied across: {:+.1} ns per copy)",
+            r.mpps / l2,
+            copied * 100.0,
+            (r.ns_per_pkt - l2_ns) / copied.max(f64::MIN_POSITIVE)
+        );
     }
     if let (Some(l2), Some(s)) = (get("l2"), get("l2-single-return")) {
         println!("bulk return gain          = {:+.1}%", (l2 / s - 1.0) * 100.0);
@@ -751,6 +779,7 @@ mod tests {
             frames_leaked: 0,
             rounds_mpps: rounds.to_vec(),
             workers: 1,
+            umem_copies: 0,
         }
     }
 

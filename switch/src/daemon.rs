@@ -60,7 +60,7 @@ impl Switch {
         SwitchCollector {
             ports: dp.ports.clone(),
             workers: dp.workers.iter().map(|w| w.stats.clone()).collect(),
-            pool: dp.pool.clone(),
+            groups: dp.groups.clone(),
             fdb: dp.fdb.clone(),
             start: dp.start,
             extra: vec![self.plugin_metrics.clone() as Arc<dyn crate::metrics::MetricsSource>],
@@ -82,6 +82,7 @@ impl Switch {
                     "name": info.name,
                     "driver": info.driver,
                     "mode": info.mode,
+                    "umem": info.umem,
                     "queues": info.queues,
                     "up": !info.gone.load(Ordering::Relaxed),
                     "rx_packets": sum(&|s| s.rx_packets.get()),
@@ -241,11 +242,25 @@ impl Switch {
     ///
     /// Slow (compiles plugins, opens sockets): call it from the control thread, never from an
     /// HTTP handler.
+    /// True when `c` is a change of `ports[j].umem` that leaves running port `j` in the UMEM
+    /// group it is in (its default written out, or the reverse).
+    fn same_umem_group(&self, c: &crate::config::diff::Change, new: &Config) -> bool {
+        let Some(j) = c.key.strip_prefix("ports[").and_then(|r| r.strip_suffix("].umem")) else { return false };
+        let Some(port) = j.parse::<usize>().ok().and_then(|j| new.ports.get(j)) else { return false };
+        let dp = &self.dataplane;
+        dp.ports
+            .id_of(&port.name.value)
+            .and_then(|id| dp.ports.get(id))
+            .is_some_and(|running| running.umem == crate::dataplane::umem_group_of(port))
+    }
+
     pub fn reload(&self) -> Result<String, String> {
         const UNCHANGED: &str = "reload refused, nothing was changed";
         let new = Config::load(&self.path).map_err(|e| format!("{UNCHANGED}: {e}"))?;
         let old = self.config();
-        let Plan { live, restart } = crate::config::diff::plan(&old, &new);
+        let Plan { live, mut restart } = crate::config::diff::plan(&old, &new);
+        // A port's `umem:` written out as the group it is already in changes nothing.
+        restart.retain(|c| !self.same_umem_group(c, &new));
         if !restart.is_empty() {
             let keys: Vec<String> = restart.iter().map(|c| c.to_string()).collect();
             return Err(format!(
@@ -702,6 +717,6 @@ pub fn run(path: &Path) -> Result<()> {
     let stopped = switch.dataplane.stop_shared();
     served?;
     stopped?;
-    log::info!("stopped cleanly: all {} frames are back in the pool", switch.dataplane.pool.total_frames());
+    log::info!("stopped cleanly: all {} frames are back in the pool", switch.dataplane.total_frames());
     Ok(())
 }

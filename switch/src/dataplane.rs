@@ -14,10 +14,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use wasmswitch_afxdp::UmemRegistration;
 use wasmswitch_core::fdb::{CurrentFdb, Fdb, Flush};
 use wasmswitch_core::pipeline::{ForwardMode, Pipeline, PipelineOptions, PortSlot};
-use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, SharedPool};
+use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, PoolId, PoolStats, SharedPool};
 use wasmswitch_core::stats::WorkerStats;
 use wasmswitch_core::verdict::VerdictStage;
 use wasmswitch_core::vlan::PortL2;
@@ -26,7 +25,7 @@ use wasmswitch_core::{PortId, Umem};
 use wasmswitch_sim::TrafficSpec;
 
 use crate::config::{Config, DriverKind, Idle, Mode, PortSection, TrafficProto};
-use crate::drivers::{self, OpenCtx, OpenedPort, PortHandle, PortInfo, PortTable, MAX_PORT_IDS};
+use crate::drivers::{self, OpenCtx, OpenedPort, PortHandle, PortInfo, PortTable, UmemGroup, MAX_PORT_IDS};
 use crate::plugins::{ChainStage, Stages};
 
 /// A change a worker applies between two rounds.
@@ -147,7 +146,8 @@ pub struct WorkerHandle {
 
 /// The running datapath.
 pub struct Dataplane {
-    pub pool: Arc<SharedPool>,
+    /// The UMEM groups, by pool id.
+    pub groups: Arc<[UmemGroup]>,
     pub fdb: Arc<CurrentFdb>,
     pub ports: PortTable,
     pub workers: Vec<WorkerHandle>,
@@ -160,14 +160,12 @@ pub struct Dataplane {
 /// What opening and closing ports needs, shared by reloads and the housekeeping thread (which
 /// re-attaches a port whose interface came back).
 struct Resources {
-    umem: Arc<Umem>,
-    pool: Arc<SharedPool>,
+    groups: Arc<[UmemGroup]>,
     workers: usize,
     /// What closes each running port, by id; taken out when the port goes.
     handles: Mutex<Vec<Option<PortHandle>>>,
     /// Handles of ports that a worker was late to let go of; closed at stop.
     retired: Mutex<Vec<PortHandle>>,
-    registration: Mutex<Option<UmemRegistration>>,
     /// Held while ports change (a reload's, or a re-attach), so the two never interleave.
     changing: Mutex<()>,
 }
@@ -194,15 +192,41 @@ impl Resources {
 
 /// The pipelines of every worker, before they get threads (the bench drives these directly).
 pub struct Built {
-    pub umem: Arc<Umem>,
-    pub pool: Arc<SharedPool>,
+    /// By pool id.
+    pub groups: Vec<UmemGroup>,
     pub fdb: Arc<Fdb>,
     pub ports: PortTable,
     pub pipelines: Vec<Pipeline>,
     /// By port id. Dropping them detaches XDP programs and stops host workers, so they outlive
     /// the workers.
     pub handles: Vec<Option<PortHandle>>,
-    pub registration: Option<UmemRegistration>,
+}
+
+/// The UMEM group configured port `port` belongs in: its `umem:`, or else the bind mode its
+/// driver profile and overrides choose for an AF_XDP port (the kernel lets only sockets of one
+/// bind mode share a UMEM), `copy` for a sim port.
+pub fn umem_group_of(port: &PortSection) -> String {
+    if let Some(u) = &port.umem {
+        return u.value.clone();
+    }
+    match (&port.driver.value, &port.afxdp) {
+        (DriverKind::Afxdp, Some(a)) => {
+            wasmswitch_afxdp::decide(&drivers::afxdp::spec(&a.value)).bind.config_value().to_string()
+        }
+        _ => wasmswitch_afxdp::BindMode::Copy.config_value().to_string(),
+    }
+}
+
+/// The group called `name` among `groups`, or an error that says a running switch cannot add
+/// one.
+fn find_group<'g>(groups: &'g [UmemGroup], port: &str, name: &str) -> Result<&'g UmemGroup> {
+    groups.iter().find(|g| g.name == name).with_context(|| {
+        let have: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+        format!(
+            "port `{port}` belongs in UMEM group `{name}`, which the running switch does not have (it has {}): a new UMEM group needs a restart",
+            have.join(", ")
+        )
+    })
 }
 
 /// Generated traffic of the sim port at `index` in `cfg`, its destinations resolved to ids.
@@ -270,6 +294,21 @@ fn open_port(
     Ok(opened)
 }
 
+/// Opens configured port `index` of `cfg` in its UMEM group among `groups`.
+fn open_in_group(
+    groups: &[UmemGroup],
+    workers: usize,
+    cfg: &Config,
+    index: usize,
+    id_of: &dyn Fn(&str) -> Option<PortId>,
+) -> Result<OpenedPort> {
+    let port = &cfg.ports[index];
+    let group = find_group(groups, &port.name.value, &umem_group_of(port))?;
+    let mut opened = group.open(workers, |ctx| open_port(ctx, cfg, index, id_of))?;
+    opened.info.umem = group.name.clone();
+    Ok(opened)
+}
+
 /// Among how many workers a port's storm limits are divided: those that poll one of its queues.
 pub fn storm_share(info: &PortInfo, cfg: &Config) -> u32 {
     info.queues.min(cfg.workers.len()).max(1) as u32
@@ -286,6 +325,7 @@ fn slot(port: &mut OpenedPort, w: usize, ingress: Option<Box<dyn VerdictStage>>)
         complete_partial_checksums: port.info.complete_partial_checksums,
         l2: port.l2.clone(),
         storm: Default::default(),
+        pool: port.pool,
     }
 }
 
@@ -315,10 +355,33 @@ impl Default for Variant {
 pub fn build(cfg: &Config, variant: Variant) -> Result<Built> {
     let Variant { alloc, bulk_return, parse_all } = variant;
     let workers = cfg.workers.len();
-    let umem = Arc::new(
-        Umem::new(cfg.pool.frames.value, cfg.pool.frame_size.value).context("cannot map the frame memory (UMEM)")?,
-    );
-    let pool = SharedPool::new(0, umem.clone(), cfg.pool.ring.value);
+    // One UMEM per group, in the order the ports name them (so the first port's is pool 0).
+    let mut names: Vec<String> = Vec::new();
+    for port in &cfg.ports {
+        let name = umem_group_of(port);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    if names.is_empty() {
+        names.push(wasmswitch_afxdp::BindMode::Copy.config_value().into());
+    }
+    let mut groups = Vec::new();
+    for (id, name) in names.into_iter().enumerate() {
+        let umem = Umem::new(cfg.pool.frames.value, cfg.pool.frame_size.value)
+            .with_context(|| format!("cannot map the frame memory (UMEM) of group `{name}`"))?;
+        let pool = SharedPool::new(id as PoolId, Arc::new(umem), cfg.pool.ring.value);
+        groups.push(UmemGroup::new(name, pool));
+    }
+    if groups.len() > 1 {
+        let list: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+        log::info!(
+            "{} UMEM groups ({}), {} frames each: frames crossing groups are copied",
+            groups.len(),
+            list.join(", "),
+            cfg.pool.frames.value
+        );
+    }
     let fdb = Arc::new(Fdb::new(cfg.fdb.capacity.value, cfg.fdb.aging_seconds.value));
     for e in &cfg.fdb.statics {
         let port = cfg.port_index(&e.port.value).context("a static FDB entry on no port")? as PortId;
@@ -330,26 +393,31 @@ pub fn build(cfg: &Config, variant: Variant) -> Result<Built> {
         Mode::Passthrough => ForwardMode::Passthrough,
         Mode::Cross => ForwardMode::Cross,
     };
-    let mut registration = None;
-    let mut ctx = OpenCtx { umem: &umem, pool: &pool, workers, registration: &mut registration };
     let id_of = |name: &str| cfg.port_index(name).map(|i| i as PortId);
     let mut opened = Vec::new();
     for index in 0..cfg.ports.len() {
-        opened.push(open_port(&mut ctx, cfg, index, &id_of)?);
+        opened.push(open_in_group(&groups, workers, cfg, index, &id_of)?);
     }
     if let Some(h) = &cfg.host {
-        let mut host = drivers::host::open(&ctx, h)?;
+        // The host port joins the first group: the TAP reads into and writes from any memory.
+        let mut host = groups[0].open(workers, |ctx| drivers::host::open(ctx, h))?;
+        host.info.umem = groups[0].name.clone();
         host.l2 = cfg.port_l2(&h.name.value, storm_share(&host.info, cfg), &id_of);
         opened.push(host);
     }
     let host_port = cfg.host.as_ref().map(|_| cfg.ports.len() as PortId);
     let mut pipelines = Vec::new();
     for w in 0..workers {
-        let cache = PoolCache::new(pool.clone(), cfg.pool.cache.value, alloc);
-        let stats = Arc::new(WorkerStats::new(w, MAX_PORT_IDS, cache.stats().clone()));
+        // One cache per group, all counting into the worker's one set of pool counters.
+        let pool_stats = Arc::new(PoolStats::default());
+        let caches = groups
+            .iter()
+            .map(|g| PoolCache::with_stats(g.pool.clone(), cfg.pool.cache.value, alloc, pool_stats.clone()))
+            .collect();
+        let stats = Arc::new(WorkerStats::new(w, MAX_PORT_IDS, pool_stats));
         let ports = opened.iter_mut().map(|o| slot(o, w, None)).collect();
         let opts = PipelineOptions { mode, bulk_return, host_port, parse_all };
-        pipelines.push(Pipeline::new(ports, cache, fdb.clone(), stats, opts));
+        pipelines.push(Pipeline::with_pools(ports, caches, fdb.clone(), stats, opts));
     }
     let table = PortTable::default();
     let mut handles = Vec::new();
@@ -357,7 +425,7 @@ pub fn build(cfg: &Config, variant: Variant) -> Result<Built> {
         table.set(id as PortId, Some(Arc::new(o.info)));
         handles.push(Some(o.handle));
     }
-    Ok(Built { umem, pool, fdb, ports: table, pipelines, handles, registration })
+    Ok(Built { groups, fdb, ports: table, pipelines, handles })
 }
 pub use wasmswitch_afxdp::sys::pin_to_cpu;
 
@@ -519,13 +587,11 @@ fn reattach(
         return Ok(());
     }
     let section = info.reopen.as_ref().context("the port has no interface to reopen")?;
-    let mut opened = {
-        let mut registration = res.registration.lock().unwrap_or_else(|e| e.into_inner());
-        let mut ctx =
-            OpenCtx { umem: &res.umem, pool: &res.pool, workers: res.workers, registration: &mut registration };
-        // The MTU only sets `max_frame`, which the workers' slots keep.
-        drivers::afxdp::open(&mut ctx, &info.name, section, 0)?
-    };
+    // In the group it was in: the workers' slots keep their pool.
+    let group = find_group(&res.groups, &info.name, &info.umem)?;
+    // The MTU only sets `max_frame`, which the workers' slots keep.
+    let mut opened = group.open(res.workers, |ctx| drivers::afxdp::open(ctx, &info.name, section, 0))?;
+    opened.info.umem = group.name.clone();
     let sent: Vec<u64> = controls
         .iter()
         .enumerate()
@@ -614,13 +680,12 @@ impl Dataplane {
                 .context("cannot start a worker thread")?;
             workers.push(WorkerHandle { stats, control, thread: Mutex::new(Some(thread)) });
         }
+        let groups: Arc<[UmemGroup]> = built.groups.into();
         let res = Arc::new(Resources {
-            umem: built.umem,
-            pool: built.pool.clone(),
+            groups: groups.clone(),
             workers: workers.len(),
             handles: Mutex::new(built.handles),
             retired: Mutex::new(Vec::new()),
-            registration: Mutex::new(built.registration),
             changing: Mutex::new(()),
         });
         let stop_housekeeping = Arc::new(AtomicBool::new(false));
@@ -638,7 +703,7 @@ impl Dataplane {
         };
         Ok(Dataplane {
             res,
-            pool: built.pool,
+            groups,
             fdb,
             ports: built.ports,
             workers,
@@ -657,15 +722,14 @@ impl Dataplane {
 
     /// Opens configured port `index` of `cfg` (a port a reload adds), its sim traffic addressed
     /// through `id_of`. Nothing reaches the workers until [`Dataplane::change_ports`].
+    /// The port must belong in one of the running UMEM groups (see [`umem_group_of`]).
     pub fn open_port(&self, cfg: &Config, index: usize, id_of: &dyn Fn(&str) -> Option<PortId>) -> Result<OpenedPort> {
-        let mut registration = self.res.registration.lock().unwrap_or_else(|e| e.into_inner());
-        let mut ctx = OpenCtx {
-            umem: &self.res.umem,
-            pool: &self.res.pool,
-            workers: self.res.workers,
-            registration: &mut registration,
-        };
-        open_port(&mut ctx, cfg, index, id_of)
+        open_in_group(&self.res.groups, self.res.workers, cfg, index, id_of)
+    }
+
+    /// Frames in all UMEM groups.
+    pub fn total_frames(&self) -> usize {
+        self.groups.iter().map(|g| g.pool.total_frames()).sum()
     }
 
     /// `n` ids for new ports, given that the ports in `removed` go: the lowest free ones.
@@ -815,7 +879,10 @@ impl Dataplane {
         if panicked > 0 {
             bail!("{panicked} worker(s) panicked");
         }
-        check_no_leak(&self.pool, &[]).map_err(|e| anyhow::anyhow!("frame leak at shutdown: {e}"))?;
+        for g in self.groups.iter() {
+            check_no_leak(&g.pool, &[])
+                .map_err(|e| anyhow::anyhow!("frame leak at shutdown in UMEM group `{}`: {e}", g.name))?;
+        }
         Ok(())
     }
 }

@@ -101,7 +101,7 @@ pub fn run_sim(seconds: Option<u64>) -> Result<()> {
     let mut dp = Dataplane::start(&cfg)?;
     print_rates(&dp, seconds, &Vec::new)?;
     dp.stop()?;
-    println!("stopped: all {} frames are back in the pool", dp.pool.total_frames());
+    println!("stopped: all {} frames are back in the pool", dp.total_frames());
     Ok(())
 }
 
@@ -263,7 +263,7 @@ pub fn run(seconds: Option<u64>, sim: bool) -> Result<()> {
     let completed: u64 =
         sw.dataplane.workers.iter().flat_map(|w| &w.stats.ports).map(|p| p.checksums_completed.get()).sum();
     println!("checksums completed by the switch (left to offload by the senders): {completed}");
-    let frames = sw.dataplane.pool.total_frames();
+    let frames = sw.dataplane.total_frames();
     let stopped = sw.dataplane.stop_shared();
     drop(sw);
     drop(lab);

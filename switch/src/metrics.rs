@@ -14,6 +14,8 @@ use prometheus_client::registry::Registry;
 use wasmswitch_core::counter::Counter;
 use wasmswitch_core::fdb::CurrentFdb;
 use wasmswitch_core::pool::{PoolStats, SharedPool};
+
+use crate::drivers::UmemGroup;
 use wasmswitch_core::stats::{DropReason, WorkerStats};
 
 use crate::drivers::PortTable;
@@ -28,7 +30,8 @@ pub trait MetricsSource: Send + Sync + std::fmt::Debug {
 pub struct SwitchCollector {
     pub ports: PortTable,
     pub workers: Vec<Arc<WorkerStats>>,
-    pub pool: Arc<SharedPool>,
+    /// The UMEM groups' pools, by pool id.
+    pub groups: Arc<[UmemGroup]>,
     pub fdb: Arc<CurrentFdb>,
     pub start: Instant,
     pub extra: Vec<Arc<dyn MetricsSource>>,
@@ -326,6 +329,7 @@ impl Collector for SwitchCollector {
                         ("driver", p.driver.to_string()),
                         ("mode", p.mode.clone()),
                         ("queues", p.queues.to_string()),
+                        ("umem", p.umem.clone()),
                     ],
                     1,
                 )
@@ -366,19 +370,31 @@ impl Collector for SwitchCollector {
             "Frames sent to the release list (ring full).",
             |p| &p.recycle_released,
         )?;
-        gauge_family(e, "wasmswitch_pool_frames", "Frames in the pool.", &[(vec![], self.pool.total_frames() as i64)])?;
+        let per_group = |f: &dyn Fn(&SharedPool) -> usize| -> Vec<(Labels, i64)> {
+            self.groups.iter().map(|g| (vec![("umem", g.name.clone())], f(&g.pool) as i64)).collect()
+        };
+        gauge_family(
+            e,
+            "wasmswitch_pool_frames",
+            "Frames in the UMEM group's pool.",
+            &per_group(&|p| p.total_frames()),
+        )?;
         gauge_family(
             e,
             "wasmswitch_pool_frames_at_rest",
-            "Frames in the shared recycle ring and release list.",
-            &[(vec![], self.pool.frames_at_rest() as i64)],
+            "Frames in the UMEM group's shared recycle ring and release list.",
+            &per_group(&|p| p.frames_at_rest()),
         )?;
-        let cache: Vec<(Labels, i64)> = self
-            .workers
-            .iter()
-            .map(|w| (vec![("worker", w.worker.to_string())], w.cache_frames.get() as i64))
-            .collect();
-        gauge_family(e, "wasmswitch_pool_cache_frames", "Frames in a worker's alloc cache.", &cache)?;
+        let cache: Vec<(Labels, i64)> =
+            self.workers
+                .iter()
+                .flat_map(|w| {
+                    self.groups.iter().zip(&w.cache_frames).map(|(g, c)| {
+                        (vec![("worker", w.worker.to_string()), ("umem", g.name.clone())], c.get() as i64)
+                    })
+                })
+                .collect();
+        gauge_family(e, "wasmswitch_pool_cache_frames", "Frames in a worker's alloc cache of the UMEM group.", &cache)?;
 
         gauge_family(
             e,
@@ -427,6 +443,12 @@ impl Collector for SwitchCollector {
             "wasmswitch_mirror_copies",
             "Frame copies made for port mirrors.",
             &self.worker_samples(|w| w.mirror_copies.get()),
+        )?;
+        counter_family(
+            e,
+            "wasmswitch_umem_copies",
+            "Frames copied into another UMEM group's frame to leave by a port of that group.",
+            &self.worker_samples(|w| w.umem_copies.get()),
         )?;
 
         counter_family(

@@ -115,6 +115,54 @@ fn run_scrape_reload_and_drain() {
     assert!(log.contains("all 16384 frames are back in the pool"), "{log}");
 }
 
+/// The sample of `name` whose labels include every one of `labels` (`k="v"`), if any.
+fn sample(body: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|want| l.contains(want)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[test]
+fn two_umem_groups_forward_by_copy_report_per_group_and_drain_each() {
+    // p1 in a UMEM group of its own: p0's and p2's traffic to it crosses by copy.
+    let port = free_port();
+    let text = std::fs::read_to_string(repo("configs/sim.yaml"))
+        .unwrap()
+        .replace("127.0.0.1:9187", &format!("127.0.0.1:{port}"))
+        .replace("  - name: p1\n", "  - name: p1\n    umem: second\n");
+    let cfg = tempfile_path::write(&text);
+    let check = Command::new(bin()).args(["check", "-c"]).arg(&cfg.0).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c"]).arg(&cfg.0).stderr(Stdio::piped());
+    die_with_test(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    wait_healthy(port, &mut child);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (_, m) = http(port, "GET", "/metrics").unwrap();
+    for group in ["copy", "second"] {
+        let umem = format!("umem=\"{group}\"");
+        assert_eq!(sample(&m, "wasmswitch_pool_frames", &[&umem]), Some(16384.0), "{group}'s pool: {m}");
+        assert!(sample(&m, "wasmswitch_pool_frames_at_rest", &[&umem]).is_some(), "{group} at rest");
+        assert!(sample(&m, "wasmswitch_pool_cache_frames", &[&umem, "worker=\"0\""]).is_some(), "{group} cache");
+    }
+    assert!(sample(&m, "wasmswitch_port_info", &["port=\"p1\"", "umem=\"second\""]).is_some(), "{m}");
+    assert!(sample(&m, "wasmswitch_port_info", &["port=\"p0\"", "umem=\"copy\""]).is_some(), "{m}");
+    assert!(metric_sum(&m, "wasmswitch_umem_copies_total") > 1000.0, "frames crossed by copy: {m}");
+    assert!(metric_sum(&m, "wasmswitch_port_tx_packets_total") > 10_000.0);
+    let (_, ports) = http(port, "GET", "/api/v1/ports").unwrap();
+    assert!(ports.contains("\"umem\":\"second\""), "{ports}");
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit 0 after SIGTERM: {log}");
+    assert!(log.contains("2 UMEM groups (copy, second)"), "{log}");
+    // 16,384 frames in each group, every one back in its own pool (a frame of one group in the
+    // other's would fail the shutdown check).
+    assert!(log.contains("all 32768 frames are back in the pool"), "{log}");
+}
+
 #[test]
 fn check_accepts_every_shipped_config() {
     for entry in std::fs::read_dir(repo("configs")).unwrap() {

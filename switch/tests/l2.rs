@@ -58,6 +58,7 @@ fn rig_with(l2: Vec<PortL2>, host: Option<PortId>, frames: u32, aging: u32) -> R
                 complete_partial_checksums: false,
                 l2: Default::default(),
                 storm: Default::default(),
+                pool: 0,
             }
         })
         .zip(l2)
@@ -470,6 +471,7 @@ fn millions_of_random_frames_leak_nothing() {
                 complete_partial_checksums: false,
                 l2,
                 storm: Default::default(),
+                pool: 0,
             }
         })
         .collect();

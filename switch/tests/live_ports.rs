@@ -137,6 +137,20 @@ fn a_reload_storm_of_sim_ports_loses_nothing_and_refuses_what_it_cannot_open() {
     assert!(e.starts_with("reload refused, nothing was changed") && e.contains("nic"), "{e}");
     assert_eq!(port_names(&sw), ["gen", "sink"]);
     assert_eq!(sw.config().ports.len(), 2, "the running config is unchanged");
+    // A port in a UMEM group the running switch does not have: refused by name (the workers'
+    // pool caches are fixed at start), nothing changes.
+    dir.write(&sim_yaml(Some(&format!("{extra}    umem: other\n"))));
+    let e = sw.reload().expect_err("a new UMEM group needs a restart");
+    assert!(e.starts_with("reload refused, nothing was changed"), "{e}");
+    assert!(e.contains("port `extra` belongs in UMEM group `other`") && e.contains("needs a restart"), "{e}");
+    assert_eq!(port_names(&sw), ["gen", "sink"]);
+    // Moving a running port to another group is a restart key, refused by name.
+    dir.write(&sim_yaml(None).replace("  - name: sink\n", "  - name: sink\n    umem: copy\n"));
+    sw.reload().unwrap_or_else(|e| panic!("naming the group a port is in already changes nothing: {e}"));
+    dir.write(&sim_yaml(None).replace("  - name: sink\n", "  - name: sink\n    umem: other\n"));
+    let e = sw.reload().expect_err("moving a port to another UMEM group needs a restart");
+    assert!(e.contains("ports[1].umem"), "{e}");
+    assert_eq!(port_names(&sw), ["gen", "sink"]);
     // A sim port's settings change by replacing its queues; its counters carry on.
     let before = sim_totals(&sw, "gen").0;
     dir.write(&sim_yaml(None).replace("queues: 2", "queues: 1"));

@@ -234,3 +234,50 @@ fn generic_mode_turns_gro_off_while_attached_and_tcp_flows() {
         assert!(gro_on(&h.switch_if), "GRO is back on {} after the port closed", h.switch_if);
     }
 }
+
+fn umem_copies(dp: &Dataplane) -> u64 {
+    dp.workers.iter().map(|w| w.stats.umem_copies.get()).sum()
+}
+
+#[test]
+fn tcp_crosses_umem_groups_by_copy_and_stays_zero_copy_within_one() {
+    // h1 and h2 share the default UMEM group (`copy`, veth's bind mode); h3's port is given a
+    // second copy-mode UMEM of its own, standing in for a zero-copy NIC's (the kernel lets copy
+    // and zero-copy sockets share no UMEM). TCP both ways needs every frame of the h1-h3 path
+    // copied between the groups, and none of the h1-h2 path.
+    if !require_lab("tcp_crosses_umem_groups_by_copy_and_stays_zero_copy_within_one") {
+        return;
+    }
+    let lab = Lab::create(&prefix("e"), 3, 1, 35).unwrap();
+    let (h1, h2, h3) = (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2]);
+    let mut yaml = lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep");
+    yaml = yaml.replace("  - name: h3\n", "  - name: h3\n    umem: second\n");
+    let mut dp = start(&yaml);
+    let groups: Vec<&str> = dp.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(groups, ["copy", "second"]);
+    let umem_of = |name: &str| dp.ports.get(dp.ports.id_of(name).unwrap()).unwrap().umem.clone();
+    assert_eq!([umem_of("h1"), umem_of("h2"), umem_of("h3")], ["copy", "copy", "second"]);
+    assert!(h1.ping(&h2.ip, 3).unwrap() && h1.ping(&h3.ip, 3).unwrap(), "ping within and across groups");
+    let (_s2, _s3) = (Iperf3Server::start(h2, 5201), Iperf3Server::start(h3, 5201));
+
+    let before = umem_copies(&dp);
+    let (bytes, retrans) = tcp(h1, &h2.ip, 5201).unwrap_or_else(|e| panic!("TCP within the group: {e}"));
+    assert!(bytes > 10 << 20 && retrans <= MAX_RETRANSMITS, "within: {bytes} bytes, {retrans} retransmits");
+    let within = umem_copies(&dp) - before;
+    // Only broadcasts (ARP) that h3 gets as the last of a flood cross: a handful, not the stream.
+    assert!(within < 20, "{within} frames copied across groups for TCP within one group");
+
+    let before = umem_copies(&dp);
+    let (bytes, retrans) = tcp(h1, &h3.ip, 5201).unwrap_or_else(|e| panic!("TCP across groups: {e}"));
+    eprintln!("TCP across UMEM groups: {:.2} Gbit/s, {retrans} retransmits", bytes as f64 * 8.0 / 3e9);
+    assert!(bytes > 10 << 20 && retrans <= MAX_RETRANSMITS, "across: {bytes} bytes, {retrans} retransmits");
+    let across = umem_copies(&dp) - before;
+    // Every data segment one way and every ACK the other is copied once (GSO frames are at most
+    // an MTU here, so 10 MiB is at least 7,000 of them).
+    assert!(across > 7_000, "only {across} frames copied across groups for {bytes} bytes of TCP");
+    for r in [DropReason::TxFull, DropReason::PoolEmpty, DropReason::NoEgress] {
+        assert_eq!(drops(&dp, r), 0, "no frame dropped as {}", r.label());
+    }
+    // Shutdown checks each group's pool: every frame back, none in the other group's.
+    dp.stop().expect("no frame leaked in either UMEM group");
+}

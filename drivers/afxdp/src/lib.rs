@@ -47,7 +47,8 @@
 //!
 //! [`profile`] picks native/generic attach and copy/zero-copy bind from the kernel driver name
 //! (`mlx5_core`, `mvpp2`, `veth`, anything else); [`Overrides`] win. All sockets of one UMEM use
-//! the bind mode of the first (a kernel rule); mixing zero-copy and copy ports needs two UMEMs.
+//! the bind mode of the first (a kernel rule); mixing zero-copy and copy ports needs two UMEMs
+//! (the switch gives each bind mode its own: [`decide`] tells which a port needs).
 //!
 //! # Frame ownership
 //!
@@ -67,7 +68,7 @@ pub mod xsk;
 mod port;
 
 pub use error::AfXdpError;
-pub use port::{probe, AfXdpPort, PortSpec, QueueMonitor, UmemRegistration};
+pub use port::{decide, probe, AfXdpPort, PortSpec, QueueMonitor, UmemRegistration};
 pub use profile::{AttachMode, BindMode, Decision, Overrides, RingSizes};
 pub use queue::{AfXdpQueue, QueueStats};
 pub use xsk::XdpStatistics;

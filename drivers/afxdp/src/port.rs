@@ -196,6 +196,13 @@ pub fn probe(iface: &str) -> (String, u32) {
     (driver, channels)
 }
 
+/// What [`AfXdpPort::open`] would choose for `spec` (profile from the driver, then the
+/// overrides), without opening anything: e.g. to pick the UMEM a port's bind mode needs.
+pub fn decide(spec: &PortSpec) -> Decision {
+    let (driver, channels) = probe(&spec.iface);
+    profile::decide(&driver, channels, &spec.overrides)
+}
+
 fn check_ring(iface: &str, ring: &'static str, size: u32) -> Result<(), AfXdpError> {
     if size.is_power_of_two() && (64..=65536).contains(&size) {
         Ok(())
@@ -236,8 +243,7 @@ impl AfXdpPort {
         if !(2048..=4096).contains(&fs) {
             return Err(AfXdpError::BadFrameSize(fs));
         }
-        let (driver, channels) = probe(iface);
-        let decision = profile::decide(&driver, channels, &spec.overrides);
+        let decision = decide(spec);
         if let Some(&q) = decision.queues.iter().find(|&&q| q >= decision.channels) {
             return Err(AfXdpError::QueueOutOfRange { iface: iface.into(), queue: q, channels: decision.channels });
         }

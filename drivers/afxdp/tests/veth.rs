@@ -416,6 +416,7 @@ fn forwards_between_two_veths_through_the_pipeline_on_one_umem() {
         complete_partial_checksums: false,
         l2: Default::default(),
         storm: Default::default(),
+        pool: 0,
     };
     let cache = PoolCache::new(shared.clone(), 128, AllocMode::Recycling);
     let stats = Arc::new(WorkerStats::new(0, 2, cache.stats().clone()));

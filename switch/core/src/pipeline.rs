@@ -5,13 +5,19 @@
 //! frames to the host) → each frame put in its egress port's VLAN form in place → one TX burst
 //! per egress port (egress mirrors copy here) → completions back to the pool in bulk.
 //! No allocation, lock or syscall per packet; drivers get one call per burst per queue.
+//!
+//! UMEM groups: every port draws its frames from one pool (its UMEM group, see
+//! [`PortSlot::pool`]). A frame leaves by a port of its own group as it is, without a copy; a
+//! frame bound for a port of another group is copied into a frame of that group first, and
+//! its original goes back to its own pool. So everything staged for a port is in that port's
+//! UMEM, and every frame goes back to the pool it came from.
 
 use std::sync::Arc;
 
 use crate::batch::{Batch, Desc, L2Header, BATCH_SIZE};
 use crate::counter::cycles;
 use crate::fdb::{Fdb, Learned};
-use crate::pool::{BulkReturn, PoolCache};
+use crate::pool::{BulkReturn, PoolCache, PoolId, MAX_POOLS};
 use crate::port::{PortId, PortQueue};
 use crate::stats::{DropReason, WorkerStats};
 use crate::umem::Umem;
@@ -53,6 +59,9 @@ pub struct PortSlot {
     pub l2: PortL2,
     /// This worker's storm-control window on the port.
     pub storm: StormState,
+    /// The pool (UMEM group) the port's frames come from and leave from: an index into the
+    /// pipeline's pools. Ports of one group forward to each other without copying.
+    pub pool: PoolId,
 }
 
 impl PortSlot {
@@ -69,6 +78,7 @@ impl PortSlot {
             complete_partial_checksums: false,
             l2: PortL2::default(),
             storm: StormState::default(),
+            pool: 0,
         }
     }
 
@@ -112,30 +122,33 @@ fn rx_list(ports: &[PortSlot]) -> Vec<(PortId, usize)> {
         .collect()
 }
 
-/// One worker: its ports, its pool cache, the shared FDB, its counters.
+/// One worker: its ports, its pool caches (one per UMEM group), the shared FDB, its counters.
 pub struct Pipeline {
     ports: Vec<PortSlot>,
-    pool: PoolCache,
+    /// By pool id: `pools[i].id() == i`.
+    pools: Vec<PoolCache>,
     fdb: Arc<Fdb>,
     stats: Arc<WorkerStats>,
     opts: PipelineOptions,
     batch: Batch,
     /// Per egress port, descriptors staged for this round's TX burst.
     staged: Vec<Vec<Desc>>,
-    /// Frames to give back after the round (drops), returned in bulk.
-    dropped: Vec<u64>,
+    /// Per pool, frames to give back after the round (drops, originals of cross-group
+    /// copies), returned in bulk.
+    dropped: Vec<Vec<u64>>,
     /// (port, queue index in its slot) of every queue this worker polls for RX.
     rx_list: Vec<(PortId, usize)>,
     /// TX completions on their way back to the pool; kept across rounds (empty between them),
     /// so the pool it returns to is looked up once, not every round.
     bulk: BulkReturn,
-    /// The pool's UMEM (the one `pool` hands frames of), held apart from it so a batch can
-    /// read frames while it allocates; every frame access of the pipeline goes through it.
-    umem: Arc<Umem>,
+    /// Each pool's UMEM (`umems[i]` is `pools[i]`'s), held apart from the pools so a batch
+    /// can read frames while it allocates; every frame access of the pipeline goes through it.
+    umems: Vec<Arc<Umem>>,
     now: u32,
 }
 
 impl Pipeline {
+    /// A worker whose ports all draw from `pool` (one UMEM group, pool id 0).
     pub fn new(
         ports: Vec<PortSlot>,
         pool: PoolCache,
@@ -143,27 +156,48 @@ impl Pipeline {
         stats: Arc<WorkerStats>,
         opts: PipelineOptions,
     ) -> Self {
+        Self::with_pools(ports, vec![pool], fdb, stats, opts)
+    }
+
+    /// A worker with a cache on each of `pools` (one per UMEM group); `pools[i]` must be the
+    /// cache of pool id `i`, and every port's [`PortSlot::pool`] one of them.
+    ///
+    /// # Panics
+    /// If `pools` is empty, longer than [`MAX_POOLS`] or out of order, or a port names a pool
+    /// that is not there.
+    pub fn with_pools(
+        ports: Vec<PortSlot>,
+        pools: Vec<PoolCache>,
+        fdb: Arc<Fdb>,
+        stats: Arc<WorkerStats>,
+        opts: PipelineOptions,
+    ) -> Self {
+        assert!((1..=MAX_POOLS).contains(&pools.len()), "a pipeline has 1 to {MAX_POOLS} pools");
+        for (i, p) in pools.iter().enumerate() {
+            assert_eq!(p.id() as usize, i, "pools must be given in pool id order");
+        }
         let mut ports = ports;
         for p in &mut ports {
+            assert!((p.pool as usize) < pools.len(), "a port of pool {} that is not given", p.pool);
             // Nothing can be sent on a port without queues.
             p.up &= !p.queues.is_empty();
         }
         let n = ports.len();
         // Worst case per round: every packet of every RX burst floods to every port.
         let per_port = BATCH_SIZE * n.max(1);
-        let umem = pool.umem().clone();
+        let umems = pools.iter().map(|p| p.umem().clone()).collect();
         Self {
             rx_list: rx_list(&ports),
             staged: (0..n).map(|_| Vec::with_capacity(per_port)).collect(),
-            dropped: Vec::with_capacity(BATCH_SIZE * 2),
+            dropped: pools.iter().map(|_| Vec::with_capacity(BATCH_SIZE * 2)).collect(),
             ports,
-            pool,
+            pools,
             fdb,
             stats,
             opts,
             batch: Batch::default(),
             bulk: if opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() },
-            umem,
+            umems,
             now: 0,
         }
     }
@@ -172,8 +206,9 @@ impl Pipeline {
         &self.stats
     }
 
-    pub fn pool(&self) -> &PoolCache {
-        &self.pool
+    /// This worker's cache on each pool, by pool id.
+    pub fn pools(&self) -> &[PoolCache] {
+        &self.pools
     }
 
     pub fn ports(&self) -> &[PortSlot] {
@@ -206,6 +241,7 @@ impl Pipeline {
     /// [`Pipeline::detach_port`]).
     pub fn attach_port(&mut self, port: PortId, mut slot: PortSlot, fresh: bool) -> Option<PortSlot> {
         let i = port as usize;
+        assert!((slot.pool as usize) < self.pools.len(), "a port of pool {} that is not given", slot.pool);
         let mut old = self.detach_port(port);
         if !fresh {
             // A port reopened with new settings keeps the state of the plugins that stay.
@@ -240,20 +276,21 @@ impl Pipeline {
     pub fn detach_port(&mut self, port: PortId) -> Option<PortSlot> {
         let slot = self.ports.get_mut(port as usize)?;
         let mut slot = std::mem::replace(slot, PortSlot::absent());
-        self.release(&mut slot.queues);
+        self.release(slot.pool, &mut slot.queues);
         self.rebuild_rx_list();
         Some(slot).filter(|s| !s.queues.is_empty() || s.ingress.is_some())
     }
 
-    /// Collects the completions of `queues` and returns every frame they hold to the pool.
-    fn release(&mut self, queues: &mut [Box<dyn PortQueue>]) {
+    /// Collects the completions of `queues` and returns every frame they hold to `pool`.
+    fn release(&mut self, pool: PoolId, queues: &mut [Box<dyn PortQueue>]) {
+        let pool = &mut self.pools[pool as usize];
         let mut bulk = if self.opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() };
         for queue in queues.iter_mut() {
-            queue.complete(&mut self.pool, &mut bulk);
+            queue.complete(pool, &mut bulk);
         }
-        bulk.flush(&mut self.pool);
+        bulk.flush(pool);
         for queue in queues.iter_mut() {
-            queue.release_all(&mut self.pool);
+            queue.release_all(pool);
         }
     }
 
@@ -269,7 +306,8 @@ impl Pipeline {
         let Some(slot) = self.ports.get_mut(port as usize) else { return queues };
         let mut old = std::mem::replace(&mut slot.queues, queues);
         slot.up = !slot.queues.is_empty();
-        self.release(&mut old);
+        let pool = slot.pool;
+        self.release(pool, &mut old);
         self.rebuild_rx_list();
         old
     }
@@ -327,13 +365,16 @@ impl Pipeline {
         if received > 0 || completed > 0 {
             self.stats.busy_cycles.add(cycles().wrapping_sub(start));
         }
-        self.stats.cache_frames.set(self.pool.cached().len() as u64);
+        for (gauge, pool) in self.stats.cache_frames.iter().zip(&self.pools) {
+            gauge.set(pool.cached().len() as u64);
+        }
         received
     }
 
     fn rx_one(&mut self, p: PortId, q: usize) -> usize {
         let pi = p as usize;
-        let n = self.ports[pi].queues[q].rx_burst(&mut self.pool, &mut self.batch.descs);
+        let g = self.ports[pi].pool as usize;
+        let n = self.ports[pi].queues[q].rx_burst(&mut self.pools[g], &mut self.batch.descs);
         if n == 0 {
             return 0;
         }
@@ -352,10 +393,19 @@ impl Pipeline {
             ForwardMode::Cross => {
                 let out = pi ^ 1;
                 if out < self.ports.len() && self.ports[out].up {
-                    self.staged[out].extend_from_slice(&self.batch.descs[..n]);
+                    if self.ports[out].pool as usize == g {
+                        self.staged[out].extend_from_slice(&self.batch.descs[..n]);
+                    } else {
+                        for i in 0..n {
+                            let f = Frame { d: self.batch.descs[i], vlan: 0, tag: None, pool: g as PoolId };
+                            if let Some(f) = self.copy_into_pool_of(pi, out, f) {
+                                self.staged[out].push(f.d);
+                            }
+                        }
+                    }
                 } else {
                     for i in 0..n {
-                        self.drop_frame(pi, self.batch.descs[i].addr, DropReason::NoEgress);
+                        self.drop_frame(pi, g as PoolId, self.batch.descs[i].addr, DropReason::NoEgress);
                     }
                 }
             }
@@ -380,10 +430,11 @@ impl Pipeline {
     /// malformed IP header is only dropped where something would look at it.
     fn parse_batch(&mut self, p: PortId) {
         let pi = p as usize;
+        let slot = &self.ports[pi];
+        let g = slot.pool as usize;
         // A reference, not a clone: the `Arc` is shared by every worker, and its count's cache
         // line would bounce between them once per batch.
-        let umem: &Umem = &self.umem;
-        let slot = &self.ports[pi];
+        let umem: &Umem = &self.umems[g];
         let max = slot.max_frame;
         let fix_checksums = slot.complete_partial_checksums;
         let deep = fix_checksums || slot.ingress.is_some() || self.opts.parse_all;
@@ -409,8 +460,8 @@ impl Pipeline {
             };
             if mirrors && parsed.is_ok() {
                 for &m in &l2.mirror_ingress {
-                    if self.ports.get(m as usize).is_some_and(|s| s.up) {
-                        match duplicate(&mut self.pool, d) {
+                    if let Some(mp) = self.ports.get(m as usize).filter(|s| s.up).map(|s| s.pool as usize) {
+                        match duplicate(umem, &mut self.pools[mp], d) {
                             Some(c) => {
                                 self.staged[m as usize].push(c);
                                 self.stats.mirror_copies.inc();
@@ -452,7 +503,7 @@ impl Pipeline {
                 }
                 Err(reason) => {
                     st.drop(reason);
-                    self.dropped.push(d.addr);
+                    self.dropped[g].push(d.addr);
                 }
             }
         }
@@ -465,14 +516,16 @@ impl Pipeline {
     fn verdicts(&mut self, p: PortId) {
         let pi = p as usize;
         let queue = self.ports[pi].queue_index;
+        let umem = &self.umems[self.ports[pi].pool as usize];
         let Some(stage) = self.ports[pi].ingress.as_mut() else { return };
         let b = &mut self.batch;
-        let view = BatchView { in_port: p, queue, umem: &self.umem, descs: &b.descs[..b.len], meta: &b.meta[..b.len] };
+        let view = BatchView { in_port: p, queue, umem, descs: &b.descs[..b.len], meta: &b.meta[..b.len] };
         stage.run(&view, &mut b.verdicts[..b.len]);
     }
 
     fn forward(&mut self, p: PortId) {
         let pi = p as usize;
+        let g = self.ports[pi].pool;
         let nports = self.ports.len();
         let mut last_src = u64::MAX;
         // Prefetch pass: start every FDB bucket load of the batch before using any (VPP-style),
@@ -484,17 +537,17 @@ impl Pipeline {
         for i in 0..self.batch.len {
             let d = self.batch.descs[i];
             let h = self.batch.l2[i];
-            let f = Frame { d, vlan: h.vlan, tag: h.tag };
+            let f = Frame { d, vlan: h.vlan, tag: h.tag, pool: g };
             let egress = match self.batch.verdicts[i] {
                 Verdict::Drop => {
-                    self.drop_frame(pi, d.addr, DropReason::Policy);
+                    self.drop_frame(pi, g, d.addr, DropReason::Policy);
                     continue;
                 }
                 Verdict::Redirect(q) => {
                     if (q as usize) < nports && self.ports[q as usize].up {
                         self.send(pi, q as usize, f);
                     } else {
-                        self.drop_frame(pi, d.addr, DropReason::BadRedirect);
+                        self.drop_frame(pi, g, d.addr, DropReason::BadRedirect);
                         if let Some(stage) = self.ports[pi].ingress.as_mut() {
                             stage.bad_redirect(i, q);
                         }
@@ -504,7 +557,7 @@ impl Pipeline {
                 Verdict::Host => {
                     match self.opts.host_port {
                         Some(h) if self.ports[h as usize].up => self.send(pi, h as usize, f),
-                        _ => self.drop_frame(pi, d.addr, DropReason::NoEgress),
+                        _ => self.drop_frame(pi, g, d.addr, DropReason::NoEgress),
                     }
                     continue;
                 }
@@ -519,13 +572,13 @@ impl Pipeline {
                 Verdict::Pass => self.l2_lookup(p, &h, &mut last_src),
             };
             match egress {
-                Egress::Port(q) if q == p => self.drop_frame(pi, d.addr, DropReason::Hairpin),
+                Egress::Port(q) if q == p => self.drop_frame(pi, g, d.addr, DropReason::Hairpin),
                 Egress::Port(q) if self.ports[q as usize].up => {
                     if self.ports[q as usize].l2.vlan.members.contains(f.vlan) {
                         self.send(pi, q as usize, f);
                     } else {
                         // A static entry (or a reload) points outside the VLAN.
-                        self.drop_frame(pi, d.addr, DropReason::VlanFiltered);
+                        self.drop_frame(pi, g, d.addr, DropReason::VlanFiltered);
                     }
                 }
                 // Learned on a port that is down: flood instead (it may have moved).
@@ -535,7 +588,7 @@ impl Pipeline {
                     self.stats.ports[pi].link_local.inc();
                     match self.opts.host_port {
                         Some(h) if h != p && self.ports[h as usize].up => self.send(pi, h as usize, f),
-                        _ => self.drop_frame(pi, d.addr, DropReason::LinkLocal),
+                        _ => self.drop_frame(pi, g, d.addr, DropReason::LinkLocal),
                     }
                 }
             }
@@ -582,7 +635,7 @@ impl Pipeline {
         if slot.storm.admit(&slot.l2.storm, class, self.now) {
             self.flood(p, f);
         } else {
-            self.drop_frame(pi, f.d.addr, DropReason::Storm);
+            self.drop_frame(pi, f.pool, f.d.addr, DropReason::Storm);
         }
     }
 
@@ -592,7 +645,7 @@ impl Pipeline {
         let pi = p as usize;
         let member = |q: usize, s: &PortSlot| q != pi && s.up && s.l2.vlan.members.contains(f.vlan);
         let Some(last) = self.ports.iter().enumerate().rposition(|(q, s)| member(q, s)) else {
-            self.drop_frame(pi, f.d.addr, DropReason::NoEgress);
+            self.drop_frame(pi, f.pool, f.d.addr, DropReason::NoEgress);
             return;
         };
         for q in 0..last {
@@ -603,9 +656,14 @@ impl Pipeline {
         self.send(pi, last, f);
     }
 
-    /// Stages `f` for port `q`, reshaped in place for `q`'s VLAN form.
+    /// Stages `f` for port `q`, reshaped in place for `q`'s VLAN form (after a copy into `q`'s
+    /// UMEM group if it is of another).
     #[inline(always)]
     fn send(&mut self, ingress: usize, q: usize, f: Frame) {
+        if self.ports[q].pool != f.pool {
+            self.send_across(ingress, q, f);
+            return;
+        }
         let untagged = self.ports[q].l2.vlan.untagged(f.vlan);
         // Untagged in and out (every port of a config without VLANs), or tagged in and out
         // (trunk to trunk) with a real VID: the frame leaves as it came.
@@ -622,26 +680,55 @@ impl Pipeline {
 
     #[inline(never)]
     fn send_reshaped(&mut self, ingress: usize, q: usize, f: Frame, untagged: bool) {
-        match egress_form(&self.umem, f, untagged) {
+        match egress_form(&self.umems[f.pool as usize], f, untagged) {
             Some(d) => self.staged[q].push(d),
-            None => self.drop_frame(ingress, f.d.addr, DropReason::NoHeadroom),
+            None => self.drop_frame(ingress, f.pool, f.d.addr, DropReason::NoHeadroom),
         }
     }
 
-    /// Stages a copy of `f` (in a fresh frame) for port `q`, in `q`'s VLAN form.
+    /// [`Pipeline::send`] for a frame of another UMEM group than `q`'s: the copy goes.
+    #[cold]
+    #[inline(never)]
+    fn send_across(&mut self, ingress: usize, q: usize, f: Frame) {
+        if let Some(f) = self.copy_into_pool_of(ingress, q, f) {
+            self.send(ingress, q, f);
+        }
+    }
+
+    /// `f` copied into a frame of `q`'s pool, its original given back to its own pool; `None`
+    /// (the original dropped as `PoolEmpty`) when `q`'s pool has no frame.
+    fn copy_into_pool_of(&mut self, ingress: usize, q: usize, f: Frame) -> Option<Frame> {
+        let to = self.ports[q].pool;
+        let copy = duplicate(&self.umems[f.pool as usize], &mut self.pools[to as usize], f.d);
+        match copy {
+            Some(d) => {
+                self.stats.umem_copies.inc();
+                self.dropped[f.pool as usize].push(f.d.addr);
+                Some(Frame { d, pool: to, ..f })
+            }
+            None => {
+                self.drop_frame(ingress, f.pool, f.d.addr, DropReason::PoolEmpty);
+                None
+            }
+        }
+    }
+
+    /// Stages a copy of `f` (in a fresh frame of `q`'s pool) for port `q`, in `q`'s VLAN form.
     fn copy_to(&mut self, ingress: usize, q: usize, f: Frame) {
-        let Some(d) = duplicate(&mut self.pool, f.d) else {
+        let to = self.ports[q].pool;
+        let Some(d) = duplicate(&self.umems[f.pool as usize], &mut self.pools[to as usize], f.d) else {
             self.stats.ports[ingress].drop(DropReason::PoolEmpty);
             return;
         };
         self.stats.flood_copies.inc();
-        self.send(ingress, q, Frame { d, ..f });
+        self.send(ingress, q, Frame { d, pool: to, ..f });
     }
 
+    /// Drops a frame of `pool` received on port `ingress`, counted there.
     #[inline]
-    fn drop_frame(&mut self, ingress: usize, addr: u64, reason: DropReason) {
+    fn drop_frame(&mut self, ingress: usize, pool: PoolId, addr: u64, reason: DropReason) {
         self.stats.ports[ingress].drop(reason);
-        self.dropped.push(addr);
+        self.dropped[pool as usize].push(addr);
     }
 
     /// One TX burst per egress port with staged frames; what a full ring refuses is dropped.
@@ -654,6 +741,8 @@ impl Pipeline {
             }
             let staged = &self.staged[q];
             let port = &mut self.ports[q];
+            // Everything staged for a port is in the port's own pool (see the module doc).
+            let pool = port.pool as usize;
             let sent = if port.up { port.queues[0].tx_burst(staged) } else { 0 };
             let st = &self.stats.ports[q];
             st.tx_packets.add(sent as u64);
@@ -663,14 +752,16 @@ impl Pipeline {
                 for _ in sent..staged.len() {
                     st.drop(DropReason::TxFull);
                 }
-                self.dropped.extend(staged[sent..].iter().map(|d| d.addr));
+                self.dropped[pool].extend(staged[sent..].iter().map(|d| d.addr));
             }
             port.queues[0].flush_tx();
             self.staged[q].clear();
         }
-        if !self.dropped.is_empty() {
-            self.pool.put_bulk(&self.dropped);
-            self.dropped.clear();
+        for (dropped, pool) in self.dropped.iter_mut().zip(&mut self.pools) {
+            if !dropped.is_empty() {
+                pool.put_bulk(dropped);
+                dropped.clear();
+            }
         }
     }
 
@@ -681,14 +772,15 @@ impl Pipeline {
             if self.ports[q].l2.mirror_egress.is_empty() || self.staged[q].is_empty() {
                 continue;
             }
+            let from = &self.umems[self.ports[q].pool as usize];
             for k in 0..self.staged[q].len() {
                 let d = self.staged[q][k];
                 for j in 0..self.ports[q].l2.mirror_egress.len() {
                     let m = self.ports[q].l2.mirror_egress[j] as usize;
-                    if m == q || !self.ports.get(m).is_some_and(|s| s.up) {
+                    let Some(to) = self.ports.get(m).filter(|s| s.up && m != q).map(|s| s.pool as usize) else {
                         continue;
-                    }
-                    match duplicate(&mut self.pool, d) {
+                    };
+                    match duplicate(from, &mut self.pools[to], d) {
                         Some(c) => {
                             self.staged[m].push(c);
                             self.stats.mirror_copies.inc();
@@ -700,43 +792,53 @@ impl Pipeline {
         }
     }
 
-    /// Drains every port's completions into the pool through a `BulkReturn`.
+    /// Drains every port's completions into its pool through a `BulkReturn`, flushed when the
+    /// pool changes from one port to the next and at the end.
     fn complete(&mut self) -> usize {
         let mut n = 0;
+        let mut g = 0;
         for port in self.ports.iter_mut() {
+            if port.pool as usize != g && !port.queues.is_empty() {
+                self.bulk.flush(&mut self.pools[g]);
+                g = port.pool as usize;
+            }
             for queue in port.queues.iter_mut() {
-                n += queue.complete(&mut self.pool, &mut self.bulk);
+                n += queue.complete(&mut self.pools[g], &mut self.bulk);
             }
         }
-        self.bulk.flush(&mut self.pool);
+        self.bulk.flush(&mut self.pools[g]);
         n
     }
 
     /// Shuts the worker down: final completions, then every frame held by the drivers and the
-    /// cache goes back to the shared pool.
+    /// caches goes back to the shared pools.
     pub fn shutdown(&mut self) {
         self.complete();
         for port in self.ports.iter_mut() {
             for queue in port.queues.iter_mut() {
-                queue.release_all(&mut self.pool);
+                queue.release_all(&mut self.pools[port.pool as usize]);
             }
         }
-        self.pool.drain();
+        for pool in &mut self.pools {
+            pool.drain();
+        }
     }
 
-    /// Frames held by this worker's queues and cache right now.
+    /// Frames held by this worker's queues and caches right now.
     pub fn frames_held(&self) -> usize {
-        self.ports.iter().map(PortSlot::frames_held).sum::<usize>() + self.pool.cached().len()
+        self.ports.iter().map(PortSlot::frames_held).sum::<usize>()
+            + self.pools.iter().map(|p| p.cached().len()).sum::<usize>()
     }
 }
 
-/// A frame on its way through the L2 stage: where it is, the VLAN it is switched in, and
-/// the VID of the 802.1Q tag it arrived with (see [`L2Header::tag`]).
+/// A frame on its way through the L2 stage: where it is (its pool and descriptor), the VLAN
+/// it is switched in, and the VID of the 802.1Q tag it arrived with (see [`L2Header::tag`]).
 #[derive(Clone, Copy)]
 struct Frame {
     d: Desc,
     vlan: u16,
     tag: Option<u16>,
+    pool: PoolId,
 }
 
 /// Where the L2 lookup sends a frame.
@@ -752,7 +854,7 @@ enum Egress {
 /// `None` when a tag must be pushed and the frame has no headroom left.
 #[inline]
 fn egress_form(umem: &Umem, f: Frame, untagged: bool) -> Option<Desc> {
-    let Frame { d, vlan, tag: vid } = f;
+    let Frame { d, vlan, tag: vid, .. } = f;
     let len = d.len as usize;
     let tag = ethernet::TAG_LEN as u64;
     match (vid.is_some(), untagged) {
@@ -782,19 +884,25 @@ fn egress_form(umem: &Umem, f: Frame, untagged: bool) -> Option<Desc> {
     }
 }
 
-/// A copy of `d` in a fresh frame from `pool`, at the same offset in its frame (so it keeps
-/// the original's headroom); `None` when the pool is empty.
+/// A copy of `d` (a frame of `from`) in a fresh frame from `pool`, at the same offset in its
+/// frame (so it keeps the original's headroom); `None` when the pool is empty. `pool` may be
+/// `from`'s or another UMEM group's.
 #[inline]
-fn duplicate(pool: &mut PoolCache, d: Desc) -> Option<Desc> {
+fn duplicate(from: &Umem, pool: &mut PoolCache, d: Desc) -> Option<Desc> {
     let copy = pool.alloc()?;
-    let umem = pool.umem();
-    let off = d.addr - umem.frame_base(d.addr);
+    let to = pool.umem();
+    let off = d.addr - from.frame_base(d.addr);
     let len = d.len as usize;
     // SAFETY: `d`'s frame is held by this worker and only read while this slice lives.
-    let src = unsafe { umem.bytes(d.addr, len) };
-    // SAFETY: `copy` was just allocated to this worker and is a different frame from `d`'s, so
-    // the two slices do not overlap.
-    let dst = unsafe { umem.bytes_mut(copy + off, len) };
+    let src = unsafe { from.bytes(d.addr, len) };
+    // SAFETY: `copy` was just allocated to this worker and is a different frame from `d`'s
+    // (of another UMEM, or another frame of the same), so the two slices do not overlap.
+    let dst = unsafe { to.bytes_mut(copy + off, len) };
+    if dst.len() != src.len() {
+        // Only if the UMEMs' frame sizes differ (a switch's never do): no copy rather than a panic.
+        pool.put(copy);
+        return None;
+    }
     dst.copy_from_slice(src);
     Some(Desc { addr: copy + off, len: d.len, options: 0 })
 }
@@ -909,5 +1017,113 @@ mod tests {
         pipe.shutdown();
         drop(pipe);
         check_no_leak(&pool, &[]).unwrap();
+    }
+
+    /// A queue of one UMEM group that receives whole frames and records the bytes it is asked
+    /// to send, read from its own UMEM: a frame of another group's pool staged on it would read
+    /// as whatever its own UMEM holds at that address.
+    struct WireQueue {
+        umem: Arc<Umem>,
+        rx: Vec<Vec<u8>>,
+        sent: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+        in_flight: Vec<u64>,
+    }
+
+    impl PortQueue for WireQueue {
+        fn rx_burst(&mut self, pool: &mut PoolCache, out: &mut [Desc]) -> usize {
+            assert!(Arc::ptr_eq(pool.umem(), &self.umem), "RX refilled from another group's pool");
+            let mut n = 0;
+            while n < out.len() {
+                let Some(f) = self.rx.pop() else { break };
+                let addr = pool.alloc().expect("test pool is large enough") + 256;
+                // SAFETY: the frame was just allocated to this test.
+                unsafe { self.umem.bytes_mut(addr, f.len()) }.copy_from_slice(&f);
+                out[n] = Desc { addr, len: f.len() as u32, options: 0 };
+                n += 1;
+            }
+            n
+        }
+        fn tx_burst(&mut self, descs: &[Desc]) -> usize {
+            let mut sent = self.sent.lock().unwrap();
+            for d in descs {
+                // SAFETY: the pipeline handed the frame over for transmission.
+                sent.push(unsafe { self.umem.bytes(d.addr, d.len as usize) }.to_vec());
+                self.in_flight.push(d.addr);
+            }
+            descs.len()
+        }
+        fn complete(&mut self, pool: &mut PoolCache, bulk: &mut BulkReturn) -> usize {
+            assert!(Arc::ptr_eq(pool.umem(), &self.umem), "completions returned to another group's pool");
+            let n = self.in_flight.len();
+            for a in self.in_flight.drain(..) {
+                bulk.push(pool, a);
+            }
+            n
+        }
+        fn release_all(&mut self, pool: &mut PoolCache) {
+            for a in self.in_flight.drain(..) {
+                pool.put(a);
+            }
+        }
+        fn frames_held(&self) -> usize {
+            self.in_flight.len()
+        }
+    }
+
+    #[test]
+    fn frames_cross_umem_groups_by_copy_and_each_goes_back_to_its_own_pool() {
+        use crate::wire::build::ethernet_frame;
+        let a = MacAddr([2, 0, 0, 0, 0, 0xa]);
+        let b = MacAddr([2, 0, 0, 0, 0, 0xb]);
+        let frame = |dst, src, seq: u16| ethernet_frame(dst, src, 0x88b5, &[&seq.to_be_bytes()[..], &[7; 58]].concat());
+        let umems = [Arc::new(Umem::new(256, 2048).unwrap()), Arc::new(Umem::new(256, 2048).unwrap())];
+        let pools: Vec<_> =
+            umems.iter().enumerate().map(|(i, u)| SharedPool::new(i as PoolId, u.clone(), 64)).collect();
+        let pool_stats = Arc::new(crate::pool::PoolStats::default());
+        let caches = pools
+            .iter()
+            .map(|p| PoolCache::with_stats(p.clone(), 32, AllocMode::Recycling, pool_stats.clone()))
+            .collect();
+        let stats = Arc::new(WorkerStats::new(0, 3, pool_stats));
+        // Port 0 (group 0) floods 300 frames from `a`; port 1 (group 1) answers `a` 300 times by
+        // unicast; port 2 is in group 0 with port 0. More frames than either pool has: frames
+        // must go back to their own pool for the run to finish without `PoolEmpty`.
+        let rx: [Vec<Vec<u8>>; 3] = [
+            (0..300).rev().map(|i| frame(MacAddr::BROADCAST, a, i)).collect(),
+            (0..300).rev().map(|i| frame(a, b, 1000 + i)).collect(),
+            Vec::new(),
+        ];
+        let logs: Vec<_> = (0..3).map(|_| Arc::new(std::sync::Mutex::new(Vec::new()))).collect();
+        let ports = rx
+            .into_iter()
+            .zip([0, 1, 0])
+            .zip(&logs)
+            .map(|((rx, g), sent): ((Vec<Vec<u8>>, PoolId), _)| {
+                let q = WireQueue { umem: umems[g as usize].clone(), rx, sent: sent.clone(), in_flight: Vec::new() };
+                PortSlot { pool: g, ..PortSlot::new(vec![Box::new(q)], 1518) }
+            })
+            .collect();
+        let mut pipe =
+            Pipeline::with_pools(ports, caches, Arc::new(Fdb::new(64, 300)), stats.clone(), Default::default());
+        // Round one polls port 0 first, so `a` is learned before port 1's frames look it up.
+        while pipe.poll() > 0 {}
+        let seqs = |p: usize| -> Vec<u16> {
+            logs[p].lock().unwrap().iter().map(|f| u16::from_be_bytes([f[14], f[15]])).collect()
+        };
+        let flooded: Vec<u16> = (0..300).collect();
+        let answered: Vec<u16> = (1000..1300).collect();
+        assert_eq!(seqs(1), flooded, "port 1 (group 1) got every flooded frame intact");
+        assert_eq!(seqs(2), flooded, "port 2 (group 0) got every flooded frame intact");
+        assert_eq!(seqs(0), answered, "port 0 (group 0) got every answer intact");
+        assert!(logs.iter().all(|l| l.lock().unwrap().iter().all(|f| f.len() == 74 && f[16..] == [7; 58])));
+        assert_eq!(stats.umem_copies.get(), 300, "the answers crossed by copy");
+        assert_eq!(stats.flood_copies.get(), 300, "the flood's copy for port 1 went straight to its group");
+        let dropped: u64 = stats.ports.iter().flat_map(|p| p.drops.iter()).map(|c| c.get()).sum();
+        assert_eq!(dropped, 0);
+        pipe.shutdown();
+        drop(pipe);
+        for p in &pools {
+            check_no_leak(p, &[]).unwrap();
+        }
     }
 }

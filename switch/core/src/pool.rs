@@ -26,6 +26,9 @@ pub const CACHE_SIZE: usize = 128;
 /// Identifies a pool; frames of different pools are never returned in the same bulk.
 pub type PoolId = u16;
 
+/// Pools (UMEM groups) a worker can draw from.
+pub const MAX_POOLS: usize = 8;
+
 /// Pool statistics of one worker, named like the kernel's `page_pool_stats`.
 #[derive(Debug, Default)]
 pub struct PoolStats {
@@ -180,8 +183,14 @@ pub struct PoolCache {
 
 impl PoolCache {
     pub fn new(shared: Arc<SharedPool>, capacity: usize, mode: AllocMode) -> Self {
+        Self::with_stats(shared, capacity, mode, Arc::default())
+    }
+
+    /// A cache counting into `stats`: a worker with a cache on each of several pools (one per
+    /// UMEM group) counts them all as one, still single-writer.
+    pub fn with_stats(shared: Arc<SharedPool>, capacity: usize, mode: AllocMode, stats: Arc<PoolStats>) -> Self {
         let capacity = capacity.max(BULK);
-        Self { shared, cache: Vec::with_capacity(capacity + BULK), capacity, mode, stats: Arc::default() }
+        Self { shared, cache: Vec::with_capacity(capacity + BULK), capacity, mode, stats }
     }
 
     pub fn shared(&self) -> &Arc<SharedPool> {

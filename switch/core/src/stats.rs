@@ -150,8 +150,10 @@ pub struct WorkerStats {
     pub flood_copies: Counter,
     /// Copies made for port mirrors.
     pub mirror_copies: Counter,
-    /// Frames in this worker's alloc cache (updated per round).
-    pub cache_frames: Gauge,
+    /// Frames copied into another UMEM group's frame to leave by a port of that group.
+    pub umem_copies: Counter,
+    /// Frames in this worker's alloc cache of each pool, by pool id (updated per round).
+    pub cache_frames: [Gauge; crate::pool::MAX_POOLS],
 }
 
 impl WorkerStats {
@@ -168,7 +170,8 @@ impl WorkerStats {
             fdb_evicted: Counter::default(),
             flood_copies: Counter::default(),
             mirror_copies: Counter::default(),
-            cache_frames: Gauge::default(),
+            umem_copies: Counter::default(),
+            cache_frames: std::array::from_fn(|_| Gauge::default()),
         }
     }
 }

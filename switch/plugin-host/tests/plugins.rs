@@ -549,6 +549,7 @@ fn hot_swap_under_traffic_loses_no_frame() {
             complete_partial_checksums: false,
             l2: Default::default(),
             storm: Default::default(),
+            pool: 0,
         },
         PortSlot {
             queues: vec![Box::new(
@@ -561,6 +562,7 @@ fn hot_swap_under_traffic_loses_no_frame() {
             complete_partial_checksums: false,
             l2: Default::default(),
             storm: Default::default(),
+            pool: 0,
         },
     ];
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);

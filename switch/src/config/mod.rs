@@ -186,7 +186,7 @@ pub fn read_token(path: &Path) -> Result<Token, String> {
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSection {
-    /// Frames in the UMEM shared by every port.
+    /// Frames in each UMEM (one per UMEM group; every port of a group shares it).
     #[serde(default = "default_frames")]
     pub frames: Spanned<u32>,
     /// Bytes per frame: 2048 or 4096.
@@ -315,6 +315,12 @@ pub struct PortSection {
     /// Storm control: flooded frames per second admitted on this port, by class.
     #[serde(default)]
     pub storm: Option<l2::StormSection>,
+    /// The UMEM group the port's frames live in. Ports of one group forward to each other
+    /// without a copy; a frame that crosses groups is copied into a frame of the egress port's
+    /// group. When absent: an AF_XDP port's bind mode (`copy` or `zerocopy`, which the kernel
+    /// does not let share a UMEM), `copy` for a sim port. The host port joins the first port's.
+    #[serde(default)]
+    pub umem: Option<Spanned<String>>,
 }
 
 /// What a plugin's packets get when it faults or is quarantined.
@@ -630,6 +636,8 @@ pub mod range {
     pub const AGING_SECONDS: (u32, u32) = (1, 86_400);
     pub const WORKERS: (usize, usize) = (1, 64);
     pub const PORTS: (usize, usize) = (1, 64);
+    /// Distinct `umem:` names: each group maps `pool.frames` frames of its own.
+    pub const UMEM_GROUPS: (usize, usize) = (0, 4);
     pub const MTU_MIN: u32 = 68;
     pub const SIM_QUEUES: (u16, u16) = (1, 64);
     pub const SIM_RING: (usize, usize) = (64, 16384);
@@ -801,6 +809,7 @@ impl Config {
         }
         let mtu_range = (range::MTU_MIN, max_mtu(fs));
         let mut names: HashMap<&str, Location> = HashMap::new();
+        let mut umem_groups: std::collections::BTreeSet<&str> = Default::default();
         let mut total_deadline_us: u64 = 0;
         for p in &self.ports {
             let name = &p.name.value;
@@ -812,6 +821,27 @@ impl Config {
                     p.name.referenced,
                     format!("port name `{name}` is not valid: expected 1-32 letters, digits, `-`, `_` or `.`"),
                 ));
+            }
+            if let Some(u) = &p.umem {
+                let g = &u.value;
+                if g.is_empty() || g.len() > 32 || !g.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+                    return Err(err(
+                        u.referenced,
+                        format!(
+                            "port `{name}`: umem `{g}` is not valid: expected 1-32 letters, digits, `-`, `_` or `.`"
+                        ),
+                    ));
+                }
+                umem_groups.insert(g.as_str());
+                if umem_groups.len() > range::UMEM_GROUPS.1 {
+                    return Err(err(
+                        u.referenced,
+                        format!(
+                            "port `{name}`: umem `{g}` is one named UMEM group too many: at most {} (each maps its own pool.frames)",
+                            range::UMEM_GROUPS.1
+                        ),
+                    ));
+                }
             }
             if let Some(first) = names.insert(name, p.name.referenced) {
                 return Err(err(

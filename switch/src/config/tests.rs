@@ -60,6 +60,20 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "queues 0 is out of range",
     ),
     ("afxdp without interface", "ports:\n  - name: p0\n    driver: afxdp\n", "3:13", "has no `afxdp:` section"),
+    ("empty umem", "ports:\n  - name: p0\n    driver: sim\n    umem: ''\n", "4:11", "umem `` is not valid"),
+    (
+        "umem name too long",
+        "ports:\n  - name: p0\n    driver: sim\n    umem: abcdefghijklmnopqrstuvwxyz0123456\n",
+        "4:11",
+        "umem `abcdefghijklmnopqrstuvwxyz0123456` is not valid: expected 1-32",
+    ),
+    ("umem name with a space", "ports:\n  - name: p0\n    driver: sim\n    umem: a b\n", "4:11", "umem `a b` is not valid"),
+    (
+        "one umem group too many",
+        "ports:\n  - {name: p0, driver: sim, umem: a}\n  - {name: p1, driver: sim, umem: b}\n  - {name: p2, driver: sim, umem: c}\n  - {name: p3, driver: sim, umem: d}\n  - {name: p4, driver: sim, umem: a}\n  - {name: p5, driver: sim, umem: e}\n",
+        "7:35",
+        "umem `e` is one named UMEM group too many: at most 4",
+    ),
     (
         "bad frame size",
         "pool:\n  frame_size: 3000\nports:\n  - name: p0\n    driver: sim\n",

@@ -81,5 +81,6 @@ pub fn open(ctx: &mut OpenCtx<'_>, name: &str, a: &AfxdpSection, mtu: u32) -> Re
         max_frame: max_frame(mtu),
         handle: PortHandle::Afxdp(xp),
         l2: Default::default(),
+        pool: ctx.pool.id(),
     })
 }

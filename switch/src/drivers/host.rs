@@ -40,5 +40,6 @@ pub fn open(ctx: &OpenCtx<'_>, h: &HostSection) -> Result<OpenedPort> {
         max_frame: max_frame(h.mtu.value),
         handle: PortHandle::Host(hp),
         l2: Default::default(),
+        pool: ctx.pool.id(),
     })
 }

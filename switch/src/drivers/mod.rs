@@ -11,7 +11,7 @@ pub mod host;
 pub mod sim;
 
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use wasmswitch_afxdp::{AfXdpPort, QueueMonitor, UmemRegistration};
 use wasmswitch_core::pool::SharedPool;
@@ -28,13 +28,42 @@ pub fn max_frame(mtu: u32) -> usize {
     mtu as usize + 14 + 8
 }
 
-/// What every driver needs to open a port.
+/// What every driver needs to open a port: the UMEM group it opens the port in.
 pub struct OpenCtx<'a> {
     pub umem: &'a Arc<Umem>,
     pub pool: &'a Arc<SharedPool>,
     pub workers: usize,
-    /// The UMEM's registration with the kernel, shared by every AF_XDP port.
+    /// The UMEM's registration with the kernel, shared by every AF_XDP port of the group.
     pub registration: &'a mut Option<UmemRegistration>,
+}
+
+/// One UMEM group: a UMEM with its pool and its kernel registration, shared by the ports of
+/// the group (see `PortSection::umem`). Frames move between the group's ports without a copy.
+pub struct UmemGroup {
+    /// `copy`, `zerocopy` or a config's `umem:` name.
+    pub name: String,
+    /// The group's pool, over its UMEM; its id is the group's index.
+    pub pool: Arc<SharedPool>,
+    registration: Mutex<Option<UmemRegistration>>,
+}
+
+impl UmemGroup {
+    /// A group with `pool`, not yet registered with the kernel (its first AF_XDP port does).
+    pub fn new(name: String, pool: Arc<SharedPool>) -> Self {
+        Self { name, pool, registration: Mutex::new(None) }
+    }
+
+    /// Runs `open` with this group's context (one port opens at a time per group).
+    pub fn open<T>(&self, workers: usize, open: impl FnOnce(&mut OpenCtx<'_>) -> T) -> T {
+        let mut registration = self.registration.lock().unwrap_or_else(|e| e.into_inner());
+        open(&mut OpenCtx { umem: self.pool.umem(), pool: &self.pool, workers, registration: &mut registration })
+    }
+}
+
+impl std::fmt::Debug for UmemGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UmemGroup").field("name", &self.name).field("pool", &self.pool).finish()
+    }
 }
 
 /// Static facts about a port, for metrics and the API.
@@ -67,6 +96,8 @@ pub struct PortInfo {
     pub reopen: Option<crate::config::AfxdpSection>,
     /// Host port (TAP) counters.
     pub tap: Option<Arc<TapStats>>,
+    /// The UMEM group the port is in (its name), set by the dataplane once opened.
+    pub umem: String,
 }
 
 impl PortInfo {
@@ -88,6 +119,7 @@ impl PortInfo {
             back_events: AtomicU64::new(0),
             reopen: None,
             tap: None,
+            umem: String::new(),
         }
     }
 }
@@ -124,6 +156,8 @@ pub struct OpenedPort {
     pub handle: PortHandle,
     /// VLANs, storm limits and mirrors, as each worker's slot gets them.
     pub l2: wasmswitch_core::vlan::PortL2,
+    /// The pool (UMEM group) it was opened in.
+    pub pool: wasmswitch_core::pool::PoolId,
 }
 
 /// The running ports by id, shared between the dataplane (which changes it on reload) and the

@@ -35,5 +35,6 @@ pub fn open(ctx: &OpenCtx<'_>, name: &str, sim: &SimSection, mtu: u32, traffic: 
         max_frame: max_frame(mtu),
         handle: PortHandle::Queues,
         l2: Default::default(),
+        pool: ctx.pool.id(),
     }
 }
