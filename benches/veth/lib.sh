@@ -3,7 +3,7 @@
 # ---- switches ------------------------------------------------------------------------------
 # WS_XDP_MODE (native), WS_POOL_FRAMES and WS_AFXDP (extra keys of both ports' afxdp sections, e.g. "ring_size: 2048")
 # change the daemon's config for experiments.
-start_wasmswitch() { # mode
+start_wasmswitch() { # mode [umem of port b]
   cat > "$TMP/ws.yaml" <<EOF
 switch:
   mode: $1
@@ -19,7 +19,8 @@ ports:
     driver: afxdp
     afxdp: { interface: swa, mode: ${WS_XDP_MODE:-native}, bind: copy${WS_AFXDP:+, $WS_AFXDP} }
   - name: b
-    driver: afxdp
+    driver: afxdp${2:+
+    umem: $2}
     afxdp: { interface: swb, mode: ${WS_XDP_MODE:-native}, bind: copy${WS_AFXDP:+, $WS_AFXDP} }
 EOF
   # Not through a shell function: `ip netns exec` and `taskset` exec, so $! is the daemon.
@@ -89,6 +90,8 @@ start_switch() {
   case $1 in
     ws-cross) start_wasmswitch cross ;;
     ws-l2) start_wasmswitch l2 ;;
+    # Port b in a second copy-mode UMEM (standing in for a zero-copy NIC's): every frame copied.
+    ws-l2-2umem) start_wasmswitch l2 second ;;
     ovs) start_ovs ;;
     bridge) start_bridge ;;
   esac
