@@ -268,10 +268,28 @@ fn a_port_whose_interface_vanishes_is_re_attached_when_it_comes_back() {
     if !require_lab("a_port_whose_interface_vanishes_is_re_attached_when_it_comes_back") {
         return;
     }
-    let lab = Lab::create(&format!("wv{}", std::process::id() % 10_000), 3, 1, 42).unwrap();
+    vanish_and_come_back("wv", 42, |y| y);
+}
+
+#[test]
+fn a_port_alone_in_its_umem_group_vanishes_and_comes_back_in_it() {
+    // h3 is the only port of a second UMEM group: when its interface goes, its group's UMEM
+    // has no socket left, and coming back registers it with the kernel again. Its frames to
+    // h1 and h2 are copied between the groups throughout.
+    if !require_lab("a_port_alone_in_its_umem_group_vanishes_and_comes_back_in_it") {
+        return;
+    }
+    let copies = vanish_and_come_back("wu", 47, |y| y.replace("  - name: h3\n", "  - name: h3\n    umem: second\n"));
+    assert!(copies > 0, "h3's frames crossed between the groups");
+}
+
+/// Deletes and re-creates h3's interface twice and then h1's, pinging around each; returns the
+/// frames copied between UMEM groups.
+fn vanish_and_come_back(tag: &str, subnet: u8, edit: impl Fn(String) -> String) -> u64 {
+    let lab = Lab::create(&format!("{tag}{}", std::process::id() % 10_000), 3, 1, subnet).unwrap();
     let (h1, h2, h3) = (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2]);
     let dir = Scratch::new("vanish");
-    let sw = Switch::start(&dir.write(&lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep"))).unwrap();
+    let sw = Switch::start(&dir.write(&edit(lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep")))).unwrap();
     assert!(h3.ping(&h1.ip, 2).unwrap(), "h3 reaches h1");
     let info = |name: &str| sw.dataplane.ports.get(sw.dataplane.ports.id_of(name).unwrap()).unwrap();
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
@@ -281,6 +299,7 @@ fn a_port_whose_interface_vanishes_is_re_attached_when_it_comes_back() {
         let round = round as u64 + 1;
         let id = sw.dataplane.ports.id_of(&gone.name).unwrap() as usize;
         let (gone_before, back_before) = (count(&info(&gone.name).gone_events), count(&info(&gone.name).back_events));
+        let group_before = info(&gone.name).umem.clone();
         // The veth goes (its peer in the host's namespace with it).
         sh(&["ip", "link", "del", &gone.switch_if]);
         eventually("the port is marked gone", || info(&gone.name).gone.load(std::sync::atomic::Ordering::Relaxed));
@@ -306,6 +325,50 @@ fn a_port_whose_interface_vanishes_is_re_attached_when_it_comes_back() {
             gone.name
         );
         assert_eq!(count(&info(&gone.name).gone_events), gone_before + 1);
+        assert_eq!(info(&gone.name).umem, group_before, "round {round}: {} is back in its UMEM group", gone.name);
     }
+    let copies = sw.dataplane.workers.iter().map(|w| w.stats.umem_copies.get()).sum();
     sw.dataplane.stop_shared().expect("every frame is back, those of the vanished sockets included");
+    copies
+}
+
+#[test]
+fn afxdp_ports_join_and_leave_a_second_umem_group_live() {
+    // h2 and h3 share a second UMEM group, h1 is in the default one. A reload adds h3 to the
+    // running group (its sockets share h2's registration), then removes h2 (the group's first
+    // socket) and adds it back (sharing h3's now).
+    if !require_lab("afxdp_ports_join_and_leave_a_second_umem_group_live") {
+        return;
+    }
+    let lab = Lab::create(&format!("wj{}", std::process::id() % 10_000), 3, 1, 48).unwrap();
+    let (h1, h2, h3) = (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2]);
+    let dir = Scratch::new("umem-live");
+    let all = lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep")
+        .replace("  - name: h2\n", "  - name: h2\n    umem: second\n")
+        .replace("  - name: h3\n", "  - name: h3\n    umem: second\n");
+    let without = |name: &str| {
+        let at = all.find(&format!("  - name: {name}\n")).unwrap();
+        let end = all[at + 1..].find("  - name:").map_or(all.len(), |e| at + 1 + e);
+        format!("{}{}", &all[..at], &all[end..])
+    };
+    let sw = Switch::start(&dir.write(&without("h3"))).unwrap();
+    let copies = || -> u64 { sw.dataplane.workers.iter().map(|w| w.stats.umem_copies.get()).sum() };
+    assert!(h1.ping(&h2.ip, 2).unwrap(), "h1 reaches h2 across the groups");
+    for (step, yaml, pairs) in [
+        ("add h3", all.clone(), [(h3, h2), (h3, h1)]),
+        ("remove h2", without("h2"), [(h3, h1), (h1, h3)]),
+        ("add h2 back", all.clone(), [(h2, h3), (h2, h1)]),
+    ] {
+        dir.write(&yaml);
+        reload_ok(&sw, step);
+        for (a, b) in pairs {
+            assert!(a.ping(&b.ip, 2).unwrap(), "{step}: {} reaches {}", a.name, b.name);
+        }
+    }
+    // Within the second group no unicast frame is copied: h2 <-> h3 pings add none.
+    let before = copies();
+    assert!(h2.ping(&h3.ip, 5).unwrap());
+    assert_eq!(copies(), before, "frames between h2 and h3 (one group) were copied");
+    assert!(before > 0, "frames between h1 and the second group were copied");
+    sw.dataplane.stop_shared().expect("every frame of both groups is back");
 }
