@@ -138,9 +138,9 @@ pub struct Pipeline {
     dropped: Vec<Vec<u64>>,
     /// (port, queue index in its slot) of every queue this worker polls for RX.
     rx_list: Vec<(PortId, usize)>,
-    /// TX completions on their way back to the pool; kept across rounds (empty between them),
-    /// so the pool it returns to is looked up once, not every round.
-    bulk: BulkReturn,
+    /// Per pool, TX completions on their way back to it; kept across rounds (empty between
+    /// them), so each is bound to its pool once, not every round.
+    bulks: Vec<BulkReturn>,
     /// Each pool's UMEM (`umems[i]` is `pools[i]`'s), held apart from the pools so a batch
     /// can read frames while it allocates; every frame access of the pipeline goes through it.
     umems: Vec<Arc<Umem>>,
@@ -185,7 +185,7 @@ impl Pipeline {
         let n = ports.len();
         // Worst case per round: every packet of every RX burst floods to every port.
         let per_port = BATCH_SIZE * n.max(1);
-        let umems = pools.iter().map(|p| p.umem().clone()).collect();
+        let umems: Vec<_> = pools.iter().map(|p| p.umem().clone()).collect();
         Self {
             rx_list: rx_list(&ports),
             staged: (0..n).map(|_| Vec::with_capacity(per_port)).collect(),
@@ -196,7 +196,9 @@ impl Pipeline {
             stats,
             opts,
             batch: Batch::default(),
-            bulk: if opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() },
+            bulks: (0..umems.len())
+                .map(|_| if opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() })
+                .collect(),
             umems,
             now: 0,
         }
@@ -792,21 +794,19 @@ impl Pipeline {
         }
     }
 
-    /// Drains every port's completions into its pool through a `BulkReturn`, flushed when the
-    /// pool changes from one port to the next and at the end.
+    /// Drains every port's completions into its pool through that pool's `BulkReturn`, all
+    /// flushed at the end.
     fn complete(&mut self) -> usize {
         let mut n = 0;
-        let mut g = 0;
         for port in self.ports.iter_mut() {
-            if port.pool as usize != g && !port.queues.is_empty() {
-                self.bulk.flush(&mut self.pools[g]);
-                g = port.pool as usize;
-            }
+            let g = port.pool as usize;
             for queue in port.queues.iter_mut() {
-                n += queue.complete(&mut self.pools[g], &mut self.bulk);
+                n += queue.complete(&mut self.pools[g], &mut self.bulks[g]);
             }
         }
-        self.bulk.flush(&mut self.pools[g]);
+        for (bulk, pool) in self.bulks.iter_mut().zip(&mut self.pools) {
+            bulk.flush(pool);
+        }
         n
     }
 
