@@ -41,7 +41,8 @@ pub enum AfXdpError {
 
     #[error(
         "interface {iface}: bind mode {wanted} conflicts with the shared UMEM, which {first} bound in {have} mode; \
-         every socket of one UMEM uses the same mode: set `bind: {}` for this port or give it its own UMEM",
+         every socket of one UMEM uses the same mode: set `bind: {}` for this port or put it in another UMEM group \
+         (the port's `umem:` key; by default each bind mode has its own)",
         .have.config_value()
     )]
     UmemModeMismatch { iface: String, wanted: BindMode, have: BindMode, first: String },
@@ -100,6 +101,7 @@ mod tests {
             first: "eth0 queue 0".into(),
         };
         assert!(e.to_string().contains("set `bind: zerocopy`"), "{e}");
+        assert!(e.to_string().contains("the port's `umem:` key"), "{e}");
         let e = AfXdpError::NativeUnsupported {
             iface: "v0".into(),
             driver: "e1000".into(),

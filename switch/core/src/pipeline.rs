@@ -688,8 +688,8 @@ impl Pipeline {
         }
     }
 
-    /// [`Pipeline::send`] for a frame of another UMEM group than `q`'s: the copy goes.
-    #[cold]
+    /// [`Pipeline::send`] for a frame of another UMEM group than `q`'s: the copy goes. Out of
+    /// line, so that a switch of one group (which never takes it) keeps `send` small.
     #[inline(never)]
     fn send_across(&mut self, ingress: usize, q: usize, f: Frame) {
         if let Some(f) = self.copy_into_pool_of(ingress, q, f) {
