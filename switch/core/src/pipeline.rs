@@ -918,7 +918,7 @@ mod tests {
     struct FakeQueue {
         rx: Vec<u32>,
         sent: Vec<Desc>,
-        in_flight: Vec<u64>,
+        in_flight: InFlight,
     }
 
     impl PortQueue for FakeQueue {
@@ -934,24 +934,39 @@ mod tests {
         }
         fn tx_burst(&mut self, descs: &[Desc]) -> usize {
             self.sent.extend_from_slice(descs);
-            self.in_flight.extend(descs.iter().map(|d| d.addr));
+            self.in_flight.0.extend(descs.iter().map(|d| d.addr));
             descs.len()
         }
         fn complete(&mut self, pool: &mut PoolCache, bulk: &mut BulkReturn) -> usize {
-            let n = self.in_flight.len();
-            for a in self.in_flight.drain(..) {
-                bulk.push(pool, a);
-            }
+            let n = self.in_flight.complete(pool, bulk);
             bulk.flush(pool);
             n
         }
         fn release_all(&mut self, pool: &mut PoolCache) {
-            for a in self.in_flight.drain(..) {
-                pool.put(a);
-            }
+            self.in_flight.release(pool);
         }
         fn frames_held(&self) -> usize {
-            self.in_flight.len()
+            self.in_flight.0.len()
+        }
+    }
+
+    /// Frames a fake queue has sent that have not completed yet (each completes at the next
+    /// `complete`).
+    #[derive(Default)]
+    struct InFlight(Vec<u64>);
+
+    impl InFlight {
+        fn complete(&mut self, pool: &mut PoolCache, bulk: &mut BulkReturn) -> usize {
+            let n = self.0.len();
+            for a in self.0.drain(..) {
+                bulk.push(pool, a);
+            }
+            n
+        }
+        fn release(&mut self, pool: &mut PoolCache) {
+            for a in self.0.drain(..) {
+                pool.put(a);
+            }
         }
     }
 
@@ -1026,7 +1041,7 @@ mod tests {
         umem: Arc<Umem>,
         rx: Vec<Vec<u8>>,
         sent: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
-        in_flight: Vec<u64>,
+        in_flight: InFlight,
     }
 
     impl PortQueue for WireQueue {
@@ -1048,25 +1063,19 @@ mod tests {
             for d in descs {
                 // SAFETY: the pipeline handed the frame over for transmission.
                 sent.push(unsafe { self.umem.bytes(d.addr, d.len as usize) }.to_vec());
-                self.in_flight.push(d.addr);
+                self.in_flight.0.push(d.addr);
             }
             descs.len()
         }
         fn complete(&mut self, pool: &mut PoolCache, bulk: &mut BulkReturn) -> usize {
             assert!(Arc::ptr_eq(pool.umem(), &self.umem), "completions returned to another group's pool");
-            let n = self.in_flight.len();
-            for a in self.in_flight.drain(..) {
-                bulk.push(pool, a);
-            }
-            n
+            self.in_flight.complete(pool, bulk)
         }
         fn release_all(&mut self, pool: &mut PoolCache) {
-            for a in self.in_flight.drain(..) {
-                pool.put(a);
-            }
+            self.in_flight.release(pool);
         }
         fn frames_held(&self) -> usize {
-            self.in_flight.len()
+            self.in_flight.0.len()
         }
     }
 
@@ -1099,7 +1108,12 @@ mod tests {
             .zip([0, 1, 0])
             .zip(&logs)
             .map(|((rx, g), sent): ((Vec<Vec<u8>>, PoolId), _)| {
-                let q = WireQueue { umem: umems[g as usize].clone(), rx, sent: sent.clone(), in_flight: Vec::new() };
+                let q = WireQueue {
+                    umem: umems[g as usize].clone(),
+                    rx,
+                    sent: sent.clone(),
+                    in_flight: InFlight::default(),
+                };
                 PortSlot { pool: g, ..PortSlot::new(vec![Box::new(q)], 1518) }
             })
             .collect();
