@@ -22,10 +22,6 @@ pub fn check(data: &[u8]) {
         l3_offset: 0xffff,
         l4_offset: 0xffff,
         ip_proto: 0xff,
-        src_port: 0xffff,
-        dst_port: 0xffff,
-        src_ip: [0xee; 16],
-        dst_ip: [0xee; 16],
         ..Default::default()
     };
     let mut m = stale;
@@ -67,9 +63,19 @@ pub fn check(data: &[u8]) {
                 assert!(l4 + 8 <= frame.len(), "ports read inside the frame");
                 let p = &frame[l4..l4 + 4];
                 assert_eq!(
-                    (m.src_port, m.dst_port),
-                    (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]))
+                    m.ports(frame),
+                    Some((u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])))
                 );
+            } else {
+                assert_eq!(m.ports(frame), None);
+            }
+            let ip = m.has(flags::IPV4) || m.has(flags::IPV6);
+            assert_eq!(m.addrs(frame).is_some(), ip, "addresses for IP and only for IP: {m:?}");
+            if let Some((src, dst)) = m.addrs(frame) {
+                let v4 = m.has(flags::IPV4);
+                let (s, d) = if v4 { (l3 + 12, l3 + 16) } else { (l3 + 8, l3 + 24) };
+                let n = if v4 { 4 } else { 16 };
+                assert_eq!((&src[16 - n..], &dst[16 - n..]), (&frame[s..s + n], &frame[d..d + n]));
             }
             checksums(frame, &m);
         }

@@ -34,7 +34,7 @@ fn tcp_ipv6_and_vlan_traffic_follows_the_spec() {
         let f = g.next_frame().to_vec();
         let m = wire::parse(&f, 1518).expect("generator frames are valid");
         assert!(m.has(wire::flags::IPV6) && m.has(wire::flags::CTAG));
-        assert_eq!((m.ip_proto, m.dst_port), (wire::ipproto::TCP, 443));
+        assert_eq!((m.ip_proto, m.ports(&f).map(|p| p.1)), (wire::ipproto::TCP, Some(443)));
         assert_eq!(f[m.l4_offset as usize + 13], tcp_flags::SYN | tcp_flags::ACK);
         let lane = |mac: &[u8]| (u32::from_be_bytes([0, mac[3], mac[4], mac[5]]) % 2) as usize;
         assert_eq!(m.vlan, [10, 20][lane(&f[6..12])], "a source MAC speaks in its own VLAN");

@@ -185,7 +185,7 @@ mod tests {
         ] {
             let f = l4_frame(a, b, ip, l4, 1234, 80, len);
             let m = super::super::parse(&f, 1518).unwrap();
-            assert_eq!((m.src_port, m.dst_port), (1234, 80));
+            assert_eq!(m.ports(&f), Some((1234, 80)));
             assert!(f.len() >= len);
             if let L4::Tcp(flags) = l4 {
                 assert_eq!(m.ip_proto, ipproto::TCP);
