@@ -358,16 +358,17 @@ fn edit(target: &Target, method: &str, path: &str, body: &str, json: bool) -> Re
 fn print_ports(ports: &Value) {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     println!(
-        "{:>3} {:<16} {:<7} {:<16} {:>6} {:>4} {:>14} {:>14} {:>10}",
-        "id", "port", "driver", "mode", "queues", "up", "rx packets", "tx packets", "drops"
+        "{:>3} {:<16} {:<7} {:<16} {:<10} {:>6} {:>4} {:>14} {:>14} {:>10}",
+        "id", "port", "driver", "mode", "umem", "queues", "up", "rx packets", "tx packets", "drops"
     );
     for p in ports["ports"].as_array().into_iter().flatten() {
         println!(
-            "{:>3} {:<16} {:<7} {:<16} {:>6} {:>4} {:>14} {:>14} {:>10}",
+            "{:>3} {:<16} {:<7} {:<16} {:<10} {:>6} {:>4} {:>14} {:>14} {:>10}",
             n(&p["id"]),
             p["name"].as_str().unwrap_or("?"),
             p["driver"].as_str().unwrap_or("?"),
             p["mode"].as_str().unwrap_or("?"),
+            p["umem"].as_str().unwrap_or("?"),
             n(&p["queues"]),
             if p["up"].as_bool().unwrap_or(false) { "yes" } else { "no" },
             n(&p["rx_packets"]),

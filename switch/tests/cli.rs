@@ -45,7 +45,9 @@ fn client_commands_show_a_running_daemon_and_reload_it_with_its_token() {
     let out = stdout(&o);
     assert!(out.contains(&format!("wasmswitch at 127.0.0.1:{port}: healthy")), "{out}");
     for p in ["p0", "p1", "p2"] {
-        assert!(out.lines().any(|l| l.split_whitespace().nth(1) == Some(p)), "{p} in\n{out}");
+        // id, port, driver, mode, umem group: sim ports are in `copy`.
+        let row = |l| -> Vec<&str> { str::split_whitespace(l).skip(1).take(4).collect() };
+        assert!(out.lines().any(|l| row(l) == [p, "sim", "sim", "copy"]), "{p} in\n{out}");
     }
 
     let o = cli(&["ports", "--addr", &format!("127.0.0.1:{port}"), "--json"]);
