@@ -215,6 +215,11 @@ fn default_ring() -> Spanned<usize> {
     unknown(2048)
 }
 
+/// A port's or UMEM group's name: 1-32 letters, digits, `-`, `_` or `.`.
+fn is_name(s: &str) -> bool {
+    (1..=32).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
 /// A default value: it has no place in the file.
 fn unknown<T>(v: T) -> Spanned<T> {
     Spanned::new(v, Location::UNKNOWN, Location::UNKNOWN)
@@ -813,10 +818,7 @@ impl Config {
         let mut total_deadline_us: u64 = 0;
         for p in &self.ports {
             let name = &p.name.value;
-            if name.is_empty()
-                || name.len() > 32
-                || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            {
+            if !is_name(name) {
                 return Err(err(
                     p.name.referenced,
                     format!("port name `{name}` is not valid: expected 1-32 letters, digits, `-`, `_` or `.`"),
@@ -824,7 +826,7 @@ impl Config {
             }
             if let Some(u) = &p.umem {
                 let g = &u.value;
-                if g.is_empty() || g.len() > 32 || !g.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+                if !is_name(g) {
                     return Err(err(
                         u.referenced,
                         format!(
