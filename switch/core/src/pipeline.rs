@@ -700,30 +700,32 @@ impl Pipeline {
     /// `f` copied into a frame of `q`'s pool, its original given back to its own pool; `None`
     /// (the original dropped as `PoolEmpty`) when `q`'s pool has no frame.
     fn copy_into_pool_of(&mut self, ingress: usize, q: usize, f: Frame) -> Option<Frame> {
-        let to = self.ports[q].pool;
-        let copy = duplicate(&self.umems[f.pool as usize], &mut self.pools[to as usize], f.d);
-        match copy {
-            Some(d) => {
-                self.stats.umem_copies.inc();
-                self.dropped[f.pool as usize].push(f.d.addr);
-                Some(Frame { d, pool: to, ..f })
-            }
-            None => {
-                self.drop_frame(ingress, f.pool, f.d.addr, DropReason::PoolEmpty);
-                None
-            }
-        }
+        let Some(copy) = self.copy_for(q, f) else {
+            self.drop_frame(ingress, f.pool, f.d.addr, DropReason::PoolEmpty);
+            return None;
+        };
+        self.stats.umem_copies.inc();
+        self.dropped[f.pool as usize].push(f.d.addr);
+        Some(copy)
     }
 
     /// Stages a copy of `f` (in a fresh frame of `q`'s pool) for port `q`, in `q`'s VLAN form.
     fn copy_to(&mut self, ingress: usize, q: usize, f: Frame) {
-        let to = self.ports[q].pool;
-        let Some(d) = duplicate(&self.umems[f.pool as usize], &mut self.pools[to as usize], f.d) else {
+        let Some(copy) = self.copy_for(q, f) else {
             self.stats.ports[ingress].drop(DropReason::PoolEmpty);
             return;
         };
         self.stats.flood_copies.inc();
-        self.send(ingress, q, Frame { d, pool: to, ..f });
+        self.send(ingress, q, copy);
+    }
+
+    /// A copy of `f` in a fresh frame of `q`'s pool (whichever group `f` is in); `None` when
+    /// that pool has no frame.
+    #[inline]
+    fn copy_for(&mut self, q: usize, f: Frame) -> Option<Frame> {
+        let to = self.ports[q].pool;
+        let d = duplicate(&self.umems[f.pool as usize], &mut self.pools[to as usize], f.d)?;
+        Some(Frame { d, pool: to, ..f })
     }
 
     /// Drops a frame of `pool` received on port `ingress`, counted there.
