@@ -20,7 +20,7 @@ use wasmswitch_core::stats::DropReason;
 /// this 2-core VM a host stall can cost a few. Before partial checksums were completed no
 /// connection came up at all; with the per-socket drops of the old defaults a run had thousands.
 const MAX_RETRANSMITS: u64 = 100;
-/// UDP loss tolerated at the fixed rate of [`udp`].
+/// UDP loss on the path (not in the receiving socket) tolerated at the fixed rate of [`udp`].
 const MAX_UDP_LOSS_PERCENT: f64 = 1.0;
 
 fn prefix(tag: &str) -> String {
@@ -86,12 +86,30 @@ fn tcp(h: &LabHost, to: &str, port: u16) -> Result<(u64, u64), String> {
     Ok((s["bytes"].as_u64().unwrap_or(0), s["retransmits"].as_u64().unwrap_or(u64::MAX)))
 }
 
-/// UDP at 100 Mbit/s of 1400-byte datagrams for 2 s; returns (datagrams, lost percent).
-fn udp(h: &LabHost, to: &str, port: u16) -> (u64, f64) {
+/// UDP at 100 Mbit/s of 1400-byte datagrams for 2 s; returns (datagrams, datagrams lost).
+fn udp(h: &LabHost, to: &str, port: u16) -> (u64, u64) {
     let j = iperf(h, &["-c", to, "-p", &port.to_string(), "-u", "-b", "100M", "-l", "1400", "-t", "2"]);
     assert!(j.get("error").is_none(), "UDP to {to}: {}", j["error"]);
     let s = &j["end"]["sum"];
-    (s["packets"].as_u64().unwrap_or(0), s["lost_percent"].as_f64().unwrap_or(100.0))
+    let packets = s["packets"].as_u64().unwrap_or(0);
+    (packets, s["lost_packets"].as_u64().unwrap_or(packets))
+}
+
+/// The host's UDP `RcvbufErrors`: datagrams that found the receiving socket's buffer full.
+fn udp_rcvbuf_errors(h: &LabHost) -> u64 {
+    let out = h.run(&["cat", "/proc/net/snmp"]).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (udp.next().expect("Udp header"), udp.next().expect("Udp values"));
+    let i = names.split_whitespace().position(|n| n == "RcvbufErrors").expect("RcvbufErrors column");
+    values.split_whitespace().nth(i).and_then(|v| v.parse().ok()).expect("RcvbufErrors value")
+}
+
+/// The kernel's XDP_STATISTICS drops on the switch's sockets: (rx_dropped, rx_ring_full).
+fn kernel_drops(dp: &Dataplane) -> (u64, u64) {
+    let ports = dp.ports.snapshot();
+    let stats = ports.iter().flat_map(|(_, info)| info.afxdp.iter().filter_map(|m| m.xdp_stats()));
+    stats.fold((0, 0), |(d, f), s| (d + s.rx_dropped, f + s.rx_ring_full))
 }
 
 fn tx_checksum_offload_on(h: &LabHost) -> bool {
@@ -130,9 +148,25 @@ fn tcp_and_udp_over_ipv4_and_ipv6_with_default_offloads() {
         assert!(bytes > 10 << 20, "TCP to {to} moved only {bytes} bytes in 3 s");
         assert!(retrans <= MAX_RETRANSMITS, "TCP to {to}: {retrans} retransmitted segments in 3 s");
     }
-    let (packets, lost) = udp(h1, &h2.ip, 5201);
-    eprintln!("UDP {} -> {}: {packets} datagrams, {lost:.3}% lost", h1.name, h2.ip);
-    assert!(packets > 1000 && lost <= MAX_UDP_LOSS_PERCENT, "UDP: {lost}% of {packets} datagrams lost");
+    // Loss is attributed: datagrams the receiving socket had no room for (its iperf3 not
+    // scheduled in time on a loaded CI machine) are the receiver's, not the path's. Everything
+    // else, the switch's drops and the kernel's on its sockets included, counts against it.
+    let rcvbuf_before = udp_rcvbuf_errors(h2);
+    let (packets, lost_count) = udp(h1, &h2.ip, 5201);
+    let at_receiver = udp_rcvbuf_errors(h2) - rcvbuf_before;
+    let in_path = lost_count.saturating_sub(at_receiver);
+    let in_path_percent = in_path as f64 * 100.0 / packets.max(1) as f64;
+    eprintln!(
+        "UDP {} -> {}: {packets} datagrams, {lost_count} lost ({at_receiver} in the receiver's socket, {in_path} on the path)",
+        h1.name, h2.ip
+    );
+    assert!(
+        packets > 1000 && in_path_percent <= MAX_UDP_LOSS_PERCENT,
+        "UDP: {in_path} of {packets} datagrams lost on the path ({lost_count} in all, {at_receiver} in the \
+         receiver's socket); switch drops {:?}, kernel drops on its sockets {:?}",
+        DropReason::ALL.map(|r| (r.label(), drops(&dp, r))),
+        kernel_drops(&dp)
+    );
     // Both directions carried frames whose checksums were left to offload, and the switch
     // completed them (TCP data one way, ACKs the other).
     assert!(
