@@ -11,6 +11,8 @@ have nsenter  || need+=(util-linux)
 have promtool || need+=(prometheus)
 have iperf3   || need+=(iperf3)
 have ethtool  || need+=(ethtool)
+# Instruction counts of the benchmark (benches/count.sh), checked by test.sh.
+have valgrind || need+=(valgrind)
 # Open vSwitch: the second reference of switch/tests/vlan_reference.rs (and benches/veth).
 have ovs-vswitchd || need+=(openvswitch-switch)
 if [ "${WASMSWITCH_SKIP_WASM:-0}" != 1 ]; then

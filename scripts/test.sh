@@ -59,6 +59,9 @@ stage "configs" check_configs
 # Every fuzz target for 20 s where the nightly toolchain is (it prints a line and passes where
 # it is not: the corpora are replayed on stable by the workspace tests anyway).
 stage "fuzz (cargo-fuzz, 20 s per target)" scripts/fuzz.sh 20
+# The instruction-count benchmark on the binary the workspace tests built (same profile,
+# opt-level 2): a short run, so that its toggle on bench::timed cannot rot unnoticed.
+stage "instruction counts (benches/count.sh, short)" benches/count.sh --bin target/debug/wasmswitch --scenario floor --scenario l2 --seconds 0.1
 # After the workspace tests: the Kubernetes ConfigMap is checked with the binary they built.
 stage "examples (systemd, prometheus, grafana, kubernetes)" env WASMSWITCH_BIN=target/debug/wasmswitch examples/check.sh
 summary

@@ -365,6 +365,9 @@ fn warm_up<S: ?Sized>(state: &mut S, mut step: impl FnMut(&mut S)) {
 
 /// Runs `step` on `state` for `seconds`, calling `progress` about every 250 ms; returns the
 /// seconds it ran (the clock is read once per step, so a step should be a few batches).
+/// Never inlined: `benches/count.sh` counts instructions inside this one frame (callgrind's
+/// `--toggle-collect`), so the warm-up and the set-up stay out of its figures.
+#[inline(never)]
 fn timed<S: ?Sized>(state: &mut S, seconds: f64, progress: &mut dyn FnMut(f64), mut step: impl FnMut(&mut S)) -> f64 {
     let start = Instant::now();
     let limit = Duration::from_secs_f64(seconds);
