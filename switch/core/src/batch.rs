@@ -1,5 +1,6 @@
 //! Packet batches: the unit of work of every stage.
 
+use crate::fdb::Place;
 use crate::verdict::Verdict;
 use crate::wire::{MacAddr, PacketMeta};
 
@@ -32,6 +33,14 @@ pub struct L2Header {
     pub tag: Option<u16>,
 }
 
+/// Where the FDB keeps a frame's source and destination: worked out once, in the forwarding
+/// pass's prefetch loop, and used by its learn and its lookup.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FdbPlaces {
+    pub src: Place,
+    pub dst: Place,
+}
+
 /// Up to [`BATCH_SIZE`] received packets with their parsed metadata and verdicts, stored as
 /// parallel arrays so each stage walks one dense array. Allocated once per worker, reused.
 pub struct Batch {
@@ -39,6 +48,7 @@ pub struct Batch {
     pub descs: [Desc; BATCH_SIZE],
     pub meta: [PacketMeta; BATCH_SIZE],
     pub l2: [L2Header; BATCH_SIZE],
+    pub places: [FdbPlaces; BATCH_SIZE],
     pub verdicts: [Verdict; BATCH_SIZE],
 }
 
@@ -49,6 +59,7 @@ impl Default for Batch {
             descs: [Desc::default(); BATCH_SIZE],
             meta: [PacketMeta::default(); BATCH_SIZE],
             l2: [L2Header::default(); BATCH_SIZE],
+            places: [FdbPlaces::default(); BATCH_SIZE],
             verdicts: [Verdict::Pass; BATCH_SIZE],
         }
     }

@@ -41,6 +41,23 @@ struct Bucket {
     ports: [AtomicU32; SLOTS],
 }
 
+/// Where one (VLAN, MAC) lives in one table: its key and bucket, from [`Fdb::place`]. A
+/// resized table is a new `Fdb`; a place is only ever used with the table that made it, within
+/// one batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Place {
+    key: u64,
+    bucket: u32,
+}
+
+impl Place {
+    /// True for the place of the same (VLAN, MAC) as `other`.
+    #[inline]
+    pub fn same_address(self, other: Place) -> bool {
+        self.key == other.key
+    }
+}
+
 /// What a learn call did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Learned {
@@ -170,11 +187,19 @@ impl Fdb {
         ((k.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 40) as usize & self.mask
     }
 
-    /// Starts loading the bucket of (`vlan`, `mac`) into cache (a batch's lookups are
-    /// prefetched in one pass before any of them is used, so their cache misses overlap).
+    /// Where the entry for (`vlan`, `mac`) lives. The pipeline works it out once per address
+    /// of a packet, in its prefetch pass, and hands it to the learn and the lookup.
     #[inline]
-    pub fn prefetch(&self, vlan: u16, mac: MacAddr) {
-        let b: *const Bucket = &self.buckets[self.bucket_of(key(vlan, mac))];
+    pub fn place(&self, vlan: u16, mac: MacAddr) -> Place {
+        let key = key(vlan, mac);
+        Place { key, bucket: self.bucket_of(key) as u32 }
+    }
+
+    /// Starts loading the bucket of `at` into cache (a batch's lookups are prefetched in one
+    /// pass before any of them is used, so their cache misses overlap).
+    #[inline]
+    pub fn prefetch(&self, at: Place) {
+        let b: *const Bucket = &self.buckets[at.bucket as usize];
         #[cfg(target_arch = "x86_64")]
         {
             use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -192,8 +217,14 @@ impl Fdb {
     /// The port `mac` was learned on in `vlan`.
     #[inline]
     pub fn lookup(&self, vlan: u16, mac: MacAddr) -> Option<PortId> {
-        let k = key(vlan, mac);
-        let b = &self.buckets[self.bucket_of(k)];
+        self.lookup_at(self.place(vlan, mac))
+    }
+
+    /// [`Fdb::lookup`] of a [`Fdb::place`] of this table.
+    #[inline]
+    pub fn lookup_at(&self, at: Place) -> Option<PortId> {
+        let k = at.key;
+        let b = &self.buckets[at.bucket as usize];
         for (i, s) in b.keys.iter().enumerate() {
             if same_entry(s.load(Ordering::Relaxed), k) {
                 return Self::read(b, i).filter(|&(v, _)| same_entry(v, k)).map(|(_, p)| p);
@@ -215,8 +246,13 @@ impl Fdb {
     /// Records that `mac` was seen in `vlan` on `port` at tick `now`.
     #[inline]
     pub fn learn(&self, vlan: u16, mac: MacAddr, port: PortId, now: u32) -> Learned {
-        let k = key(vlan, mac);
-        let bi = self.bucket_of(k);
+        self.learn_at(self.place(vlan, mac), port, now)
+    }
+
+    /// [`Fdb::learn`] at a [`Fdb::place`] of this table.
+    #[inline]
+    pub fn learn_at(&self, at: Place, port: PortId, now: u32) -> Learned {
+        let (k, bi) = (at.key, at.bucket as usize);
         let b = &self.buckets[bi];
         let want = port + 1;
         let mut empty = None;

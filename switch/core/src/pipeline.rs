@@ -14,9 +14,9 @@
 
 use std::sync::Arc;
 
-use crate::batch::{Batch, Desc, L2Header, BATCH_SIZE};
+use crate::batch::{Batch, Desc, FdbPlaces, L2Header, BATCH_SIZE};
 use crate::counter::cycles;
-use crate::fdb::{Fdb, Learned};
+use crate::fdb::{Fdb, Learned, Place};
 use crate::pool::{BulkReturn, PoolCache, PoolId, MAX_POOLS};
 use crate::port::{PortId, PortQueue};
 use crate::stats::{DropReason, WorkerStats};
@@ -529,16 +529,22 @@ impl Pipeline {
         let pi = p as usize;
         let g = self.ports[pi].pool;
         let nports = self.ports.len();
-        let mut last_src = u64::MAX;
+        // Matches no address: every live key carries the LIVE bit.
+        let mut last_src = Place::default();
         // Prefetch pass: start every FDB bucket load of the batch before using any (VPP-style),
-        // so the misses overlap instead of stalling one packet at a time.
-        for h in &self.batch.l2[..self.batch.len] {
-            self.fdb.prefetch(h.vlan, h.dst);
-            self.fdb.prefetch(h.vlan, h.src);
+        // so the misses overlap instead of stalling one packet at a time. Each address's key
+        // and bucket are worked out here, once, for the learn and the lookup below.
+        let fdb = &*self.fdb;
+        let b = &mut self.batch;
+        for (h, at) in b.l2[..b.len].iter().zip(&mut b.places) {
+            *at = FdbPlaces { src: fdb.place(h.vlan, h.src), dst: fdb.place(h.vlan, h.dst) };
+            fdb.prefetch(at.dst);
+            fdb.prefetch(at.src);
         }
         for i in 0..self.batch.len {
             let d = self.batch.descs[i];
             let h = self.batch.l2[i];
+            let at = self.batch.places[i];
             let f = Frame { d, vlan: h.vlan, tag: h.tag, pool: g };
             let egress = match self.batch.verdicts[i] {
                 Verdict::Drop => {
@@ -569,9 +575,9 @@ impl Pipeline {
                         // No host to copy to: the original still forwards, nothing is lost.
                         _ => {}
                     }
-                    self.l2_lookup(p, &h, &mut last_src)
+                    self.l2_lookup(p, &h, at, &mut last_src)
                 }
-                Verdict::Pass => self.l2_lookup(p, &h, &mut last_src),
+                Verdict::Pass => self.l2_lookup(p, &h, at, &mut last_src),
             };
             match egress {
                 Egress::Port(q) if q == p => self.drop_frame(pi, g, d.addr, DropReason::Hairpin),
@@ -599,13 +605,12 @@ impl Pipeline {
 
     /// Learns the source of `h` in its VLAN and looks its destination up.
     #[inline]
-    fn l2_lookup(&mut self, p: PortId, h: &L2Header, last_src: &mut u64) -> Egress {
-        let L2Header { dst, src, vlan, .. } = *h;
+    fn l2_lookup(&mut self, p: PortId, h: &L2Header, at: FdbPlaces, last_src: &mut Place) -> Egress {
+        let L2Header { dst, src, .. } = *h;
         // Consecutive packets of one flow share a source and VLAN: learn once per run of them.
-        let src_u = src.to_u64() | (vlan as u64) << 48;
-        if src_u != *last_src && !src.is_group() {
-            *last_src = src_u;
-            match self.fdb.learn(vlan, src, p, self.now) {
+        if !at.src.same_address(*last_src) && !src.is_group() {
+            *last_src = at.src;
+            match self.fdb.learn_at(at.src, p, self.now) {
                 Learned::Known | Learned::Full => {}
                 Learned::New => self.stats.fdb_learned.inc(),
                 Learned::Moved => self.stats.fdb_moved.inc(),
@@ -616,7 +621,7 @@ impl Pipeline {
             }
         }
         if !dst.is_group() {
-            return match self.fdb.lookup(vlan, dst) {
+            return match self.fdb.lookup_at(at.dst) {
                 Some(q) => Egress::Port(q),
                 None => Egress::Flood(FloodClass::UnknownUnicast),
             };

@@ -95,8 +95,12 @@ impl Umem {
     /// True when `[addr, addr + len)` lies inside one frame of this region.
     #[inline]
     pub fn in_bounds(&self, addr: u64, len: usize) -> bool {
-        let end = addr as usize as u128 + len as u128;
-        end <= self.len as u128 && self.frame_base(addr) == self.frame_base(addr + len.saturating_sub(1) as u64)
+        // The region is whole frames, so a range that starts inside it and does not run past
+        // the end of its own frame lies inside it (an empty range may also sit at the very end).
+        // Checked per frame read on the datapath: no wide arithmetic.
+        let off = (addr & (self.frame_size as u64 - 1)) as usize;
+        let starts_inside = addr < self.len as u64 || (len == 0 && addr == self.len as u64);
+        starts_inside && len <= self.frame_size as usize - off
     }
 
     /// The bytes `[addr, addr + len)`, or an empty slice when that range is not inside one frame
