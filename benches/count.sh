@@ -61,8 +61,10 @@ for line in open(out):
         events = line.split()[1:]
     elif line.startswith(("totals:", "summary:")):
         totals = [int(v) for v in line.split()[1:]]
-row = json.loads([l for l in open(js) if l.startswith("{")][-1])
-packets = row["packets"]
+rows = [json.loads(l) for l in open(js) if l.startswith("{")]
+if not rows:
+    sys.exit(f"count.sh: the bench of '{name}' printed no result")
+packets = rows[-1]["packets"]
 if not events or not totals or packets == 0:
     sys.exit(f"count.sh: no counts for '{name}' (events {events}, totals {totals}, {packets} packets)")
 c = dict(zip(events, totals))

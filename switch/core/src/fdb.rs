@@ -43,7 +43,7 @@ struct Bucket {
 
 /// Where one (VLAN, MAC) lives in one table: its key and bucket, from [`Fdb::place`]. A
 /// resized table is a new `Fdb`; a place is only ever used with the table that made it, within
-/// one batch.
+/// one batch. `Place::default()` is the place of no address (a live key is never 0).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Place {
     key: u64,

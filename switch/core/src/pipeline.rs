@@ -529,7 +529,6 @@ impl Pipeline {
         let pi = p as usize;
         let g = self.ports[pi].pool;
         let nports = self.ports.len();
-        // Matches no address: every live key carries the LIVE bit.
         let mut last_src = Place::default();
         // Prefetch pass: start every FDB bucket load of the batch before using any (VPP-style),
         // so the misses overlap instead of stalling one packet at a time. Each address's key
