@@ -160,8 +160,8 @@ impl TxHalf {
             let n = self.rings.comp.consume(&mut self.comp_buf);
             for &a in &self.comp_buf[..n] {
                 self.posted.remove(a);
-                bulk.push(pool, a);
             }
+            bulk.push_all(pool, &self.comp_buf[..n]);
             total += n;
             if n < COMP_BATCH {
                 break;

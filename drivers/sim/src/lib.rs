@@ -71,7 +71,8 @@ pub struct SimQueue {
     umem: Arc<Umem>,
     rings: SimRings,
     fill: VecDeque<u64>,
-    tx: VecDeque<Desc>,
+    /// Emptied whole by every doorbell, so a plain vector.
+    tx: Vec<Desc>,
     completion: Vec<u64>,
     source: Source,
     capture: Option<CaptureLog>,
@@ -84,7 +85,7 @@ impl SimQueue {
         Self {
             umem,
             fill: VecDeque::with_capacity(rings.fill),
-            tx: VecDeque::with_capacity(rings.tx),
+            tx: Vec::with_capacity(rings.tx),
             completion: Vec::with_capacity(rings.tx),
             rings,
             source,
@@ -173,32 +174,29 @@ impl PortQueue for SimQueue {
     fn tx_burst(&mut self, descs: &[Desc]) -> usize {
         let room = self.rings.tx - self.tx.len() - self.completion.len().min(self.rings.tx - self.tx.len());
         let n = descs.len().min(room);
-        self.tx.extend(&descs[..n]);
+        self.tx.extend_from_slice(&descs[..n]);
         n
     }
 
     fn flush_tx(&mut self) {
         // The doorbell: the NIC sends everything posted and completes it.
-        let mut bytes = 0;
-        let n = self.tx.len();
-        for d in self.tx.drain(..) {
-            bytes += d.len as u64;
-            if let Some(log) = &self.capture {
+        if let Some(log) = &self.capture {
+            let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+            for d in &self.tx {
                 // SAFETY: the descriptor was posted to our TX ring; the NIC holds the frame.
-                let b = unsafe { self.umem.bytes(d.addr, d.len as usize) };
-                log.lock().unwrap_or_else(|e| e.into_inner()).push(b.to_vec());
+                log.push(unsafe { self.umem.bytes(d.addr, d.len as usize) }.to_vec());
             }
-            self.completion.push(d.addr);
         }
-        self.stats.wire_tx_packets.add(n as u64);
+        let bytes: u64 = self.tx.iter().map(|d| d.len as u64).sum();
+        self.completion.extend(self.tx.iter().map(|d| d.addr));
+        self.stats.wire_tx_packets.add(self.tx.len() as u64);
         self.stats.wire_tx_bytes.add(bytes);
+        self.tx.clear();
     }
 
     fn complete(&mut self, pool: &mut PoolCache, bulk: &mut BulkReturn) -> usize {
         let n = self.completion.len();
-        for &addr in &self.completion {
-            bulk.push(pool, addr);
-        }
+        bulk.push_all(pool, &self.completion);
         self.completion.clear();
         n
     }

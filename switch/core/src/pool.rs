@@ -371,6 +371,24 @@ impl BulkReturn {
         }
     }
 
+    /// Queues every frame of `addrs` (all of `cache`'s pool): a driver's whole completion burst
+    /// goes back in one bulk, the pool checked once rather than per frame.
+    #[inline]
+    pub fn push_all(&mut self, cache: &mut PoolCache, addrs: &[u64]) {
+        if self.limit == 1 || addrs.len() < BULK {
+            for &a in addrs {
+                self.push(cache, a);
+            }
+            return;
+        }
+        if self.pool != cache.id() || self.owner.is_none() {
+            self.switch_pool(cache);
+        }
+        // What was queued first, then the burst: frames come back in the order they were given.
+        self.flush(cache);
+        cache.put_bulk(addrs);
+    }
+
     /// Returns the queued frames to `cache`'s pool.
     #[inline]
     pub fn flush(&mut self, cache: &mut PoolCache) {
@@ -545,6 +563,28 @@ mod tests {
         let (at_a, at_b) = (ca.cached().to_vec(), cb.cached().to_vec());
         check_no_leak(&a, &at_a).unwrap();
         check_no_leak(&b, &at_b).unwrap();
+    }
+
+    #[test]
+    fn a_whole_burst_returns_to_its_own_pool_after_what_was_queued_for_another() {
+        let (a, b) = (SharedPool::new(1, Umem::new(64, 2048).unwrap().into(), 64), pool(64, 64));
+        for limit_one in [false, true] {
+            let (mut ca, mut cb) = (
+                PoolCache::new(a.clone(), 16, AllocMode::Recycling),
+                PoolCache::new(b.clone(), 16, AllocMode::Recycling),
+            );
+            // 40 frames: more than a bulk, and more than the caches hold (the rest overflows).
+            let (mut fa, mut fb) = (vec![0u64; 40], vec![0u64; 3]);
+            assert_eq!((ca.alloc_bulk(&mut fa), cb.alloc_bulk(&mut fb)), (40, 3));
+            let mut bulk = if limit_one { BulkReturn::single() } else { BulkReturn::new() };
+            bulk.push_all(&mut cb, &fb);
+            bulk.push_all(&mut ca, &fa);
+            assert!(bulk.is_empty(), "a burst of a bulk or more goes back at once");
+            bulk.flush(&mut ca);
+            let (at_a, at_b) = (ca.cached().to_vec(), cb.cached().to_vec());
+            check_no_leak(&a, &at_a).unwrap();
+            check_no_leak(&b, &at_b).unwrap();
+        }
     }
 
     #[test]
