@@ -62,6 +62,7 @@ fn afxdp_ports_come_and_go_live_without_losing_a_frame_on_the_others() {
         .spawn()
         .expect("iperf3 is installed by scripts/setup.sh");
     std::thread::sleep(Duration::from_millis(300));
+    let rcvbuf_before = udp_rcvbuf_errors(h2);
     let client = udp_client(h1, &h2.ip, 8);
     std::thread::sleep(Duration::from_millis(1000));
     for round in 0..2 {
@@ -87,9 +88,18 @@ fn afxdp_ports_come_and_go_live_without_losing_a_frame_on_the_others() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("iperf3 JSON");
     let sum = &j["end"]["sum"];
     let (packets, lost) = (sum["packets"].as_u64().unwrap_or(0), sum["lost_packets"].as_u64().unwrap_or(u64::MAX));
-    eprintln!("UDP h1 -> h2 across 4 reloads: {packets} datagrams, {lost} lost");
+    // Datagrams the server's socket had no room for (iperf3 not scheduled in time on a loaded
+    // machine) are the receiver's; every other loss is the switch's or the path's.
+    let at_receiver = udp_rcvbuf_errors(h2) - rcvbuf_before;
+    eprintln!(
+        "UDP h1 -> h2 across 4 reloads: {packets} datagrams, {lost} lost ({at_receiver} in the receiver's socket)"
+    );
     assert!(packets > 10_000, "UDP moved only {packets} datagrams: {j}");
-    assert_eq!(lost, 0, "datagrams lost between the ports the reloads did not touch");
+    assert_eq!(
+        lost.saturating_sub(at_receiver),
+        0,
+        "datagrams lost between the ports the reloads did not touch ({lost} in all, {at_receiver} in the receiver's socket)"
+    );
     assert_eq!(drops(&sw, "h1") + drops(&sw, "h2"), 0, "no frame dropped on h1 or h2");
     sw.dataplane.stop_shared().expect("every frame is back, those of the removed ports included");
 }

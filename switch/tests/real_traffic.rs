@@ -159,16 +159,6 @@ fn udp(h: &LabHost, to: &str, port: u16) -> (u64, u64) {
     (packets, s["lost_packets"].as_u64().unwrap_or(packets))
 }
 
-/// The host's UDP `RcvbufErrors`: datagrams that found the receiving socket's buffer full.
-fn udp_rcvbuf_errors(h: &LabHost) -> u64 {
-    let out = h.run(&["cat", "/proc/net/snmp"]).unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut udp = text.lines().filter(|l| l.starts_with("Udp: "));
-    let (names, values) = (udp.next().expect("Udp header"), udp.next().expect("Udp values"));
-    let i = names.split_whitespace().position(|n| n == "RcvbufErrors").expect("RcvbufErrors column");
-    values.split_whitespace().nth(i).and_then(|v| v.parse().ok()).expect("RcvbufErrors value")
-}
-
 /// Drop counters at every point a frame between two lab hosts can be lost, in path order: the
 /// sender's veth (its peer's XDP ring full), the switch side of it, the kernel's XDP socket
 /// (RX ring full, no fill frame), the switch itself, the switch side towards the receiver, the

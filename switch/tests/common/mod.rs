@@ -189,6 +189,18 @@ pub fn spinning_plugin() -> Vec<u8> {
     plugin_with_process("(loop $l (br $l))")
 }
 
+/// The lab host's UDP `RcvbufErrors`: datagrams that found a receiving socket's buffer full
+/// (its reader not scheduled in time on a loaded machine). Tests count these apart from the
+/// path's losses.
+pub fn udp_rcvbuf_errors(h: &wasmswitch::lab::LabHost) -> u64 {
+    let out = h.run(&["cat", "/proc/net/snmp"]).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (udp.next().expect("Udp header"), udp.next().expect("Udp values"));
+    let i = names.split_whitespace().position(|n| n == "RcvbufErrors").expect("RcvbufErrors column");
+    values.split_whitespace().nth(i).and_then(|v| v.parse().ok()).expect("RcvbufErrors value")
+}
+
 /// True while an XDP program is attached to `ifname`.
 pub fn xdp_attached(ifname: &str) -> bool {
     let out = std::process::Command::new("ip").args(["-d", "link", "show", ifname]).output().unwrap();
