@@ -144,6 +144,17 @@ pub struct WorkerHandle {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+impl WorkerHandle {
+    /// The CPUs the kernel lets this worker's thread run on (`None` once it has been joined).
+    /// By handle, not by thread name: several dataplanes in one process name their workers alike.
+    pub fn cpus_allowed(&self) -> Option<std::io::Result<Vec<usize>>> {
+        use std::os::unix::thread::JoinHandleExt;
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the handle is held unjoined under the lock, so its pthread_t stays valid.
+        thread.as_ref().map(|t| unsafe { wasmswitch_afxdp::sys::cpus_of(t.as_pthread_t()) })
+    }
+}
+
 /// The running datapath.
 pub struct Dataplane {
     /// The UMEM groups, by pool id.

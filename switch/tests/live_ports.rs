@@ -183,11 +183,11 @@ fn a_reload_storm_of_sim_ports_loses_nothing_and_refuses_what_it_cannot_open() {
     ));
     let r = sw.reload().unwrap_or_else(|e| panic!("{e}"));
     assert!(r.contains("workers[0] pinned to cpu 0"), "{r}");
-    assert_eq!(cpus_allowed("worker-0"), "0");
+    assert_eq!(cpus_allowed(&sw, 0), [0]);
     dir.write(&sim_yaml(None).replace("queues: 2", "queues: 1"));
     let r = sw.reload().unwrap_or_else(|e| panic!("{e}"));
     assert!(r.contains("workers[0] unpinned"), "{r}");
-    assert_eq!(cpus_allowed("worker-0"), cpus_allowed("worker-1"), "back on every CPU, as the unpinned worker 1");
+    assert_eq!(cpus_allowed(&sw, 0), cpus_allowed(&sw, 1), "back on every CPU, as the unpinned worker 1");
     sw.dataplane.stop_shared().expect("every frame is back");
 }
 
@@ -258,15 +258,9 @@ fn plugin_counters_survive_a_reload_of_the_same_plugin() {
 }
 
 /// `Cpus_allowed_list` of this process's thread called `name`.
-fn cpus_allowed(name: &str) -> String {
-    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        if std::fs::read_to_string(t.path().join("comm")).unwrap_or_default().trim() == name {
-            let status = std::fs::read_to_string(t.path().join("status")).unwrap();
-            let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap();
-            return line.split_whitespace().nth(1).unwrap().to_string();
-        }
-    }
-    panic!("no thread called {name}");
+/// The CPUs the kernel lets worker `w` of `sw` run on.
+fn cpus_allowed(sw: &Switch, w: usize) -> Vec<usize> {
+    sw.dataplane.workers[w].cpus_allowed().expect("the worker runs").expect("pthread_getaffinity_np")
 }
 
 fn sh(args: &[&str]) {

@@ -270,6 +270,23 @@ pub fn unpin() -> io::Result<()> {
     Ok(())
 }
 
+/// The CPUs `thread` may run on, as the kernel has them now.
+///
+/// # Safety
+/// `thread` is a live or finished but not yet joined (or detached) thread: a `JoinHandle`
+/// held unjoined guarantees it.
+pub unsafe fn cpus_of(thread: libc::pthread_t) -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data (a bit array); all zeroes is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: writes at most `size` bytes into `set`; `thread` is valid (the caller's contract).
+    match unsafe { libc::pthread_getaffinity_np(thread, size, &mut set) } {
+        // SAFETY: CPU_ISSET reads one bit inside `set`; `c` is within its size.
+        0 => Ok((0..8 * size).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
 /// Pins the calling thread to `cpu` (datapath workers, the benchmark generator). Lives here, the
 /// one crate of raw syscalls every datapath binary links.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
