@@ -25,8 +25,9 @@ use wasmswitch_core::stats::DropReason;
 /// - frames the sender's own veth dropped before the switch saw them: with an XDP program on
 ///   its peer, veth hands frames to that peer's NAPI through a 256-entry ring, and while the
 ///   CPU that NAPI is scheduled on is taken (a CI neighbour; an RT hog here reproduced it:
-///   379 retransmissions, all 379 frames dropped there) the ring overflows in about 1 ms.
-///   Nothing of the switch runs in between; a NIC's RX ring is the same place on real ports.
+///   379 retransmissions, all 379 frames dropped there) the ring overflows in about 1 ms. In
+///   generic mode the same counter is the CPU's backlog, also before the XDP hook. Nothing of
+///   the switch runs in between; a NIC's RX ring is the same place on real ports.
 const MAX_RETRANSMITS: u64 = 100;
 /// UDP loss tolerated at the fixed rate of [`udp`] between the sender's veth and the receiving
 /// socket (both counted apart, as for TCP).
@@ -141,6 +142,7 @@ impl TcpRun {
             drops.since(&drops_before)
         );
         let before_switch = drops.at_sender_since(&drops_before);
+        // TCPDSACKRecvSegs comes first in TCP_COUNTERS.
         Ok(TcpRun { bytes, retransmits, duplicates: delta[0], before_switch, report })
     }
 
@@ -201,7 +203,8 @@ impl PathDrops {
         PathDrops(v)
     }
 
-    /// Frames the sender's veth dropped since `before`, before the switch could see them.
+    /// Frames the sender's veth dropped since `before`, before the switch could see them (the
+    /// first counter `read` takes).
     fn at_sender_since(&self, before: &PathDrops) -> u64 {
         self.0[0].1 - before.0[0].1
     }
