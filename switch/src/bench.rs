@@ -242,8 +242,8 @@ pub struct BenchArgs {
     /// One JSON object per scenario per line.
     #[arg(long)]
     pub json: bool,
-    /// Scenario(s) to run (default: all that the other options allow): floor (one worker
-    /// only), passthrough, l2, l2-parse-all, l2-vlan, l2-two-umem, l2-single-return, l2-no-recycle,
+    /// Scenario(s) to run (default: all that the other options allow): floor (with --workers
+    /// N, N independent copies of the loop), passthrough, l2, l2-parse-all, l2-vlan, l2-two-umem, l2-single-return, l2-no-recycle,
     /// l2+plugin (needs --plugin), l2+plugin+shadow (needs --plugin), l2+native (needs
     /// --plugin; only in wasmswitch-bench-native).
     #[arg(long = "scenario")]
@@ -423,9 +423,7 @@ pub fn measure(
     }
 }
 
-/// Runs every pipeline of `pipes` on a thread of its own pinned to CPU w (w = its index,
-/// wrapping around the CPUs), started together, and sums them: Mpps add up, ns/packet is the
-/// switch's (1 / Mpps), cycles/packet is all workers' cycles over all packets.
+/// Runs every pipeline of `pipes` on a thread of its own (see [`pinned`]) and sums them.
 pub fn measure_workers(
     name: &str,
     pipes: &mut [Pipeline],
@@ -436,25 +434,37 @@ pub fn measure_workers(
     if let [pipe] = pipes {
         return measure(name, pipe, seconds, frame_size, progress);
     }
+    summed(name, frame_size, pinned(pipes.iter_mut(), |pipe| measure(name, pipe, seconds, frame_size, |_| {})))
+}
+
+/// Runs `run` on every item, each on a thread of its own pinned to CPU w (w = its index,
+/// wrapping around the CPUs), started together.
+fn pinned<T: Send>(items: impl IntoIterator<Item = T>, run: impl Fn(T) -> BenchResult + Sync) -> Vec<BenchResult> {
+    let items: Vec<T> = items.into_iter().collect();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let start = std::sync::Barrier::new(pipes.len());
-    let rows: Vec<BenchResult> = std::thread::scope(|scope| {
-        let threads: Vec<_> = pipes
-            .iter_mut()
+    let start = std::sync::Barrier::new(items.len());
+    std::thread::scope(|scope| {
+        let (run, start) = (&run, &start);
+        let threads: Vec<_> = items
+            .into_iter()
             .enumerate()
-            .map(|(w, pipe)| {
-                let start = &start;
+            .map(|(w, item)| {
                 scope.spawn(move || {
                     if let Err(e) = wasmswitch_afxdp::sys::pin_to_cpu(w % cpus) {
                         eprintln!("bench worker {w}: cannot pin to cpu {}: {e}", w % cpus);
                     }
                     start.wait();
-                    measure(name, pipe, seconds, frame_size, |_| {})
+                    run(item)
                 })
             })
             .collect();
         threads.into_iter().map(|t| t.join().expect("a bench worker panicked")).collect()
-    });
+    })
+}
+
+/// The workers' rows as one: Mpps add up, ns/packet is the switch's (1 / Mpps), cycles/packet
+/// is all workers' cycles over all packets.
+fn summed(name: &str, frame_size: usize, rows: Vec<BenchResult>) -> BenchResult {
     let packets: u64 = rows.iter().map(|r| r.packets).sum();
     let cycles: f64 = rows.iter().map(|r| r.cycles_per_pkt * r.packets as f64).sum();
     let mpps: f64 = rows.iter().map(|r| r.mpps).sum();
@@ -470,7 +480,7 @@ pub fn measure_workers(
         loss_pct: 100.0 * drops as f64 / packets.max(1) as f64,
         seconds: rows.iter().map(|r| r.seconds).fold(0.0, f64::max),
         frame_size,
-        frames_leaked: 0,
+        frames_leaked: rows.iter().map(|r| r.frames_leaked).sum(),
         rounds_mpps: Vec::new(),
         workers: rows.len(),
         umem_copies: rows.iter().map(|r| r.umem_copies).sum(),
@@ -522,7 +532,7 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
             .iter()
             .filter(|s| match s.stage {
                 Stage::None => true,
-                Stage::Floor => opts.workers == 1,
+                Stage::Floor => true,
                 Stage::Wasm | Stage::WasmShadow => opts.plugin.is_some(),
                 Stage::Native => opts.plugin.is_some() && native.is_some(),
             })
@@ -556,9 +566,6 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
     if !(1..=MAX_WORKERS).contains(&opts.workers) {
         bail!("--workers {} is out of range: expected 1-{MAX_WORKERS}", opts.workers);
     }
-    if opts.workers > 1 && chosen.iter().any(|s| s.stage == Stage::Floor) {
-        bail!("scenario `floor` runs on one worker only: leave it out with --workers {}", opts.workers);
-    }
     // results[i]: the best pass so far of chosen[i].
     let mut results: Vec<Option<BenchResult>> = chosen.iter().map(|_| None).collect();
     let (total, rounds) = (chosen.len(), opts.rounds);
@@ -579,8 +586,13 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
                     let _ = std::io::stderr().flush();
                 }
             };
-            let r = if s.stage == Stage::Floor {
+            let r = if s.stage == Stage::Floor && opts.workers == 1 {
                 floor(opts.seconds, opts.frame_size, progress)
+            } else if s.stage == Stage::Floor {
+                let (seconds, frame_size) = (opts.seconds, opts.frame_size);
+                // Shared-nothing copies: what this machine's cores give the least-work loop,
+                // the ceiling for any switch's scaling here.
+                summed("floor", opts.frame_size, pinned(0..opts.workers, |_| floor(seconds, frame_size, |_| {})))
             } else {
                 with_stages(s.mode, opts.frame_size, s.variant, opts.workers, stages, |pipes| {
                     measure_workers(s.name, pipes, opts.seconds, opts.frame_size, progress)
