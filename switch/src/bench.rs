@@ -243,9 +243,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Scenario(s) to run (default: all that the other options allow): floor (with --workers
-    /// N, N independent copies of the loop), passthrough, l2, l2-parse-all, l2-vlan, l2-two-umem, l2-single-return, l2-no-recycle,
-    /// l2+plugin (needs --plugin), l2+plugin+shadow (needs --plugin), l2+native (needs
-    /// --plugin; only in wasmswitch-bench-native).
+    /// N, N copies of the loop that share nothing), passthrough, l2, l2-parse-all, l2-vlan,
+    /// l2-two-umem, l2-single-return, l2-no-recycle, l2+plugin (needs --plugin),
+    /// l2+plugin+shadow (needs --plugin), l2+native (needs --plugin; only in
+    /// wasmswitch-bench-native).
     #[arg(long = "scenario")]
     pub scenarios: Vec<String>,
     /// Measured seconds per scenario (after a 0.2 s warm-up).
@@ -592,7 +593,7 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
                 let (seconds, frame_size) = (opts.seconds, opts.frame_size);
                 // Shared-nothing copies: what this machine's cores give the least-work loop,
                 // the ceiling for any switch's scaling here.
-                summed("floor", opts.frame_size, pinned(0..opts.workers, |_| floor(seconds, frame_size, |_| {})))
+                summed("floor", frame_size, pinned(0..opts.workers, |_| floor(seconds, frame_size, |_| {})))
             } else {
                 with_stages(s.mode, opts.frame_size, s.variant, opts.workers, stages, |pipes| {
                     measure_workers(s.name, pipes, opts.seconds, opts.frame_size, progress)

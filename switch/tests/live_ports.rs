@@ -257,7 +257,6 @@ fn plugin_counters_survive_a_reload_of_the_same_plugin() {
     sw.dataplane.stop_shared().expect("every frame is back");
 }
 
-/// `Cpus_allowed_list` of this process's thread called `name`.
 /// The CPUs the kernel lets worker `w` of `sw` run on.
 fn cpus_allowed(sw: &Switch, w: usize) -> Vec<usize> {
     sw.dataplane.workers[w].cpus_allowed().expect("the worker runs").expect("pthread_getaffinity_np")
