@@ -532,8 +532,7 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
         SCENARIOS
             .iter()
             .filter(|s| match s.stage {
-                Stage::None => true,
-                Stage::Floor => true,
+                Stage::None | Stage::Floor => true,
                 Stage::Wasm | Stage::WasmShadow => opts.plugin.is_some(),
                 Stage::Native => opts.plugin.is_some() && native.is_some(),
             })

@@ -361,9 +361,7 @@ impl BulkReturn {
     /// changes), and after if it is full.
     #[inline]
     pub fn push(&mut self, cache: &mut PoolCache, addr: u64) {
-        if self.pool != cache.id() || self.owner.is_none() {
-            self.switch_pool(cache);
-        }
+        self.own(cache);
         self.frames[self.count] = addr;
         self.count += 1;
         if self.count >= self.limit {
@@ -381,12 +379,18 @@ impl BulkReturn {
             }
             return;
         }
-        if self.pool != cache.id() || self.owner.is_none() {
-            self.switch_pool(cache);
-        }
+        self.own(cache);
         // What was queued first, then the burst: frames come back in the order they were given.
         self.flush(cache);
         cache.put_bulk(addrs);
+    }
+
+    /// Makes `cache`'s pool the owner of what is queued next (one compare when it already is).
+    #[inline]
+    fn own(&mut self, cache: &PoolCache) {
+        if self.pool != cache.id() || self.owner.is_none() {
+            self.switch_pool(cache);
+        }
     }
 
     /// Returns the queued frames to `cache`'s pool.
