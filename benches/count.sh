@@ -82,19 +82,19 @@ EOF
 }
 
 if [[ -z "$against" ]]; then
-    printf '%-16s %10s %10s %12s %12s\n' scenario packets Ir/pkt "D1 miss/pkt" "L2 miss/pkt"
+    printf '%-22s %10s %10s %12s %12s\n' scenario packets Ir/pkt "D1 miss/pkt" "L2 miss/pkt"
 else
-    printf '%-16s %14s %10s %8s %14s %14s\n' scenario "Ir/pkt against" "Ir/pkt" change "D1 miss/pkt" "L2 miss/pkt"
+    printf '%-22s %14s %10s %8s %14s %14s\n' scenario "Ir/pkt against" "Ir/pkt" change "D1 miss/pkt" "L2 miss/pkt"
 fi
 # A failed count prints nothing, so its `read` fails and the script stops there.
 for s in "${scenarios[@]}"; do
     read -r packets ir d1 l2 < <(count "$bin" "$s") || exit 1
     if [[ -z "$against" ]]; then
-        printf '%-16s %10s %10s %12s %12s\n' "$s" "$packets" "$ir" "$d1" "$l2"
+        printf '%-22s %10s %10s %12s %12s\n' "$s" "$packets" "$ir" "$d1" "$l2"
     else
         read -r _ a_ir a_d1 a_l2 < <(count "$against" "$s") || exit 1
         change=$(python3 -c "print(f'{($ir - $a_ir) / $a_ir * 100:+.1f}%')")
-        printf '%-16s %14s %10s %8s %14s %14s\n' "$s" "$a_ir" "$ir" "$change" "$a_d1 -> $d1" "$a_l2 -> $l2"
+        printf '%-22s %14s %10s %8s %14s %14s\n' "$s" "$a_ir" "$ir" "$change" "$a_d1 -> $d1" "$a_l2 -> $l2"
     fi
 done
 echo "(callgrind $(valgrind --version | sed 's/valgrind-//'), counting inside bench::timed only; caches simulated, not measured:"

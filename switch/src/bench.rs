@@ -40,6 +40,9 @@ enum Stage {
     Wasm,
     /// The same, with another instance of it as the port's shadow chain.
     WasmShadow,
+    /// `Wasm` compiled without the epoch checks that enforce the CPU-time deadline: what
+    /// the deadline costs. Never what the daemon runs.
+    WasmNoDeadline,
     /// The same plugin's logic compiled natively (by the [`NativeFactory`]), through the same
     /// batch encoding: what the Wasm boundary and codegen add.
     Native,
@@ -122,6 +125,14 @@ const SCENARIOS: &[Scenario] = &[
         about: "l2+plugin with a second instance of --plugin in shadow on every port (verdicts compared, not applied)",
     },
     Scenario {
+        name: "l2+plugin-no-deadline",
+        mode: "l2",
+        variant: DEFAULT,
+        stage: Stage::WasmNoDeadline,
+        about:
+            "l2+plugin compiled without the epoch checks of the CPU-time deadline (what they cost; never the daemon's)",
+    },
+    Scenario {
         name: "l2+native",
         mode: "l2",
         variant: DEFAULT,
@@ -145,13 +156,16 @@ pub struct PluginBench {
     pub path: std::path::PathBuf,
     pub config: String,
     pub header_bytes: u16,
-    /// Compiled on first use, then shared by every round of `l2+plugin`.
+    /// Compiled on first use, then shared by every round of `l2+plugin` (and of
+    /// `l2+plugin+shadow`).
     compiled: std::cell::OnceCell<std::sync::Arc<wasmswitch_plugin_host::PluginFactory>>,
+    /// The same for `l2+plugin-no-deadline`, by an engine without deadline checks.
+    compiled_unchecked: std::cell::OnceCell<std::sync::Arc<wasmswitch_plugin_host::PluginFactory>>,
 }
 
 impl PluginBench {
     pub fn new(path: std::path::PathBuf, config: String, header_bytes: u16) -> Self {
-        Self { path, config, header_bytes, compiled: Default::default() }
+        Self { path, config, header_bytes, compiled: Default::default(), compiled_unchecked: Default::default() }
     }
 
     fn name(&self) -> String {
@@ -166,16 +180,18 @@ impl PluginBench {
                 let make = native.ok_or_else(|| anyhow::anyhow!(NO_NATIVE))?;
                 (0..ports).map(|_| make(&self.name(), &self.config, self.header_bytes)).collect()
             }
-            Stage::Wasm | Stage::WasmShadow => {
-                if self.compiled.get().is_none() {
+            Stage::Wasm | Stage::WasmShadow | Stage::WasmNoDeadline => {
+                let checked = kind != Stage::WasmNoDeadline;
+                let cell = if checked { &self.compiled } else { &self.compiled_unchecked };
+                if cell.get().is_none() {
                     let mut spec = wasmswitch_plugin_host::PluginSpec::new(self.name(), &self.path);
                     spec.config = self.config.clone();
                     spec.header_bytes = self.header_bytes;
-                    let engine = wasmswitch_plugin_host::PluginEngine::new(Default::default())
-                        .map_err(|m| anyhow::anyhow!(m))?;
-                    let _ = self.compiled.set(engine.compile(&spec)?);
+                    let opts = wasmswitch_plugin_host::EngineOptions { deadline_checks: checked, ..Default::default() };
+                    let engine = wasmswitch_plugin_host::PluginEngine::new(opts).map_err(|m| anyhow::anyhow!(m))?;
+                    let _ = cell.set(engine.compile(&spec)?);
                 }
-                let factory = self.compiled.get().expect("compiled above");
+                let factory = cell.get().expect("compiled above");
                 (0..ports)
                     .map(|_| {
                         let stage = factory.instantiate(0)?;
@@ -245,8 +261,8 @@ pub struct BenchArgs {
     /// Scenario(s) to run (default: all that the other options allow): floor (with --workers
     /// N, N copies of the loop that share nothing), passthrough, l2, l2-parse-all, l2-vlan,
     /// l2-two-umem, l2-single-return, l2-no-recycle, l2+plugin (needs --plugin),
-    /// l2+plugin+shadow (needs --plugin), l2+native (needs --plugin; only in
-    /// wasmswitch-bench-native).
+    /// l2+plugin+shadow (needs --plugin), l2+plugin-no-deadline (needs --plugin; by name
+    /// only), l2+native (needs --plugin; only in wasmswitch-bench-native).
     #[arg(long = "scenario")]
     pub scenarios: Vec<String>,
     /// Measured seconds per scenario (after a 0.2 s warm-up).
@@ -534,6 +550,8 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
             .filter(|s| match s.stage {
                 Stage::None | Stage::Floor => true,
                 Stage::Wasm | Stage::WasmShadow => opts.plugin.is_some(),
+                // A diagnostic, run by name only.
+                Stage::WasmNoDeadline => false,
                 Stage::Native => opts.plugin.is_some() && native.is_some(),
             })
             .collect()
@@ -551,10 +569,10 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
     if native.is_none() && chosen.iter().any(|s| s.stage == Stage::Native) {
         bail!(NO_NATIVE);
     }
-    if let Some(s) = chosen
-        .iter()
-        .find(|s| matches!(s.stage, Stage::Wasm | Stage::WasmShadow | Stage::Native) && opts.plugin.is_none())
-    {
+    if let Some(s) = chosen.iter().find(|s| {
+        matches!(s.stage, Stage::Wasm | Stage::WasmShadow | Stage::WasmNoDeadline | Stage::Native)
+            && opts.plugin.is_none()
+    }) {
         bail!("scenario `{}` needs --plugin FILE", s.name);
     }
     if !(60..=1792).contains(&opts.frame_size) {
@@ -578,7 +596,7 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
             let progress = |t: f64| {
                 if !opts.json {
                     eprint!(
-                        "\r[round {round}/{rounds}, {}/{total}] {:<18} {t:4.1}s / {:.1}s",
+                        "\r[round {round}/{rounds}, {}/{total}] {:<21} {t:4.1}s / {:.1}s",
                         i + 1,
                         s.name,
                         opts.seconds
@@ -710,13 +728,13 @@ fn floor(seconds: f64, frame_size: usize, mut progress: impl FnMut(f64)) -> Benc
 
 fn print_table(results: &[BenchResult], plugin: Option<&str>) {
     println!(
-        "{:<18} {:>8} {:>10} {:>12} {:>12} {:>8} {:>7} {:>8}",
+        "{:<21} {:>8} {:>10} {:>12} {:>12} {:>8} {:>7} {:>8}",
         "scenario", "Mpps", "ns/pkt", "cycles/pkt", "packets", "loss %", "leaked", "spread"
     );
     for r in results {
         let spread = if r.rounds_mpps.len() > 1 { format!("{:.1}%", r.spread_pct()) } else { "-".into() };
         println!(
-            "{:<18} {:>8.2} {:>10.1} {:>12.1} {:>12} {:>8.3} {:>7} {:>8}",
+            "{:<21} {:>8.2} {:>10.1} {:>12.1} {:>12} {:>8.3} {:>7} {:>8}",
             r.scenario, r.mpps, r.ns_per_pkt, r.cycles_per_pkt, r.packets, r.loss_pct, r.frames_leaked, spread
         );
     }
@@ -768,9 +786,12 @@ fn print_table(results: &[BenchResult], plugin: Option<&str>) {
     if let (Some(w), Some(n)) = (ns("l2+plugin"), ns("l2+native")) {
         println!("wasm - native             = {:.1} ns/pkt (the Wasm boundary and codegen)", w - n);
     }
+    if let (Some(w), Some(u)) = (ns("l2+plugin"), ns("l2+plugin-no-deadline")) {
+        println!("deadline checks           = {:.1} ns/pkt (the epoch checks in the plugin's code)", w - u);
+    }
     for s in SCENARIOS {
         if results.iter().any(|r| r.scenario == s.name) {
-            println!("  {:<18} {}", s.name, s.about);
+            println!("  {:<21} {}", s.name, s.about);
         }
     }
 }

@@ -254,6 +254,13 @@ fn bench_workers_each_forward_and_add_up() {
     if let Some(acl) = example_plugin("acl") {
         let p = json(&["--scenario", "l2+plugin+shadow", "--workers", "2", "--plugin", acl.to_str().unwrap()]);
         assert_eq!((p["workers"].clone(), p["frames_leaked"].clone()), (2.into(), 0.into()), "{p}");
+        let p = json(&["--scenario", "l2+plugin-no-deadline", "--plugin", acl.to_str().unwrap()]);
+        assert_eq!(
+            (p["scenario"].clone(), p["frames_leaked"].clone()),
+            ("l2+plugin-no-deadline".into(), 0.into()),
+            "{p}"
+        );
+        assert!(p["packets"].as_u64().unwrap() > 0, "{p}");
     }
     for (args, want) in [
         (&["--workers", "0"][..], "--workers 0 is out of range: expected 1-64"),
@@ -267,9 +274,11 @@ fn bench_workers_each_forward_and_add_up() {
 
 #[test]
 fn bench_plugin_scenarios_say_what_they_need() {
-    let out = Command::new(bin()).args(["bench", "--seconds", "0.2", "--scenario", "l2+plugin"]).output().unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("scenario `l2+plugin` needs --plugin FILE"));
+    for s in ["l2+plugin", "l2+plugin-no-deadline"] {
+        let out = Command::new(bin()).args(["bench", "--seconds", "0.2", "--scenario", s]).output().unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("scenario `{s}` needs --plugin FILE")));
+    }
     // The daemon does not link the example plugins: l2+native is wasmswitch-bench-native's
     // (benches/native/tests runs it).
     let out = Command::new(bin()).args(["bench", "--seconds", "0.2", "--scenario", "l2+native"]).output().unwrap();

@@ -14,11 +14,16 @@ pub struct EngineOptions {
     /// Epoch tick: deadline granularity. A deadline fires between `deadline` and
     /// `deadline + tick` after the call starts.
     pub epoch_tick: Duration,
+    /// Whether compiled plugin code checks the epoch, which is what enforces the CPU-time
+    /// deadline. Always on in the daemon; off only for `wasmswitch bench`'s
+    /// `l2+plugin-no-deadline`, which measures what the checks cost (a plugin that spins then
+    /// never returns).
+    pub deadline_checks: bool,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        Self { cache_dir: None, epoch_tick: Duration::from_millis(1) }
+        Self { cache_dir: None, epoch_tick: Duration::from_millis(1), deadline_checks: true }
     }
 }
 
@@ -44,7 +49,7 @@ impl PluginEngine {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.concurrency_support(false);
-        config.epoch_interruption(true);
+        config.epoch_interruption(opts.deadline_checks);
         config.cranelift_opt_level(wasmtime::OptLevel::Speed);
         // `perf` names plugin functions when this is set (wasmtime writes /tmp/perf-PID.map).
         if std::env::var_os("WASMSWITCH_PERFMAP").is_some() {
