@@ -267,6 +267,22 @@ impl Collector for SwitchCollector {
             "The kernel interface's own dropped counters (/sys/class/net/IF/statistics/{rx,tx}_dropped).",
             &ifdrops,
         )?;
+        // A veth port's peer drops what it cannot hand to this end and counts it only on
+        // itself, often in a container's namespace: two RTM_GETLINK round trips per veth port.
+        let mut peer_drops = Vec::new();
+        for (_, info) in &ports {
+            let Some(ifname) = &info.interface else { continue };
+            let ifindex = wasmswitch_afxdp::sys::ifindex(ifname);
+            if let Some(v) = ifindex.and_then(|i| wasmswitch_afxdp::sys::veth_peer_tx_dropped(i).ok().flatten()) {
+                peer_drops.push((vec![("port", info.name.clone())], v));
+            }
+        }
+        counter_family(
+            e,
+            "wasmswitch_port_veth_peer_dropped",
+            "Frames a veth port's peer dropped on their way into the port (the peer's tx_dropped): its ring to the port's XDP was full, or a frame was over the port's MTU. The switch never saw them.",
+            &peer_drops,
+        )?;
         for (_, info) in &ports {
             let Some(tap) = &info.tap else { continue };
             let t = tap.totals();

@@ -138,7 +138,14 @@ fn sigkill_leaves_no_xdp_program_and_a_new_daemon_starts() {
     let cfg_path = std::env::temp_dir().join(format!("wasmswitch-kill-{}.yaml", std::process::id()));
     std::fs::write(&cfg_path, lab_yaml(&lab, &format!("127.0.0.1:{port}"), "sleep")).unwrap();
     let bin = env!("CARGO_BIN_EXE_wasmswitch");
-    let mut child = Command::new(bin).args(["run", "-c"]).arg(&cfg_path).stderr(Stdio::piped()).spawn().unwrap();
+    // Killed with the test's thread if an assertion fails before the test kills it.
+    let daemon = || {
+        let mut cmd = Command::new(bin);
+        cmd.args(["run", "-c"]).arg(&cfg_path).stderr(Stdio::piped());
+        die_with_test(&mut cmd);
+        cmd
+    };
+    let mut child = daemon().spawn().unwrap();
     if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wait_healthy(port, &mut child))) {
         let _ = child.kill();
         let out = child.wait_with_output().unwrap();
@@ -146,9 +153,20 @@ fn sigkill_leaves_no_xdp_program_and_a_new_daemon_starts() {
     }
     assert!(xdp_attached(&lab.hosts[0].switch_if), "program attached while running");
     ping_ok(&lab.hosts[0], &lab.hosts[1]);
-    // The kernel's own drop counters of each socket and interface are exported.
+    // h1's eth0 with an MTU above its switch-side end's: the veth drops the oversize pings on
+    // h1's side, where only h1's namespace counts them.
+    let h1 = &lab.hosts[0];
+    h1.must(&["ip", "link", "set", "eth0", "mtu", "2000"]).unwrap();
+    let _ = h1.run(&["ping", "-c", "3", "-i", "0.05", "-W", "1", "-s", "1800", "-M", "do", &lab.hosts[1].ip]);
+    let dev = h1.run(&["cat", "/proc/net/dev"]).unwrap();
+    let peer_dropped = dev_column(&String::from_utf8_lossy(&dev.stdout), "eth0", 11);
+    assert!(peer_dropped >= 3, "h1's eth0 dropped the 3 oversize pings: {peer_dropped}");
+    // The kernel's own drop counters of each socket and interface are exported, and so are
+    // a veth peer's.
     let (status, body) = http(port, "GET", "/metrics").unwrap();
     assert_eq!(status, 200);
+    let series = "wasmswitch_port_veth_peer_dropped_total{port=\"h1\"}";
+    assert_eq!(metric_sum(&body, series), peer_dropped as f64, "{series} is h1 eth0's tx_dropped:\n{body}");
     for series in [
         "wasmswitch_afxdp_kernel_rx_ring_full_total{port=\"h1\",queue=\"0\"}",
         "wasmswitch_afxdp_kernel_rx_fill_ring_empty_total{port=\"h2\",queue=\"0\"}",
@@ -166,7 +184,7 @@ fn sigkill_leaves_no_xdp_program_and_a_new_daemon_starts() {
     for h in &lab.hosts {
         assert!(!xdp_attached(&h.switch_if), "XDP program left on {} after SIGKILL", h.switch_if);
     }
-    let mut again = Command::new(bin).args(["run", "-c"]).arg(&cfg_path).stderr(Stdio::piped()).spawn().unwrap();
+    let mut again = daemon().spawn().unwrap();
     if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wait_healthy(port, &mut again))) {
         let _ = again.kill();
         let out = again.wait_with_output().unwrap();

@@ -226,16 +226,6 @@ impl PathDrops {
     }
 }
 
-/// Column `col` (0 = received bytes) of interface `ifname` in a `/proc/net/dev` text.
-fn dev_column(text: &str, ifname: &str, col: usize) -> u64 {
-    let line = text
-        .lines()
-        .find(|l| l.trim_start().starts_with(&format!("{ifname}:")))
-        .unwrap_or_else(|| panic!("{ifname} in /proc/net/dev"));
-    let fields = line.split_once(':').unwrap().1;
-    fields.split_whitespace().nth(col).and_then(|v| v.parse().ok()).expect("a /proc/net/dev counter")
-}
-
 fn tx_checksum_offload_on(h: &LabHost) -> bool {
     let out = h.run(&["ethtool", "-k", "eth0"]).unwrap();
     String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == "tx-checksumming: on")

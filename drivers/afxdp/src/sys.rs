@@ -425,13 +425,22 @@ pub fn set_aggregation(ifname: &str, want: Aggregation) -> io::Result<()> {
     Ok(())
 }
 
-// ---- rtnetlink: XDP program attached to an interface -------------------------------------
+// ---- rtnetlink: an interface's XDP program, its veth peer's counters -----------------------
 
+const IFLA_LINK: u16 = 5;
+const IFLA_LINKINFO: u16 = 18;
+const IFLA_INFO_KIND: u16 = 1;
+const IFLA_STATS64: u16 = 23;
+const IFLA_LINK_NETNSID: u16 = 37;
 const IFLA_XDP: u16 = 43;
 const IFLA_XDP_ATTACHED: u16 = 2;
 const IFLA_XDP_PROG_ID: u16 = 4;
+const IFLA_TARGET_NETNSID: u16 = 46;
 const NLA_F_NESTED: u16 = 1 << 15;
+/// `tx_dropped` in `struct rtnl_link_stats64`: the eighth `__u64`.
+const STATS64_TX_DROPPED: usize = 7 * 8;
 
+/// `RTM_GETLINK` for one interface, optionally in another namespace (`IFLA_TARGET_NETNSID`).
 #[repr(C)]
 struct GetLinkReq {
     nlh: libc::nlmsghdr,
@@ -441,6 +450,9 @@ struct GetLinkReq {
     ifi_index: i32,
     ifi_flags: u32,
     ifi_change: u32,
+    /// `IFLA_TARGET_NETNSID` (len 8); sent only when a namespace id is given.
+    nsid_attr: [u16; 2],
+    nsid: i32,
 }
 
 /// What is attached at an interface's XDP hook.
@@ -454,13 +466,44 @@ pub struct XdpAttached {
 
 /// Asks rtnetlink (`RTM_GETLINK`) what XDP program `ifindex` has, in the caller's network namespace.
 pub fn xdp_attached(ifindex: u32) -> io::Result<XdpAttached> {
+    parse_xdp_attached(&getlink(ifindex, None)?)
+}
+
+/// The `tx_dropped` counter of `ifindex`'s veth peer: frames the peer dropped on their way
+/// into `ifindex` (its ring to this end's XDP was full, or a frame was over this end's MTU),
+/// which this end never sees. The peer may be in another namespace: it is read there through
+/// the id this namespace has for it (`IFLA_LINK_NETNSID`), which takes `CAP_NET_ADMIN`.
+/// `None` when `ifindex` is not a veth.
+pub fn veth_peer_tx_dropped(ifindex: u32) -> io::Result<Option<u64>> {
+    let own = getlink(ifindex, None)?;
+    let (mut veth, mut peer, mut nsid) = (false, 0u32, None);
+    for (ty, v) in link_attrs(&own)? {
+        match ty {
+            IFLA_LINKINFO => veth = nested(v).any(|(t, k)| t == IFLA_INFO_KIND && k.starts_with(b"veth\0")),
+            IFLA_LINK if v.len() >= 4 => peer = rd32(v, 0),
+            IFLA_LINK_NETNSID if v.len() >= 4 => nsid = Some(rd32(v, 0) as i32),
+            _ => {}
+        }
+    }
+    if !veth || peer == 0 {
+        return Ok(None);
+    }
+    let theirs = getlink(peer, nsid)?;
+    let stats = link_attrs(&theirs)?.find(|&(t, v)| t == IFLA_STATS64 && v.len() >= STATS64_TX_DROPPED + 8);
+    let (_, v) = stats.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no IFLA_STATS64 in the reply"))?;
+    Ok(Some(u64::from_ne_bytes(v[STATS64_TX_DROPPED..STATS64_TX_DROPPED + 8].try_into().expect("8 bytes"))))
+}
+
+/// One `RTM_GETLINK` round trip: the reply's bytes (one message).
+fn getlink(ifindex: u32, target_nsid: Option<i32>) -> io::Result<Vec<u8>> {
     // SAFETY: plain socket creation; checked and owned below.
     let fd = cvt(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) })?;
     // SAFETY: fresh descriptor owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let len = if target_nsid.is_some() { size_of::<GetLinkReq>() } else { size_of::<GetLinkReq>() - 8 };
     let req = GetLinkReq {
         nlh: libc::nlmsghdr {
-            nlmsg_len: size_of::<GetLinkReq>() as u32,
+            nlmsg_len: len as u32,
             nlmsg_type: libc::RTM_GETLINK,
             nlmsg_flags: libc::NLM_F_REQUEST as u16,
             nlmsg_seq: 1,
@@ -472,9 +515,11 @@ pub fn xdp_attached(ifindex: u32) -> io::Result<XdpAttached> {
         ifi_index: ifindex as i32,
         ifi_flags: 0,
         ifi_change: 0,
+        nsid_attr: [8, IFLA_TARGET_NETNSID],
+        nsid: target_nsid.unwrap_or(0),
     };
-    // SAFETY: sends `size_of::<GetLinkReq>()` bytes from `req`, which lives across the call.
-    let sent = unsafe { libc::send(fd.as_raw_fd(), (&req as *const GetLinkReq).cast(), size_of::<GetLinkReq>(), 0) };
+    // SAFETY: sends the first `len` bytes of `req` (at most its size), which lives across the call.
+    let sent = unsafe { libc::send(fd.as_raw_fd(), (&req as *const GetLinkReq).cast(), len, 0) };
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -484,7 +529,8 @@ pub fn xdp_attached(ifindex: u32) -> io::Result<XdpAttached> {
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    parse_getlink_reply(&buf[..n as usize])
+    buf.truncate(n as usize);
+    Ok(buf)
 }
 
 fn rd16(b: &[u8], at: usize) -> u16 {
@@ -495,8 +541,9 @@ fn rd32(b: &[u8], at: usize) -> u32 {
     u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// Walks one `RTM_NEWLINK` (or `NLMSG_ERROR`) reply for `IFLA_XDP`.
-fn parse_getlink_reply(b: &[u8]) -> io::Result<XdpAttached> {
+/// The top-level attributes of one `RTM_NEWLINK` reply, or the error an `NLMSG_ERROR` reply
+/// carries.
+fn link_attrs(b: &[u8]) -> io::Result<impl Iterator<Item = (u16, &[u8])>> {
     let bad = || io::Error::new(io::ErrorKind::InvalidData, "malformed rtnetlink reply");
     if b.len() < 16 {
         return Err(bad());
@@ -507,34 +554,41 @@ fn parse_getlink_reply(b: &[u8]) -> io::Result<XdpAttached> {
         let err = if len >= 20 { rd32(b, 16) as i32 } else { -libc::EIO };
         return Err(io::Error::from_raw_os_error(-err));
     }
-    if ty != libc::RTM_NEWLINK {
+    if ty != libc::RTM_NEWLINK || len < 32 {
         return Err(bad());
     }
-    let mut at = 16 + 16; // nlmsghdr + ifinfomsg
-    let mut out = XdpAttached::default();
-    while at + 4 <= len {
-        let alen = rd16(b, at) as usize;
-        let aty = rd16(b, at + 2) & !NLA_F_NESTED;
-        if alen < 4 || at + alen > len {
-            break;
+    Ok(nested(&b[32..len])) // past nlmsghdr + ifinfomsg
+}
+
+/// The attributes in `b`, each as (type without the nested flag, payload); stops at the first
+/// one whose length does not fit.
+fn nested(b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at + 4 > b.len() {
+            return None;
         }
-        if aty == IFLA_XDP {
-            let mut n = at + 4;
-            while n + 4 <= at + alen {
-                let nlen = rd16(b, n) as usize;
-                let nty = rd16(b, n + 2);
-                if nlen < 4 || n + nlen > at + alen {
-                    break;
-                }
-                match nty {
-                    IFLA_XDP_ATTACHED if nlen >= 5 => out.mode = b[n + 4],
-                    IFLA_XDP_PROG_ID if nlen >= 8 => out.prog_id = rd32(b, n + 4),
-                    _ => {}
-                }
-                n += (nlen + 3) & !3;
+        let alen = rd16(b, at) as usize;
+        if alen < 4 || at + alen > b.len() {
+            return None;
+        }
+        let item = (rd16(b, at + 2) & !NLA_F_NESTED, &b[at + 4..at + alen]);
+        at += (alen + 3) & !3;
+        Some(item)
+    })
+}
+
+/// `IFLA_XDP` of one reply.
+fn parse_xdp_attached(b: &[u8]) -> io::Result<XdpAttached> {
+    let mut out = XdpAttached::default();
+    for (_, xdp) in link_attrs(b)?.filter(|&(t, _)| t == IFLA_XDP) {
+        for (ty, v) in nested(xdp) {
+            match ty {
+                IFLA_XDP_ATTACHED if !v.is_empty() => out.mode = v[0],
+                IFLA_XDP_PROG_ID if v.len() >= 4 => out.prog_id = rd32(v, 0),
+                _ => {}
             }
         }
-        at += (alen + 3) & !3;
     }
     Ok(out)
 }
@@ -577,12 +631,12 @@ mod tests {
         let total = m.len() as u32;
         m[0..4].copy_from_slice(&total.to_ne_bytes());
         m[4..6].copy_from_slice(&libc::RTM_NEWLINK.to_ne_bytes());
-        assert_eq!(parse_getlink_reply(&m).unwrap(), XdpAttached { mode: 1, prog_id: 42 });
+        assert_eq!(parse_xdp_attached(&m).unwrap(), XdpAttached { mode: 1, prog_id: 42 });
         for cut in 0..m.len() {
-            let _ = parse_getlink_reply(&m[..cut]);
+            let _ = parse_xdp_attached(&m[..cut]);
         }
         let mut garbage = m.clone();
         garbage[32] = 0xff; // absurd attribute length
-        assert_eq!(parse_getlink_reply(&garbage).unwrap(), XdpAttached::default());
+        assert_eq!(parse_xdp_attached(&garbage).unwrap(), XdpAttached::default());
     }
 }

@@ -668,6 +668,42 @@ fn a_starved_fill_ring_is_counted_and_nothing_leaks() {
     assert_eq!(port.xdp_stats()[0].1, None, "socket closed after release");
 }
 
+#[test]
+fn a_veth_peers_drops_are_read_across_namespaces() {
+    if !env_ready("a_veth_peers_drops_are_read_across_namespaces") {
+        return;
+    }
+    use wasmswitch_afxdp::sys::{ifindex, veth_peer_tx_dropped};
+    let lab = Lab::new(1, 1);
+    let (sw, peer) = (lab.sw.0.clone(), lab.peers[0].0.clone());
+    // The peer's MTU above this end's: veth drops (and counts on the peer) what this end's MTU
+    // cannot take, the one cause of a peer drop a test can make at will.
+    must(&["-n", &peer, "link", "set", "pe0", "mtu", "9000"]);
+    let tx_dropped = |ns: &str, dev: &str| -> u64 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "cat", &format!("/sys/class/net/{dev}/statistics/tx_dropped")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    let read = |dev: &'static str| in_netns(&sw, move || veth_peer_tx_dropped(ifindex(dev).expect(dev)));
+    let before = read("sw0").unwrap().expect("sw0 is a veth");
+    let tx = Packet::open(&peer, "pe0");
+    let big = udp4_frame(M1, M0, [10, 0, 0, 1], [10, 0, 0, 2], 1000, 7777, 3000);
+    for _ in 0..5 {
+        // SAFETY: sends `big.len()` bytes from `big`. The send answers ENOBUFS: with the qdisc
+        // bypassed, the veth's drop comes back to the sender.
+        unsafe { libc::send(tx.fd.as_raw_fd(), big.as_ptr().cast(), big.len(), 0) };
+    }
+    let after = read("sw0").unwrap().expect("sw0 is a veth");
+    assert_eq!(after, tx_dropped(&peer, "pe0"), "the peer's own counter, read from its namespace");
+    assert!(after >= before + 5, "five oversize frames dropped by the peer: {before} -> {after}");
+    // A peer in the same namespace (no IFLA_LINK_NETNSID), and an interface that is no veth.
+    must(&["-n", &sw, "link", "add", "va", "type", "veth", "peer", "name", "vb"]);
+    assert_eq!(read("va").unwrap(), Some(tx_dropped(&sw, "vb")));
+    assert_eq!(read("lo").unwrap(), None, "lo has no peer");
+}
+
 const CHILD_ENV: &str = "WSX_AFXDP_CHILD_NS";
 
 /// Not a test on its own: the body of the child process of `sigkill_leaves_no_program_behind`.

@@ -201,6 +201,16 @@ pub fn udp_rcvbuf_errors(h: &wasmswitch::lab::LabHost) -> u64 {
     values.split_whitespace().nth(i).and_then(|v| v.parse().ok()).expect("RcvbufErrors value")
 }
 
+/// Column `col` (0 = received bytes) of interface `ifname` in a `/proc/net/dev` text.
+pub fn dev_column(text: &str, ifname: &str, col: usize) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{ifname}:")))
+        .unwrap_or_else(|| panic!("{ifname} in /proc/net/dev"));
+    let fields = line.split_once(':').unwrap().1;
+    fields.split_whitespace().nth(col).and_then(|v| v.parse().ok()).expect("a /proc/net/dev counter")
+}
+
 /// True while an XDP program is attached to `ifname`.
 pub fn xdp_attached(ifname: &str) -> bool {
     let out = std::process::Command::new("ip").args(["-d", "link", "show", ifname]).output().unwrap();
