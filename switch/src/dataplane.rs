@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use wasmswitch_afxdp::QueueMonitor;
 use wasmswitch_core::fdb::{CurrentFdb, Fdb, Flush};
 use wasmswitch_core::pipeline::{ForwardMode, Pipeline, PipelineOptions, PortSlot};
 use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, PoolId, PoolStats, SharedPool};
@@ -184,6 +185,11 @@ struct Resources {
 impl Resources {
     /// Puts `handle` in as port `id`'s, closing the one it replaces (every worker has let go of
     /// it: `late` is false) or keeping that for stop.
+    fn has_handle(&self, id: PortId) -> bool {
+        let handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+        handles.get(id as usize).is_some_and(Option::is_some)
+    }
+
     fn replace_handle(&self, id: PortId, handle: Option<PortHandle>, late: bool) {
         let old = {
             let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
@@ -530,6 +536,8 @@ fn housekeeping_loop(
     let mut last: Vec<u64> = controls.iter().map(|c| c.rounds()).collect();
     // Failed re-attach attempts per port (retried every second, logged every 30th).
     let mut failures: std::collections::HashMap<PortId, u64> = std::collections::HashMap::new();
+    // What each gone port's queues had counted, taken while their sockets were still open.
+    let mut counted: std::collections::HashMap<PortId, Vec<QueueMonitor>> = std::collections::HashMap::new();
     let mut tick: u64 = 0;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
@@ -561,23 +569,27 @@ fn housekeeping_loop(
                         c.send(Command::SetPortUp(p, false));
                     }
                     fdb.flush_port(p);
+                    counted.insert(p, info.afxdp.iter().map(QueueMonitor::frozen).collect());
                 }
-                (true, _, true) if tick.is_multiple_of(10) => match reattach(&res, &controls, &ports, p, &info) {
-                    Ok(()) => {
-                        failures.remove(&p);
-                        log::info!("interface {name} is back: port `{}` re-attached", info.name);
-                    }
-                    Err(e) => {
-                        let n = failures.entry(p).or_default();
-                        if n.is_multiple_of(30) {
-                            log::warn!(
-                                "interface {name} is back but port `{}` cannot be re-attached yet: {e:#}",
-                                info.name
-                            );
+                (true, _, true) if tick.is_multiple_of(10) => {
+                    match reattach(&res, &controls, &ports, p, &info, &counted) {
+                        Ok(()) => {
+                            failures.remove(&p);
+                            counted.remove(&p);
+                            log::info!("interface {name} is back: port `{}` re-attached", info.name);
                         }
-                        *n += 1;
+                        Err(e) => {
+                            let n = failures.entry(p).or_default();
+                            if n.is_multiple_of(30) {
+                                log::warn!(
+                                    "interface {name} is back but port `{}` cannot be re-attached yet: {e:#}",
+                                    info.name
+                                );
+                            }
+                            *n += 1;
+                        }
                     }
-                },
+                }
                 _ => {}
             }
         }
@@ -592,6 +604,7 @@ fn reattach(
     ports: &PortTable,
     p: PortId,
     info: &Arc<PortInfo>,
+    counted: &std::collections::HashMap<PortId, Vec<QueueMonitor>>,
 ) -> Result<()> {
     let _changing = res.changing.lock().unwrap_or_else(|e| e.into_inner());
     if !ports.get(p).is_some_and(|now| Arc::ptr_eq(&now, info)) {
@@ -600,25 +613,45 @@ fn reattach(
     let section = info.reopen.as_ref().context("the port has no interface to reopen")?;
     // In the group it was in: the workers' slots keep their pool.
     let group = find_group(&res.groups, &info.name, &info.umem)?;
+    // The old sockets and XDP link go first. An interface that came back as the same device
+    // (renamed away and back, or moved to another namespace and back) still carries the old
+    // link, beside which no program attaches, and its queues may still be bound to the old
+    // sockets. Once per disappearance: a retry finds nothing left to close.
+    if res.has_handle(p) {
+        let late = swap_queues(controls, p, controls.iter().map(|_| Vec::new()).collect());
+        res.replace_handle(p, None, late);
+    }
     // The MTU only sets `max_frame`, which the workers' slots keep.
     let mut opened = group.open(res.workers, |ctx| drivers::afxdp::open(ctx, &info.name, section, 0))?;
     opened.info.umem = group.name.clone();
-    let sent: Vec<u64> = controls
-        .iter()
-        .enumerate()
-        .map(|(w, c)| c.send_all(vec![Command::ReplaceQueues(p, std::mem::take(&mut opened.queues[w]))]))
-        .collect();
-    let late = !controls.iter().zip(sent).all(|(c, g)| c.wait_applied(g, APPLY_BOUND));
-    for c in controls {
-        // The old, dead sockets are closed here, off the data path.
-        drop(c.take_retired());
+    for m in &mut opened.info.afxdp {
+        if let Some(old) = counted.get(&p).and_then(|c| c.iter().find(|o| o.queue == m.queue)) {
+            m.carry_over(old);
+        }
     }
+    let late = swap_queues(controls, p, std::mem::take(&mut opened.queues));
     res.replace_handle(p, Some(opened.handle), late);
     let new = opened.info;
     new.gone_events.store(info.gone_events.load(Ordering::Relaxed), Ordering::Relaxed);
     new.back_events.store(info.back_events.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     ports.set(p, Some(Arc::new(new)));
     Ok(())
+}
+
+/// Gives worker `w` `queues[w]` as port `p`'s, and closes what they replace here, off the data
+/// path. True when a worker was late to apply it.
+fn swap_queues(
+    controls: &[Arc<WorkerControl>],
+    p: PortId,
+    queues: Vec<Vec<Box<dyn wasmswitch_core::PortQueue>>>,
+) -> bool {
+    let sent: Vec<u64> =
+        controls.iter().zip(queues).map(|(c, q)| c.send_all(vec![Command::ReplaceQueues(p, q)])).collect();
+    let late = !controls.iter().zip(sent).all(|(c, g)| c.wait_applied(g, APPLY_BOUND));
+    for c in controls {
+        drop(c.take_retired());
+    }
+    late
 }
 
 /// How long a reload waits for every worker to apply a port change. The worst round the

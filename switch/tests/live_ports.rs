@@ -275,6 +275,66 @@ fn a_port_whose_interface_vanishes_is_re_attached_when_it_comes_back() {
 }
 
 #[test]
+fn a_port_whose_interface_is_renamed_or_moved_away_and_back_is_re_attached() {
+    // The interface comes back as the same device (same index), still carrying the port's
+    // XDP link: the port is re-attached all the same, and its counters keep rising.
+    if !require_lab("a_port_whose_interface_is_renamed_or_moved_away_and_back_is_re_attached") {
+        return;
+    }
+    let lab = Lab::create(&format!("wr{}", std::process::id() % 10_000), 2, 1, 49).unwrap();
+    let (h1, h2) = (&lab.hosts[0], &lab.hosts[1]);
+    let dir = Scratch::new("renamed");
+    let sw = Switch::start(&dir.write(&lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep"))).unwrap();
+    assert!(h1.ping(&h2.ip, 2).unwrap(), "h1 reaches h2");
+    let info = || sw.dataplane.ports.get(sw.dataplane.ports.id_of(&h2.name).unwrap()).unwrap();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    // Counters every poll or kick moves: the driver's and the kernel's.
+    let counted = || {
+        let i = info();
+        let driver: u64 = i.afxdp.iter().map(|m| m.stats.rx_ring_empty.get() + m.stats.tx_wakeups.get()).sum();
+        let kernel: u64 = i.afxdp.iter().filter_map(|m| m.xdp_stats()).map(|k| k.tx_ring_empty_descs).sum();
+        (driver, kernel)
+    };
+    let away = format!("wr{}x", std::process::id() % 10_000);
+    let ns = format!("wr{}ns", std::process::id() % 10_000);
+    sh(&["ip", "netns", "add", &ns]);
+    struct DelNs<'a>(&'a str);
+    impl Drop for DelNs<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip").args(["netns", "del", self.0]).status();
+        }
+    }
+    let _ns = DelNs(&ns);
+    let me = std::process::id().to_string();
+    let sw_if = h2.switch_if.as_str();
+    let cases: [(&str, Vec<Vec<&str>>, Vec<Vec<&str>>); 2] = [
+        (
+            "renamed away and back",
+            vec![vec!["ip", "link", "set", sw_if, "down"], vec!["ip", "link", "set", sw_if, "name", &away]],
+            vec![vec!["ip", "link", "set", &away, "name", sw_if], vec!["ip", "link", "set", sw_if, "up"]],
+        ),
+        (
+            "moved to another namespace and back",
+            vec![vec!["ip", "link", "set", sw_if, "netns", &ns]],
+            vec![vec!["ip", "-n", &ns, "link", "set", sw_if, "netns", &me], vec!["ip", "link", "set", sw_if, "up"]],
+        ),
+    ];
+    for (round, (what, go, back)) in cases.into_iter().enumerate() {
+        let before = counted();
+        let back_before = count(&info().back_events);
+        go.iter().for_each(|c| sh(c));
+        eventually("the port is marked gone", || info().gone.load(std::sync::atomic::Ordering::Relaxed));
+        back.iter().for_each(|c| sh(c));
+        eventually("the port is re-attached", || count(&info().back_events) == back_before + 1);
+        assert!(h1.ping(&h2.ip, 3).unwrap(), "{what}: h2 is reached again through the re-attached port");
+        assert_eq!(count(&info().gone_events), round as u64 + 1, "{what}");
+        let after = counted();
+        assert!(after.0 >= before.0 && after.1 >= before.1, "{what}: counters went back: {before:?} -> {after:?}");
+    }
+    sw.dataplane.stop_shared().expect("every frame is back, those of the closed sockets included");
+}
+
+#[test]
 fn a_port_alone_in_its_umem_group_vanishes_and_comes_back_in_it() {
     // h3 is the only port of a second UMEM group: when its interface goes, its group's UMEM
     // has no socket left, and coming back registers it with the kernel again. Its frames to

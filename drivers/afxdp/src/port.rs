@@ -97,12 +97,28 @@ pub struct QueueMonitor {
     pub queue: u32,
     pub stats: Arc<QueueStats>,
     sock: Weak<SockHandle>,
+    /// What the sockets this queue had before its current one counted (see `carry_over`).
+    kernel_before: XdpStatistics,
 }
 
 impl QueueMonitor {
     /// The kernel's counters, `None` once the socket is closed.
     pub fn xdp_stats(&self) -> Option<XdpStatistics> {
-        self.sock.upgrade().and_then(|s| s.statistics().ok())
+        self.sock.upgrade().and_then(|s| s.statistics().ok()).map(|s| s + self.kernel_before)
+    }
+
+    /// Everything this queue has counted so far, held after its socket closes: what a
+    /// re-attached port's queue carries over (`carry_over`). Read it while the socket is open.
+    pub fn frozen(&self) -> QueueMonitor {
+        let kernel_before = self.xdp_stats().unwrap_or(self.kernel_before);
+        QueueMonitor { queue: self.queue, stats: self.stats.clone(), sock: Weak::new(), kernel_before }
+    }
+
+    /// Makes this queue's counters continue `old`'s (a [`QueueMonitor::frozen`] of the queue it
+    /// replaces), so that no `_total` series goes backwards. Before this queue runs.
+    pub fn carry_over(&mut self, old: &QueueMonitor) {
+        self.stats.carry(&old.stats);
+        self.kernel_before = self.kernel_before + old.kernel_before;
     }
 }
 
@@ -390,7 +406,15 @@ impl AfXdpPort {
 
     /// Per queue, a handle for the metrics thread: the driver's counters and the kernel's.
     pub fn queue_stats(&self) -> Vec<QueueMonitor> {
-        self.handles.iter().map(|(q, w, s)| QueueMonitor { queue: *q, stats: s.clone(), sock: w.clone() }).collect()
+        self.handles
+            .iter()
+            .map(|(q, w, s)| QueueMonitor {
+                queue: *q,
+                stats: s.clone(),
+                sock: w.clone(),
+                kernel_before: Default::default(),
+            })
+            .collect()
     }
 
     /// Stops redirecting `queue` to its socket (its traffic goes to the kernel stack).

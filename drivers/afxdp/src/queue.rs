@@ -45,6 +45,27 @@ pub struct QueueStats {
     pub port_gone: Counter,
 }
 
+impl QueueStats {
+    /// Adds what `old` counted, for a queue that takes over from `old`'s (a port re-attached
+    /// when its interface came back), so that the counters keep rising. Call it before the
+    /// queue runs: the caller is then its counters' one writer.
+    pub fn carry(&self, old: &QueueStats) {
+        let pairs = [
+            (&self.rx_ring_empty, &old.rx_ring_empty),
+            (&self.fill_starved, &old.fill_starved),
+            (&self.rx_wakeups, &old.rx_wakeups),
+            (&self.tx_wakeups, &old.tx_wakeups),
+            (&self.tx_kick_busy, &old.tx_kick_busy),
+            (&self.tx_kernel_drops, &old.tx_kernel_drops),
+            (&self.tx_kick_errors, &old.tx_kick_errors),
+            (&self.port_gone, &old.port_gone),
+        ];
+        for (new, old) in pairs {
+            new.add(old.get());
+        }
+    }
+}
+
 #[derive(Debug)]
 struct RxHalf {
     sock: Arc<SockHandle>,

@@ -101,6 +101,21 @@ pub struct XdpStatistics {
     pub tx_ring_empty_descs: u64,
 }
 
+impl std::ops::Add for XdpStatistics {
+    type Output = Self;
+
+    fn add(self, o: Self) -> Self {
+        Self {
+            rx_dropped: self.rx_dropped + o.rx_dropped,
+            rx_invalid_descs: self.rx_invalid_descs + o.rx_invalid_descs,
+            tx_invalid_descs: self.tx_invalid_descs + o.tx_invalid_descs,
+            rx_ring_full: self.rx_ring_full + o.rx_ring_full,
+            rx_fill_ring_empty_descs: self.rx_fill_ring_empty_descs + o.rx_fill_ring_empty_descs,
+            tx_ring_empty_descs: self.tx_ring_empty_descs + o.tx_ring_empty_descs,
+        }
+    }
+}
+
 /// Frames of the UMEM held by the kernel on one ring pair, as a bitmap indexed by frame.
 ///
 /// This is the driver's frame accounting: a bit is set when a frame is posted (fill or TX) and
