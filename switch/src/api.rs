@@ -180,6 +180,31 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
+/// Set while a connection's request is being answered (its head and body are in), so that
+/// [`serve`], when full, can tell a connection worth its slot from one that only holds it.
+#[derive(Clone, Default)]
+struct Answering(Arc<std::sync::atomic::AtomicBool>);
+
+impl Answering {
+    /// Runs `next` with the flag set (cleared when the answer is made or the request dropped).
+    async fn run(req: Request, next: Next) -> Response {
+        struct Clear(Option<Answering>);
+        impl Drop for Clear {
+            fn drop(&mut self) {
+                if let Some(a) = &self.0 {
+                    a.0.store(false, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+        let flag = req.extensions().get::<Answering>().cloned();
+        if let Some(a) = &flag {
+            a.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let _clear = Clear(flag);
+        next.run(req).await
+    }
+}
+
 /// The access checks of the module doc, then the route.
 async fn guard(State(s): State<ApiState>, req: Request, next: Next) -> Response {
     let mutating = !matches!(*req.method(), Method::GET | Method::HEAD);
@@ -187,13 +212,13 @@ async fn guard(State(s): State<ApiState>, req: Request, next: Next) -> Response 
         if let Err(why) = host_allowed(&req, s.listen) {
             return refuse(StatusCode::MISDIRECTED_REQUEST, &why);
         }
-        return next.run(req).await;
+        return Answering::run(req, next).await;
     }
     let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.to_string());
     let peer = peer.unwrap_or_else(|| "unknown peer".into());
     let (method, path) = (req.method().clone(), req.uri().path().to_owned());
     let (response, why) = match check_mutation(&s, req).await {
-        Ok(req) => (next.run(req).await, None),
+        Ok(req) => (Answering::run(req, next).await, None),
         Err((code, why)) => (refuse(code, &why), Some(why)),
     };
     let status = response.status();
@@ -474,9 +499,9 @@ pub struct Limits {
     pub header_read: Duration,
     /// Longest a connection may stay open, whatever it does.
     pub connection: Duration,
-    /// Connections open at once. When full, every open connection is asked to close after its
-    /// current request (idle ones close at once) and a newcomer that finds no room within
-    /// 200 ms is closed.
+    /// Connections open at once. When full, every open connection that is not being answered
+    /// (idle, or with half a request head or a body that has not come) is closed at once, the
+    /// others after their answer, and a newcomer that finds no room within 200 ms is closed.
     pub max_connections: usize,
     /// How long shutdown lets requests in flight finish before dropping them.
     pub shutdown_grace: Duration,
@@ -540,7 +565,10 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut sh
         };
         let _ = stream.set_nodelay(true);
         // The peer, for the log of mutating requests.
-        let service = TowerToHyperService::new(router.clone().layer(Extension(ConnectInfo(peer))));
+        let answering = Answering::default();
+        let service = TowerToHyperService::new(
+            router.clone().layer(Extension(ConnectInfo(peer))).layer(Extension(answering.clone())),
+        );
         let mut stop = shutdown.clone();
         let evict = evict.clone();
         conns.spawn(async move {
@@ -555,10 +583,16 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut sh
                 tokio::select! {
                     _ = conn.as_mut() => return,
                     _ = stop.wait_for(|s| *s) => {}
-                    _ = evict.notified() => {}
+                    _ = evict.notified() => {
+                        // Holding a slot with nothing to answer (idle, half a head, a body
+                        // that does not come, which hyper's graceful close would wait out):
+                        // dropped now.
+                        if !answering.0.load(std::sync::atomic::Ordering::Relaxed) {
+                            return;
+                        }
+                    }
                 }
-                // Closes an idle connection (one that has sent nothing, or half a request head)
-                // now, and a busy one after its response.
+                // Closes an idle connection now, and a busy one after its response.
                 conn.as_mut().graceful_shutdown();
                 let _ = conn.as_mut().await;
             };

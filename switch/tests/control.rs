@@ -113,7 +113,7 @@ fn raise_nofile(n: u64) {
 }
 
 #[test]
-fn idle_connections_do_not_keep_metrics_from_answering() {
+fn idle_and_half_sent_connections_do_not_keep_metrics_from_answering() {
     const IDLE: usize = 1100;
     raise_nofile(4096);
     let (_dir, _cfg, port, child) = start_sim("idle");
@@ -124,9 +124,14 @@ fn idle_connections_do_not_keep_metrics_from_answering() {
             Err(e) => panic!("connect #{}: {e}", idle.len()),
         }
     }
-    // Some idle ones with half a request line, too.
-    for s in idle.iter_mut().step_by(10) {
-        let _ = s.write_all(b"GET /");
+    // Each holds its slot with half a request: a head that never ends, or a body that
+    // never comes (a POST's head is complete, so only the body is missing).
+    for (i, s) in idle.iter_mut().enumerate() {
+        let _ = if i % 2 == 0 {
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: local")
+        } else {
+            s.write_all(b"POST /api/v1/fdb HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\n")
+        };
     }
     let mut worst: f64 = 0.0;
     for _ in 0..5 {
