@@ -314,6 +314,28 @@ impl Switch {
             changes.add.push(AddPort { id, port, fresh, stages: Vec::new() });
         }
         changes.remove.extend(&removed);
+        // The config's static FDB entries: the ones no longer there go, new ones come. Tried
+        // first on a copy of the table at the new capacity (the same hash places entries the
+        // same way), so that one that does not fit refuses the reload before anything changes.
+        let key = |e: &StaticEntry| (e.vlan.value, e.mac.value.0, e.port.value.clone());
+        let (was, now): (Vec<_>, Vec<_>) =
+            (old.fdb.statics.iter().map(key).collect(), new.fdb.statics.iter().map(key).collect());
+        let gone_statics: Vec<_> = was.iter().filter(|e| !now.contains(e)).collect();
+        let new_statics: Vec<_> = now.iter().filter(|e| !was.contains(e)).collect();
+        let fdb_refused = |e: String| format!("{UNCHANGED}: fdb: {e}");
+        let trial = dp.fdb.get().resized(dp.fdb.get().capacity(), 0).map_err(fdb_refused)?;
+        for (vlan, mac, port) in &gone_statics {
+            if let Some(id) = dp.ports.id_of(port) {
+                trial.remove_static(*vlan, *mac, id);
+            }
+        }
+        let trial = trial.resized(new.fdb.capacity.value, 0).map_err(fdb_refused)?;
+        for (vlan, mac, port) in &new_statics {
+            let id = id_of(port).ok_or_else(|| format!("{UNCHANGED}: fdb.static {mac}: no port `{port}`"))?;
+            trial
+                .add_static(*vlan, *mac, id)
+                .map_err(|e| format!("{UNCHANGED}: fdb.static {mac} in VLAN {vlan} on `{port}`: {e}"))?;
+        }
         // From here on nothing can fail but a worker that does not answer.
         let mut applied = Vec::new();
         let mut extra: Vec<Vec<Command>> = Vec::new();
@@ -382,24 +404,17 @@ impl Switch {
                 applied.push(format!("port `{name}`: VLANs, storm control and mirrors as configured"));
             }
         }
+        // The port ids of the old config's statics, before a removed port's id goes.
+        let gone_statics: Vec<_> = gone_statics.into_iter().map(|e| (e, dp.ports.id_of(&e.2))).collect();
         let mut late = dp.change_ports(changes, extra);
-        // Static entries of the config: the ones no longer there go, new ones come.
-        let key = |e: &StaticEntry| (e.vlan.value, e.mac.value.0, e.port.value.clone());
-        let (was, now): (Vec<_>, Vec<_>) =
-            (old.fdb.statics.iter().map(key).collect(), new.fdb.statics.iter().map(key).collect());
-        let fdb = dp.fdb.get();
-        for (vlan, mac, port) in was.iter().filter(|e| !now.contains(e)) {
-            fdb.remove(*vlan, *mac);
-            applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` removed"));
-        }
-        for (vlan, mac, port) in now.iter().filter(|e| !was.contains(e)) {
-            let r = id_of(port)
-                .context("no such port")
-                .and_then(|id| fdb.add_static(*vlan, *mac, id).map_err(|e| anyhow::anyhow!("{e}")));
-            match r {
-                Ok(()) => applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` added")),
-                Err(e) => late = late.and(Err(e.context(format!("fdb.static {mac} in VLAN {vlan} was not added")))),
+        // In the trial's order: removals, the new capacity, additions.
+        for ((vlan, mac, port), id) in gone_statics {
+            // Only the config's own entry: an API entry for the same address on another port
+            // stays (a removed port's entries went with it).
+            if let Some(id) = id {
+                dp.fdb.get().remove_static(*vlan, *mac, id);
             }
+            applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` removed"));
         }
         if old.fdb.capacity.value != new.fdb.capacity.value {
             let r = dp.resize_fdb(new.fdb.capacity.value);
@@ -409,6 +424,17 @@ impl Switch {
                 new.fdb.capacity.value,
                 dp.fdb.get().capacity()
             ));
+        }
+        let fdb = dp.fdb.get();
+        for (vlan, mac, port) in new_statics {
+            let r = id_of(port)
+                .context("no such port")
+                .and_then(|id| fdb.add_static(*vlan, *mac, id).map_err(|e| anyhow::anyhow!("{e}")));
+            match r {
+                Ok(()) => applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` added")),
+                // Only if the table changed since the trial (an API edit meanwhile).
+                Err(e) => late = late.and(Err(e.context(format!("fdb.static {mac} in VLAN {vlan} was not added")))),
+            }
         }
         for port in &new.ports {
             let name = &port.name.value;
@@ -466,6 +492,14 @@ impl Switch {
                     applied.push(format!("port `{}`: sim traffic rate_pps = {r1}", b.name.value));
                 }
             }
+        }
+        // The token file is re-read at every reload, so its path need not change for this.
+        let token = |c: &Config| c.control.token.as_ref().map(|t| t.as_bytes().to_vec());
+        if token(&old) != token(&new) {
+            applied.push(match new.control.token {
+                Some(_) => "control API token: the one now in the token file".to_string(),
+                None => "control API token: none".to_string(),
+            });
         }
         let changed: Vec<String> = live.iter().map(|c| c.to_string()).collect();
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);

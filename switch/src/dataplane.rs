@@ -840,7 +840,9 @@ impl Dataplane {
     /// [`Fdb::resized`]); entries learned by a worker in the old table while the copy is made
     /// are learned again from the next frame they send.
     pub fn resize_fdb(&self, capacity: usize) -> Result<()> {
-        let new = Arc::new(self.fdb.get().resized(capacity, self.start.elapsed().as_secs() as u32));
+        let new =
+            self.fdb.get().resized(capacity, self.start.elapsed().as_secs() as u32).map_err(anyhow::Error::msg)?;
+        let new = Arc::new(new);
         self.fdb.set(new.clone());
         let sent: Vec<u64> =
             self.workers.iter().map(|w| w.control.send_all(vec![Command::SetFdb(new.clone())])).collect();

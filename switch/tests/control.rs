@@ -476,7 +476,10 @@ fn mutating_requests_need_the_token_and_a_local_host_and_no_origin() {
 
     // A token rewritten in place is picked up by a reload (the file is re-read then).
     std::fs::write(&token, "second-token").unwrap();
-    assert_eq!(post(&["Authorization: Bearer first-token"]).status, 200);
+    let r = post(&["Authorization: Bearer first-token"]);
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("control API token: the one now in the token file"), "the reload says so: {r:?}");
+    assert!(!r.body.contains("second-token"), "and does not show it: {r:?}");
     assert_eq!(post(&["Authorization: Bearer first-token"]).status, 401);
     assert_eq!(post(&["Authorization: Bearer second-token"]).status, 200);
 

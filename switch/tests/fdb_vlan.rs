@@ -174,3 +174,63 @@ fn fdb_edits_vlans_and_l2_reloads_through_api_and_client() {
     sigterm(&daemon);
     assert!(daemon.wait().unwrap().success());
 }
+
+/// Two sim ports without traffic, the FDB of `capacity` with `aging` and the config's `statics`
+/// (MAC, port) in VLAN 1.
+fn fdb_yaml(capacity: usize, aging: u32, statics: &[(&str, &str)]) -> String {
+    let mut y = format!("fdb:\n  capacity: {capacity}\n  aging_seconds: {aging}\n");
+    if !statics.is_empty() {
+        y.push_str("  static:\n");
+        for (mac, port) in statics {
+            y.push_str(&format!("    - {{ mac: \"{mac}\", vlan: 1, port: {port} }}\n"));
+        }
+    }
+    y + "workers:\n  - idle: sleep\nports:\n  - name: p1\n    driver: sim\n  - name: p2\n    driver: sim\n"
+}
+
+#[test]
+fn a_reload_whose_static_entries_do_not_fit_changes_nothing() {
+    use wasmswitch::api::FdbChange;
+    use wasmswitch_core::wire::MacAddr;
+    let dir = Scratch::new("fdb-fit");
+    let sw = wasmswitch::daemon::Switch::start(&dir.write(&fdb_yaml(64, 300, &[]))).unwrap();
+    let mac = |i: u64| MacAddr::from_u64(0x0200_00aa_0000 + i);
+    let add = |i: u64, port: &str| sw.fdb_change(FdbChange::Add { mac: mac(i), vlan: 1, port: port.into() });
+    let lookup = |i: u64| sw.dataplane.fdb.get().lookup(1, mac(i));
+    // API statics until one finds its bucket full of them.
+    let full = (0..1000).find(|&i| add(i, "p1").is_err()).expect("a 64-entry table fills up");
+    let statics =
+        |sw: &wasmswitch::daemon::Switch| sw.dataplane.fdb.get().entries(0).iter().filter(|e| e.is_static).count();
+    let before = statics(&sw);
+    // That address as a static of the config, with another aging time: refused whole.
+    let full_mac = mac(full).to_string();
+    dir.write(&fdb_yaml(64, 77, &[(&full_mac, "p2")]));
+    let err = sw.reload().expect_err("a static entry that does not fit");
+    assert!(err.contains("nothing was changed") && err.contains(&full_mac), "{err}");
+    assert_eq!(sw.config().fdb.aging_seconds.value, 300, "aging time not applied");
+    assert_eq!(lookup(full), None);
+    // A smaller table than the statics need: refused, and every static entry is still there.
+    dir.write(&fdb_yaml(1024, 300, &[]));
+    sw.reload().expect("a larger table");
+    assert_eq!(statics(&sw), before, "every static entry copied into the larger table");
+    for i in 1000..1100 {
+        add(i, "p2").unwrap();
+    }
+    let before = statics(&sw);
+    dir.write(&fdb_yaml(64, 300, &[]));
+    let err = sw.reload().expect_err("fewer slots than static entries");
+    assert!(err.contains("nothing was changed") && err.contains("does not fit a table of 64"), "{err}");
+    assert_eq!((sw.dataplane.fdb.get().capacity() >= 1024, statics(&sw)), (true, before));
+    // With room, the config's static comes in with its aging time.
+    dir.write(&fdb_yaml(1024, 77, &[(&full_mac, "p2")]));
+    sw.reload().expect("it fits now");
+    assert_eq!((lookup(full), sw.config().fdb.aging_seconds.value), (Some(1), 77));
+    // Dropping it from the config takes only the config's entry: after the API moved the
+    // address to p1, that entry stays.
+    sw.fdb_change(FdbChange::Remove { mac: mac(full), vlan: 1 }).unwrap();
+    add(full, "p1").unwrap();
+    dir.write(&fdb_yaml(1024, 77, &[]));
+    sw.reload().expect("the config's static removed");
+    assert_eq!(lookup(full), Some(0), "the API's entry on p1 is left alone");
+    sw.dataplane.stop_shared().expect("every frame back");
+}

@@ -345,6 +345,20 @@ impl Fdb {
         }
     }
 
+    /// Removes the static entry for (`vlan`, `mac`) if it is on `port`; false when there was
+    /// none (a learned entry, or a static one on another port, stays).
+    pub fn remove_static(&self, vlan: u16, mac: MacAddr, port: PortId) -> bool {
+        let k = key(vlan, mac);
+        let b = &self.buckets[self.bucket_of(k)];
+        b.keys.iter().enumerate().any(|(i, s)| {
+            let v = s.load(Ordering::Acquire);
+            same_entry(v, k)
+                && v & STATIC != 0
+                && port_of(b.ports[i].load(Ordering::Acquire)).wrapping_sub(1) == port
+                && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        })
+    }
+
     /// Removes the entry for (`vlan`, `mac`), static or learned; false when there was none.
     pub fn remove(&self, vlan: u16, mac: MacAddr) -> bool {
         let k = key(vlan, mac);
@@ -438,22 +452,24 @@ impl Fdb {
 
     /// A table of `capacity` with this one's aging time, entries (each with its last-seen
     /// tick) and counters: what a reload that changes `fdb.capacity` swaps in. Static entries
-    /// go first; learned ones that do not fit a smaller table are dropped stalest first by the
-    /// usual eviction.
-    pub fn resized(&self, capacity: usize, now: u32) -> Fdb {
+    /// go first, and one that does not fit is an error (nothing is swapped in); learned ones
+    /// that do not fit a smaller table are dropped stalest first by the usual eviction.
+    pub fn resized(&self, capacity: usize, now: u32) -> Result<Fdb, String> {
         let new = Fdb::new(capacity, self.aging_ticks());
         let mut entries = self.entries(now);
         // Statics first, then stalest first, so the freshest win where buckets overflow.
         entries.sort_by_key(|e| (!e.is_static, std::cmp::Reverse(e.age)));
         for e in entries {
             if e.is_static {
-                let _ = new.add_static(e.vlan, e.mac, e.port);
+                new.add_static(e.vlan, e.mac, e.port).map_err(|why| {
+                    format!("the static entry {} in VLAN {} does not fit a table of {capacity}: {why}", e.mac, e.vlan)
+                })?;
             } else {
                 new.learn(e.vlan, e.mac, e.port, now.wrapping_sub(e.age));
             }
         }
         new.stats.aged.add(self.stats.aged.get());
-        new
+        Ok(new)
     }
 }
 
@@ -633,16 +649,34 @@ mod tests {
         }
         old.add_static(7, mac(1000), 2).unwrap();
         old.stats.aged.add(7);
-        let big = old.resized(4096, 100);
+        let big = old.resized(4096, 100).unwrap();
         assert_eq!(big.entries(100), old.entries(100));
         assert_eq!(big.stats.aged.get(), 7);
         assert_eq!(big.aging_ticks(), 300);
-        let small = old.resized(8, 100);
+        let small = old.resized(8, 100).unwrap();
         assert!(small.len() <= small.capacity() && !small.is_empty());
         assert_eq!(small.lookup(7, mac(1000)), Some(2), "static entries go first");
         // What was kept is what the old table said.
         for e in small.entries(100) {
             assert!(old.entries(100).contains(&e));
         }
+        // Static entries are never dropped to fit: more of them than a table holds is an error.
+        for i in 0..20u64 {
+            old.add_static(3, mac(2000 + i), 1).unwrap();
+        }
+        let err = old.resized(8, 100).err().expect("21 static entries do not fit 8 slots");
+        assert!(err.contains("does not fit a table of 8"), "{err}");
+    }
+
+    #[test]
+    fn remove_static_takes_only_the_static_entry_on_that_port() {
+        let f = Fdb::new(64, 300);
+        f.add_static(1, mac(1), 2).unwrap();
+        f.learn(1, mac(2), 2, 0);
+        assert!(!f.remove_static(1, mac(1), 3), "on another port");
+        assert!(!f.remove_static(1, mac(2), 2), "learned, not static");
+        assert_eq!((f.lookup(1, mac(1)), f.lookup(1, mac(2))), (Some(2), Some(2)));
+        assert!(f.remove_static(1, mac(1), 2));
+        assert_eq!(f.lookup(1, mac(1)), None);
     }
 }
