@@ -59,7 +59,13 @@ impl Target {
         req += body;
         s.write_all(req.as_bytes())?;
         let mut raw = Vec::new();
-        s.read_to_end(&mut raw).context("reading the answer")?;
+        if let Err(e) = s.read_to_end(&mut raw) {
+            // A read timeout shows as EAGAIN, which does not say that time ran out.
+            if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+                bail!("{method} {path}: the daemon at {} did not answer within {timeout:?}", self.addr);
+            }
+            return Err(anyhow::Error::new(e).context("reading the answer"));
+        }
         parse_response(&raw)
     }
 

@@ -79,6 +79,11 @@ fn client_commands_show_a_running_daemon_and_reload_it_with_its_token() {
     let o = cli(&["status", "--addr", &format!("127.0.0.1:{port}")]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("cannot reach the daemon"), "{err}");
+    // One that takes the connection and never answers: said so, after the 5 s the client waits.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let o = cli(&["status", "--addr", &silent.local_addr().unwrap().to_string()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("did not answer within 5s"), "{err}");
 }
 
 #[test]

@@ -62,7 +62,8 @@ pub fn check_mac(mac: MacAddr) -> Result<(), TapError> {
     Ok(())
 }
 
-fn check_name(name: &str) -> Result<(), TapError> {
+/// A name the kernel takes for a new interface (what `wasmswitch check` asks of `host.tap`).
+pub fn check_name(name: &str) -> Result<(), TapError> {
     let bad = |why| TapError::BadName { name: name.to_string(), why };
     if name.is_empty() {
         return Err(bad("empty"));

@@ -1016,9 +1016,9 @@ impl Config {
                     format!("host port name `{name}` is already used by the port at line {}", first.line()),
                 ));
             }
-            let tap = &h.tap.value;
-            if tap.is_empty() || tap.len() > 15 {
-                return Err(err(h.tap.referenced, format!("TAP name `{tap}` is not valid: expected 1-15 characters")));
+            // The same rule as when the TAP is made, so that `check` refuses what `run` would.
+            if let Err(e) = wasmswitch_tap::check_name(&h.tap.value) {
+                return Err(err(h.tap.referenced, format!("{e}")));
             }
             if let Err(e) = wasmswitch_tap::check_mac(h.mac.value.0) {
                 return Err(err(h.mac.referenced, format!("{e}")));

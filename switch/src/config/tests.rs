@@ -148,6 +148,18 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "must be unicast",
     ),
     (
+        "TAP name with a slash",
+        "ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: \"t/0\"\n",
+        "5:8",
+        "contains '/', ':', whitespace or NUL",
+    ),
+    (
+        "TAP name too long",
+        "ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: t0123456789abcdef\n",
+        "5:8",
+        "longer than 15 bytes",
+    ),
+    (
         "the loopback interface",
         "ports:\n  - name: p0\n    driver: afxdp\n    afxdp:\n      interface: lo\n",
         "5:18",
