@@ -701,7 +701,7 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let mut cfg: Config = serde_saphyr::from_str(text).map_err(|e| {
             let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((0, 0));
-            ConfigError { file: path.to_owned(), line, column, message: plain_message(&e, text, line) }
+            ConfigError { file: path.to_owned(), line, column, message: plain_message(&e, text, line, column) }
         })?;
         for port in &mut cfg.ports {
             for pl in port.plugins.iter_mut().chain(&mut port.shadow) {
@@ -1048,7 +1048,7 @@ impl Config {
             return Err(err(
                 self.pool.frames.referenced,
                 format!(
-                    "pool.frames {} is too small for these ports and workers: at least {needed} are needed",
+                    "pool.frames {} is too small for these ports and workers: at least {needed} are needed (an afxdp port without `queues:` counts every queue of its interface)",
                     self.pool.frames.value
                 ),
             ));
@@ -1155,12 +1155,19 @@ impl Config {
                 (Some(s), _) => m(m(s.value.queues.value as u64, s.value.ring_size.value as u64), 2),
                 (None, Some(a)) => {
                     // Per queue: a full fill ring (frames the kernel may move to RX) and a full
-                    // TX ring in flight.
-                    let r = a.value.ring_size.as_ref().map_or_else(wasmswitch_afxdp::RingSizes::default, |r| {
-                        wasmswitch_afxdp::RingSizes::all(r.value)
-                    });
-                    let queues = a.value.queues.as_ref().map_or(1, |q| q.value.len() as u64).max(workers);
-                    m(queues, r.fill as u64 + r.tx as u64)
+                    // TX ring in flight. Where the interface exists here, the queues and rings
+                    // `run` will open (without `queues:`, every queue it has); elsewhere what
+                    // the config says.
+                    let (queues, r) = if wasmswitch_afxdp::sys::ifindex(&a.value.interface.value).is_some() {
+                        let d = wasmswitch_afxdp::decide(&crate::drivers::afxdp::spec(&a.value));
+                        (d.queues.len() as u64, d.rings)
+                    } else {
+                        let r = a.value.ring_size.as_ref().map_or_else(wasmswitch_afxdp::RingSizes::default, |r| {
+                            wasmswitch_afxdp::RingSizes::all(r.value)
+                        });
+                        (a.value.queues.as_ref().map_or(1, |q| q.value.len() as u64), r)
+                    };
+                    m(queues.max(workers), r.fill as u64 + r.tx as u64)
                 }
                 (None, None) => m(m(2, default_ring_size().value as u64), workers),
             });
@@ -1176,7 +1183,7 @@ impl Config {
 
 /// The library's message without its own "error: line X column Y:" prefix (we print
 /// file:line:col), and with the offending key named when the library only names a type.
-fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64) -> String {
+fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64, column: u64) -> String {
     let full = e.to_string();
     let mut msg = full.lines().next().unwrap_or("invalid YAML").trim();
     msg = msg.strip_prefix("error: ").unwrap_or(msg);
@@ -1185,11 +1192,18 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64) -> String {
             msg = &msg[i + 2..];
         }
     }
+    // The key of the value at `column` (1-based, at the value): the last `key:` before it, so
+    // that an inline mapping (`sim: { ring_size: 1024, queues: -1 }`) names `queues`.
     let key = text
         .lines()
         .nth(line.saturating_sub(1) as usize)
-        .and_then(|l| l.split_once(':'))
-        .map(|(k, _)| k.trim().trim_start_matches("- ").to_string())
+        .and_then(|l| {
+            let upto: String = l.chars().take(column.saturating_sub(1) as usize).collect();
+            let before =
+                upto.rsplit_once(':').map(|(b, _)| b.to_string()).or_else(|| Some(l.split_once(':')?.0.into()))?;
+            before.rsplit(['{', ',']).next().map(str::to_string)
+        })
+        .map(|k| k.trim().trim_start_matches("- ").to_string())
         .filter(|k| !k.is_empty());
     if let Some(ty) = msg.strip_prefix("invalid ") {
         let expected = match ty {

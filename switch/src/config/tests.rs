@@ -35,6 +35,12 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "wrong type for `frames`: expected a non-negative integer",
     ),
     (
+        "wrong type in an inline mapping",
+        "ports:\n  - name: p0\n    driver: sim\n    sim: { ring_size: 1024, queues: -1 }\n",
+        "4:37",
+        "wrong type for `queues`: expected a non-negative integer",
+    ),
+    (
         "unknown driver",
         "ports:\n  - name: p0\n    driver: dpdk\n",
         "3:13",
