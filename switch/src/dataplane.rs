@@ -561,17 +561,25 @@ fn housekeeping_loop(
                 (false, false, _) => {
                     info.gone.store(true, Ordering::Relaxed);
                     info.gone_events.fetch_add(1, Ordering::Relaxed);
-                    log::error!(
-                        "interface {name} disappeared: port `{}` stopped, the other ports keep forwarding; it is re-attached when {name} comes back",
-                        info.name
-                    );
+                    if info.reopen.is_some() {
+                        log::error!(
+                            "interface {name} disappeared: port `{}` stopped, the other ports keep forwarding; it is re-attached when {name} comes back",
+                            info.name
+                        );
+                    } else {
+                        // The host port's TAP: the switch made it, and does not make it again.
+                        log::error!(
+                            "TAP {name} was deleted: host port `{}` stopped, the other ports keep forwarding; restart the daemon to create it again",
+                            info.name
+                        );
+                    }
                     for c in &controls {
                         c.send(Command::SetPortUp(p, false));
                     }
                     fdb.flush_port(p);
                     counted.insert(p, info.afxdp.iter().map(QueueMonitor::frozen).collect());
                 }
-                (true, _, true) if tick.is_multiple_of(10) => {
+                (true, _, true) if tick.is_multiple_of(10) && info.reopen.is_some() => {
                     match reattach(&res, &controls, &ports, p, &info, &counted) {
                         Ok(()) => {
                             failures.remove(&p);

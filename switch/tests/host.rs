@@ -196,6 +196,31 @@ fn ring_full_under_a_flood_drops_counted_forwarding_goes_on_no_leak() {
 }
 
 #[test]
+fn a_deleted_tap_stops_the_host_port_named_and_counted() {
+    if !require_lab("a_deleted_tap_stops_the_host_port_named_and_counted") {
+        return;
+    }
+    let tap = tap_name("d");
+    let cfg = Config::parse(&sim_yaml("rate_pps: 20000", &host_section(&tap, 1024)), Path::new("<test>")).unwrap();
+    let mut dp = Dataplane::start(&cfg).unwrap();
+    dp.broadcast(|_| WorkerCommand::SetIngress(0, Some(Box::new(ToHost { every: 2, n: 0 }))));
+    let host = dp.ports.id_of("host").unwrap();
+    let info = |dp: &Dataplane| dp.ports.get(host).unwrap();
+    let tx_p1 = |dp: &Dataplane| dp.workers.iter().map(|w| w.stats.ports[1].tx_packets.get()).sum::<u64>();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(info(&dp).tap.as_ref().unwrap().totals().delivered > 0, "the host gets frames");
+    let ok = Command::new("ip").args(["link", "del", &tap]).status().unwrap();
+    assert!(ok.success());
+    eventually("the host port is marked gone", || info(&dp).gone.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(info(&dp).gone_events.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let before = tx_p1(&dp);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(tx_p1(&dp) > before + 1000, "the other ports keep forwarding");
+    assert!(dp.healthy());
+    dp.stop().expect("no frame leaked, those the host port held included");
+}
+
+#[test]
 fn tap_is_gone_after_sigkill_and_the_switch_restarts_cleanly() {
     if !require_lab("tap_is_gone_after_sigkill_and_the_switch_restarts_cleanly") {
         return;

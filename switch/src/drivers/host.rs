@@ -16,6 +16,7 @@ pub fn open(ctx: &OpenCtx<'_>, h: &HostSection) -> Result<OpenedPort> {
         queues: h.workers.value,
     })
     .with_context(|| format!("host port `{}`", h.name.value))?;
+    let ifindex = tap.ifindex();
     let hc = HostConfig {
         datapath_workers: ctx.workers,
         host_workers: h.workers.value,
@@ -33,6 +34,9 @@ pub fn open(ctx: &OpenCtx<'_>, h: &HostSection) -> Result<OpenedPort> {
     );
     let mut info = PortInfo::new(&h.name.value, "tap", h.workers.value, "io_uring".into());
     info.tap = Some(hp.stats().clone());
+    // Watched like an AF_XDP port's interface: a deleted TAP stops the port, named and counted.
+    info.interface = Some(h.tap.value.clone());
+    info.ifindex = ifindex;
     let queues = queues.into_iter().map(|q| vec![Box::new(q) as Box<dyn wasmswitch_core::PortQueue>]).collect();
     Ok(OpenedPort {
         info,

@@ -82,7 +82,8 @@ pub struct PortInfo {
     pub afxdp: Vec<QueueMonitor>,
     /// Whether ingress completes TCP/UDP checksums left to offload (AF_XDP profile or override).
     pub complete_partial_checksums: bool,
-    /// The kernel interface behind the port (AF_XDP) and its index when the port was opened,
+    /// The kernel interface behind the port (AF_XDP, or the host port's TAP) and its index when
+    /// the port was opened,
     /// watched for disappearance (an interface deleted and re-created keeps its name but gets
     /// a new index).
     pub interface: Option<String>,
