@@ -83,7 +83,23 @@ pub fn engine() -> Result<Arc<PluginEngine>> {
     let cache = std::env::var_os("WASMSWITCH_CACHE_DIR")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| Path::new(&d).join("wasmswitch")))
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/wasmswitch")));
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/wasmswitch")))
+        // One this process cannot write (a `user:` the daemon dropped to, whose HOME is still
+        // root's) costs a compile per start, not the start.
+        .filter(|d| {
+            let writable = std::fs::create_dir_all(d).is_ok() && {
+                let c = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).unwrap_or_default();
+                // SAFETY: `c` is a NUL-terminated path that lives across the call.
+                unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+            };
+            if !writable {
+                log::warn!(
+                    "plugin cache {}: this process cannot write it, so plugins are compiled at every start (set WASMSWITCH_CACHE_DIR to a directory the daemon's user owns)",
+                    d.display()
+                );
+            }
+            writable
+        });
     PluginEngine::new(EngineOptions { cache_dir: cache, ..EngineOptions::default() })
         .map_err(|e| anyhow::anyhow!("cannot start the plugin engine: {e}"))
 }

@@ -62,9 +62,21 @@ fn exercise(lab: &Lab, dir: &Scratch, all: &str, mut child: Child, port: u16, bo
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
     assert!(status.success(), "{log}");
     assert!(log.contains("privileges dropped") && log.contains("frames are back in the pool"), "{log}");
+    if all.contains("name: pass") {
+        assert!(log.contains("plugins are compiled at every start"), "the unwritable cache is named: {log}");
+    }
     for h in &lab.hosts {
         assert!(!xdp_attached(&h.switch_if), "no XDP program left on {}", h.switch_if);
     }
+}
+
+/// A plugin whose every verdict is `pass` (zeroed verdict records, past the batch in memory).
+fn pass_plugin() -> Vec<u8> {
+    plugin_with_process(
+        "(i32.store (i32.const 32) (i32.const 32768))
+         (i32.store (i32.const 36) (i32.mul (i32.load16_u offset=2 (local.get 0)) (i32.const 4)))
+         (return (i32.const 32))",
+    )
 }
 
 /// The lab's config without h3's port, and with it.
@@ -83,7 +95,18 @@ fn root_started_daemon_drops_to_nobody_with_the_documented_capabilities() {
     let dir = Scratch::new("priv-root");
     let port = free_port();
     let (two, all) = configs(&lab, port, "user: nobody\n");
+    // A plugin on h1 that passes everything, with the compile cache under root's HOME, which
+    // nobody cannot write: the daemon starts all the same (and compiles without the cache).
+    let pass = dir.path("pass.wasm");
+    std::fs::write(&pass, pass_plugin()).unwrap();
+    let with_plugin = |y: &str| {
+        let h1 = format!("      interface: {}\n", lab.hosts[0].switch_if);
+        y.replace(&h1, &format!("{h1}    plugins:\n      - name: pass\n        path: {}\n", pass.display()))
+    };
+    let (two, all) = (with_plugin(&two), with_plugin(&all));
+    assert!(two.contains("name: pass"), "{two}");
     let mut cmd = Command::new(bin());
+    cmd.env_remove("WASMSWITCH_CACHE_DIR").env_remove("XDG_CACHE_HOME").env("HOME", "/root");
     cmd.args(["run", "-c"]).arg(dir.write(&two));
     let child = spawn(cmd, port);
     exercise(&lab, &dir, &all, child, port, true);
