@@ -19,6 +19,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{oneshot, watch};
 use wasmswitch_core::fdb::Flush;
 use wasmswitch_core::vlan::Vid;
+use wasmswitch_core::wire::MacAddr;
 use wasmswitch_core::PortId;
 
 use crate::api::{router, ApiState, Control, FdbChange, Limits, ReloadBusy, ReloadResult, ShadowResult};
@@ -314,27 +315,23 @@ impl Switch {
             changes.add.push(AddPort { id, port, fresh, stages: Vec::new() });
         }
         changes.remove.extend(&removed);
-        // The config's static FDB entries: the ones no longer there go, new ones come. Tried
-        // first on a copy of the table at the new capacity (the same hash places entries the
-        // same way), so that one that does not fit refuses the reload before anything changes.
+        // The config's static FDB entries: the ones no longer there go, new ones come. Whether
+        // they fit (at the new capacity, the API's entries included) is asked first, so that one
+        // that does not refuses the reload before anything changes.
         let key = |e: &StaticEntry| (e.vlan.value, e.mac.value.0, e.port.value.clone());
         let (was, now): (Vec<_>, Vec<_>) =
             (old.fdb.statics.iter().map(key).collect(), new.fdb.statics.iter().map(key).collect());
         let gone_statics: Vec<_> = was.iter().filter(|e| !now.contains(e)).collect();
         let new_statics: Vec<_> = now.iter().filter(|e| !was.contains(e)).collect();
-        let fdb_refused = |e: String| format!("{UNCHANGED}: fdb: {e}");
-        let trial = dp.fdb.get().resized(dp.fdb.get().capacity(), 0).map_err(fdb_refused)?;
-        for (vlan, mac, port) in &gone_statics {
-            if let Some(id) = dp.ports.id_of(port) {
-                trial.remove_static(*vlan, *mac, id);
-            }
-        }
-        let trial = trial.resized(new.fdb.capacity.value, 0).map_err(fdb_refused)?;
-        for (vlan, mac, port) in &new_statics {
-            let id = id_of(port).ok_or_else(|| format!("{UNCHANGED}: fdb.static {mac}: no port `{port}`"))?;
-            trial
-                .add_static(*vlan, *mac, id)
-                .map_err(|e| format!("{UNCHANGED}: fdb.static {mac} in VLAN {vlan} on `{port}`: {e}"))?;
+        if !new_statics.is_empty() || old.fdb.capacity.value != new.fdb.capacity.value {
+            let ids = |list: &[&(u16, MacAddr, String)], of: &dyn Fn(&str) -> Option<PortId>| {
+                list.iter().filter_map(|(v, m, p)| Some((*v, *m, of(p)?))).collect::<Vec<_>>()
+            };
+            let (remove, add) = (ids(&gone_statics, &|p| dp.ports.id_of(p)), ids(&new_statics, &id_of));
+            dp.fdb
+                .get()
+                .statics_fit(new.fdb.capacity.value, &remove, &add)
+                .map_err(|e| format!("{UNCHANGED}: fdb.static: {e}"))?;
         }
         // From here on nothing can fail but a worker that does not answer.
         let mut applied = Vec::new();
@@ -407,7 +404,7 @@ impl Switch {
         // The port ids of the old config's statics, before a removed port's id goes.
         let gone_statics: Vec<_> = gone_statics.into_iter().map(|e| (e, dp.ports.id_of(&e.2))).collect();
         let mut late = dp.change_ports(changes, extra);
-        // In the trial's order: removals, the new capacity, additions.
+        // Removals, the new capacity, additions: the order `statics_fit` counted in.
         for ((vlan, mac, port), id) in gone_statics {
             // Only the config's own entry: an API entry for the same address on another port
             // stays (a removed port's entries went with it).
@@ -432,7 +429,7 @@ impl Switch {
                 .and_then(|id| fdb.add_static(*vlan, *mac, id).map_err(|e| anyhow::anyhow!("{e}")));
             match r {
                 Ok(()) => applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` added")),
-                // Only if the table changed since the trial (an API edit meanwhile).
+                // Only if the table changed since `statics_fit` (an API edit meanwhile).
                 Err(e) => late = late.and(Err(e.context(format!("fdb.static {mac} in VLAN {vlan} was not added")))),
             }
         }

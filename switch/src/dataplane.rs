@@ -183,13 +183,14 @@ struct Resources {
 }
 
 impl Resources {
-    /// Puts `handle` in as port `id`'s, closing the one it replaces (every worker has let go of
-    /// it: `late` is false) or keeping that for stop.
+    /// Whether port `id` has a handle (its interface's sockets and XDP link are open).
     fn has_handle(&self, id: PortId) -> bool {
         let handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
         handles.get(id as usize).is_some_and(Option::is_some)
     }
 
+    /// Puts `handle` in as port `id`'s, closing the one it replaces (every worker has let go of
+    /// it: `late` is false) or keeping that for stop.
     fn replace_handle(&self, id: PortId, handle: Option<PortHandle>, late: bool) {
         let old = {
             let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());

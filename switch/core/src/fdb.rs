@@ -345,6 +345,60 @@ impl Fdb {
         }
     }
 
+    /// Whether this table's static entries, less `remove` and plus `add` (each (VLAN, MAC,
+    /// port)), would fit a table of `capacity`: no bucket over its slots, no group address.
+    /// What a reload asks before it changes anything; it allocates only for the static entries.
+    pub fn statics_fit(
+        &self,
+        capacity: usize,
+        remove: &[(u16, MacAddr, PortId)],
+        add: &[(u16, MacAddr, PortId)],
+    ) -> Result<(), String> {
+        let mask = capacity.div_ceil(SLOTS).next_power_of_two().max(1) - 1;
+        let bucket = |k: u64| ((k.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 40) as usize & mask;
+        let mut statics: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        for b in self.buckets.iter() {
+            for (i, s) in b.keys.iter().enumerate() {
+                let v = s.load(Ordering::Acquire);
+                if v == CLAIMED || v & STATIC == 0 {
+                    continue;
+                }
+                let port = port_of(b.ports[i].load(Ordering::Acquire)).wrapping_sub(1);
+                let (vlan, mac, _) = unpack(v);
+                if !remove.contains(&(vlan, mac, port)) {
+                    statics.insert(v & !STATIC);
+                }
+            }
+        }
+        let mut per_bucket: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+        for &k in &statics {
+            *per_bucket.entry(bucket(k)).or_default() += 1;
+        }
+        for &(vlan, mac, _) in add {
+            if mac.is_group() {
+                return Err(format!("{mac} in VLAN {vlan}: {}", StaticError::GroupAddress));
+            }
+            let k = key(vlan, mac);
+            if statics.insert(k) {
+                let n = per_bucket.entry(bucket(k)).or_default();
+                *n += 1;
+                if *n > SLOTS {
+                    return Err(format!(
+                        "{mac} in VLAN {vlan} does not fit a table of {capacity}: {}",
+                        StaticError::BucketFull
+                    ));
+                }
+            }
+        }
+        if let Some((&b, &n)) = per_bucket.iter().find(|(_, &n)| n > SLOTS) {
+            let (vlan, mac, _) = unpack(*statics.iter().find(|&&k| bucket(k) == b).expect("counted above"));
+            return Err(format!(
+                "the static entry {mac} in VLAN {vlan} does not fit a table of {capacity}: its hash bucket would hold {n} static entries, {SLOTS} at most"
+            ));
+        }
+        Ok(())
+    }
+
     /// Removes the static entry for (`vlan`, `mac`) if it is on `port`; false when there was
     /// none (a learned entry, or a static one on another port, stays).
     pub fn remove_static(&self, vlan: u16, mac: MacAddr, port: PortId) -> bool {
@@ -666,6 +720,31 @@ mod tests {
         }
         let err = old.resized(8, 100).err().expect("21 static entries do not fit 8 slots");
         assert!(err.contains("does not fit a table of 8"), "{err}");
+    }
+
+    #[test]
+    fn statics_fit_agrees_with_adding_them() {
+        let f = Fdb::new(64, 300);
+        // Statics until one does not fit: statics_fit says so for that one, and not before.
+        let mut added = Vec::new();
+        let full = (0..1000u64)
+            .find(|&i| {
+                let fits = f.statics_fit(64, &[], &[(1, mac(i), 0)]).is_ok();
+                assert_eq!(fits, f.add_static(1, mac(i), 0).is_ok(), "entry {i}");
+                if fits {
+                    added.push((1, mac(i), 0));
+                }
+                !fits
+            })
+            .expect("a 64-entry table fills up");
+        let err = f.statics_fit(64, &[], &[(1, mac(full), 1)]).unwrap_err();
+        assert!(err.contains("does not fit a table of 64"), "{err}");
+        // Room made by a removal, or by a larger table; a group address never fits.
+        assert!(f.statics_fit(64, &added, &[(1, mac(full), 1)]).is_ok(), "every other static removed");
+        assert!(f.statics_fit(4096, &[], &[(1, mac(full), 1)]).is_ok());
+        assert!(f.statics_fit(4096, &[], &[(1, MacAddr::BROADCAST, 1)]).is_err());
+        // Fewer slots than statics.
+        assert!(f.statics_fit(8, &[], &[]).unwrap_err().contains("does not fit a table of 8"));
     }
 
     #[test]
