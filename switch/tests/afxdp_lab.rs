@@ -211,12 +211,12 @@ fn the_pool_check_counts_every_queue_of_an_interface_without_queues() {
     let lab = Lab::create(&prefix("q"), 2, 4, 25).unwrap();
     let all = lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep");
     let one = all.replace("      interface: ", "      queues: [0]\n      interface: ");
-    let roomy = |y: &str| format!("pool:\n  frames: 262144\n") + y;
+    let roomy = |y: &str| "pool:\n  frames: 262144\n".to_string() + y;
     let needed = |y: &str| Config::parse(&roomy(y), Path::new("<test>")).unwrap().frames_needed();
     let (n_all, n_one) = (needed(&all), needed(&one));
     assert!(n_all > n_one, "four queues need more frames than one: {n_all} against {n_one}");
     let small = format!("pool:\n  frames: {n_one}\n") + &all;
-    let err = format!("{:#}", Config::parse(&small, Path::new("<test>")).err().expect("refused"));
+    let err = format!("{:#}", Config::parse(&small, Path::new("<test>")).map(|_| ()).expect_err("refused"));
     assert!(err.contains(&format!("at least {n_all} are needed")), "{err}");
     Config::parse(&(format!("pool:\n  frames: {n_one}\n") + &one), Path::new("<test>")).expect("one queue fits");
 }

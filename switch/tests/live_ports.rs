@@ -307,7 +307,9 @@ fn a_port_whose_interface_is_renamed_or_moved_away_and_back_is_re_attached() {
     let _ns = DelNs(&ns);
     let me = std::process::id().to_string();
     let sw_if = h2.switch_if.as_str();
-    let cases: [(&str, Vec<Vec<&str>>, Vec<Vec<&str>>); 2] = [
+    // (what, the commands that take the interface away, the ones that bring it back)
+    type Commands<'a> = Vec<Vec<&'a str>>;
+    let cases: [(&str, Commands, Commands); 2] = [
         (
             "renamed away and back",
             vec![vec!["ip", "link", "set", sw_if, "down"], vec!["ip", "link", "set", sw_if, "name", &away]],

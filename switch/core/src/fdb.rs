@@ -718,7 +718,7 @@ mod tests {
         for i in 0..20u64 {
             old.add_static(3, mac(2000 + i), 1).unwrap();
         }
-        let err = old.resized(8, 100).err().expect("21 static entries do not fit 8 slots");
+        let err = old.resized(8, 100).map(|_| ()).expect_err("21 static entries do not fit 8 slots");
         assert!(err.contains("does not fit a table of 8"), "{err}");
     }
 
