@@ -303,7 +303,7 @@ impl Switch {
         // The running plugins' counters: a plugin that stays (same port and name) keeps
         // counting into them, so /metrics never sees a counter go backwards.
         let running = self.plugin_metrics.get();
-        let (mut stages, next) = crate::plugins::stages(&new, &id_of, &running).map_err(refuse)?;
+        let (mut stages, next) = crate::plugins::stages(&new, &id_of, &running, true).map_err(refuse)?;
         let mut changes = PortChanges::default();
         for &j in added.iter().chain(&replaced) {
             let port = dp.open_port(&new, j, &id_of).map_err(refuse)?;

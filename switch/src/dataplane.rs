@@ -698,7 +698,7 @@ impl Dataplane {
         plugin_metrics: Option<&crate::plugins::PluginMetrics>,
     ) -> Result<Dataplane> {
         let id_of = |name: &str| cfg.port_index(name).map(|i| i as PortId);
-        let (stages, table) = crate::plugins::stages(cfg, &id_of, &crate::plugins::RunningSet::default())?;
+        let (stages, table) = crate::plugins::stages(cfg, &id_of, &crate::plugins::RunningSet::default(), false)?;
         if let Some(m) = plugin_metrics {
             m.replace(table);
         }

@@ -31,6 +31,7 @@ pub fn spec(s: &PluginSection) -> PluginSpec {
         deadline: Duration::from_micros(s.deadline_us.value),
         memory_limit: s.memory_limit_kib.value * 1024,
         max_faults: s.max_faults.value.max(1),
+        context: String::new(),
     }
 }
 
@@ -113,7 +114,12 @@ pub fn compile(engine: &Arc<PluginEngine>, cfg: &Config) -> Result<CompiledChain
         for (role, list, out) in [(Role::Live, &port.plugins, &mut c.live), (Role::Shadow, &port.shadow, &mut c.shadow)]
         {
             for s in list {
-                let f = engine.compile(&spec(s)).map_err(|e| match role {
+                let mut sp = spec(s);
+                sp.context = match role {
+                    Role::Live => format!("port `{}`", port.name.value),
+                    Role::Shadow => format!("port `{}`'s shadow chain", port.name.value),
+                };
+                let f = engine.compile(&sp).map_err(|e| match role {
                     Role::Live => anyhow::anyhow!("port `{}`: {e}", port.name.value),
                     Role::Shadow => anyhow::anyhow!("port `{}` (shadow chain): {e}", port.name.value),
                 })?;
@@ -169,15 +175,32 @@ pub struct RunningSet {
 /// backwards; if its component, config and limits are also unchanged, its instance is kept
 /// with its state (the worker takes it over, see [`ChainStage`]'s `take_over`). The second
 /// value is what runs once the stages are installed.
+///
+/// With `smoke`, a reload's: every live plugin that is not running as it is (new, or with
+/// another component, config or limits) first goes through `check`'s smoke run; one that
+/// faults on the built-in frames refuses the whole change, so the running one stays.
 pub fn stages(
     cfg: &Config,
     id_of: &dyn Fn(&str) -> Option<PortId>,
     running: &RunningSet,
+    smoke: bool,
 ) -> Result<(Stages, RunningSet)> {
     let workers = cfg.workers.len();
     let mut next = RunningSet::default();
     let any = cfg.ports.iter().any(|p| !p.plugins.is_empty() || !p.shadow.is_empty());
     let chains = if any { Some(compile(&engine()?, cfg)?) } else { None };
+    for (index, (port, c)) in cfg.ports.iter().zip(chains.iter().flat_map(|c| &c.chains)).enumerate() {
+        for f in c.live.iter().filter(|_| smoke) {
+            let name = &port.name.value;
+            let as_is = running.plugins.iter().any(|r| {
+                r.port == *name && r.role == Role::Live && r.name() == f.spec().name && r.factory.same_plugin(f)
+            });
+            if !as_is {
+                f.smoke(index as u16)
+                    .map_err(|e| anyhow::anyhow!("port `{name}`: {e} (the smoke run of `wasmswitch check`)"))?;
+            }
+        }
+    }
     let mut stages: Stages = (0..workers).map(|_| Vec::new()).collect();
     for (w, out) in stages.iter_mut().enumerate() {
         for (index, port) in cfg.ports.iter().enumerate() {

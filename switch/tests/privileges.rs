@@ -70,15 +70,6 @@ fn exercise(lab: &Lab, dir: &Scratch, all: &str, mut child: Child, port: u16, bo
     }
 }
 
-/// A plugin whose every verdict is `pass` (zeroed verdict records, past the batch in memory).
-fn pass_plugin() -> Vec<u8> {
-    plugin_with_process(
-        "(i32.store (i32.const 32) (i32.const 32768))
-         (i32.store (i32.const 36) (i32.mul (i32.load16_u offset=2 (local.get 0)) (i32.const 4)))
-         (return (i32.const 32))",
-    )
-}
-
 /// The lab's config without h3's port, and with it.
 fn configs(lab: &Lab, port: u16, extra: &str) -> (String, String) {
     let all = format!("{extra}{}", lab_yaml(lab, &format!("127.0.0.1:{port}"), "sleep"));
@@ -98,7 +89,7 @@ fn root_started_daemon_drops_to_nobody_with_the_documented_capabilities() {
     // A plugin on h1 that passes everything, with the compile cache under root's HOME, which
     // nobody cannot write: the daemon starts all the same (and compiles without the cache).
     let pass = dir.path("pass.wasm");
-    std::fs::write(&pass, pass_plugin()).unwrap();
+    std::fs::write(&pass, plugin_that_faults_after(u32::MAX)).unwrap();
     let with_plugin = |y: &str| {
         let h1 = format!("      interface: {}\n", lab.hosts[0].switch_if);
         y.replace(&h1, &format!("{h1}    plugins:\n      - name: pass\n        path: {}\n", pass.display()))

@@ -291,3 +291,30 @@ ports:
     assert_eq!(lines.len(), 1, "one warning for thousands of bad redirects: {log}");
     assert!(lines[0].contains("plugin `sender` on port `p0` (worker 0)"), "{}", lines[0]);
 }
+
+/// A reload brings in a live plugin only if it passes `check`'s smoke run: one that traps on
+/// the built-in frames is refused by name and the running one stays; one that faults only on
+/// other traffic comes in (its faults are then the on_error policy's).
+#[test]
+fn a_reload_refuses_a_live_plugin_that_check_would_refuse() {
+    let dir = Scratch::new("reload-smoke");
+    std::fs::write(dir.path("pass.wasm"), plugin_that_faults_after(u32::MAX)).unwrap();
+    std::fs::write(dir.path("trap.wasm"), plugin_with_process("(unreachable)")).unwrap();
+    std::fs::write(dir.path("late.wasm"), plugin_that_faults_after(1000)).unwrap();
+    let config = |file: &str| {
+        dir.write(&format!(
+            "workers:\n  - idle: sleep\nports:\n  - name: p0\n    driver: sim\n    plugins:\n      - name: pol\n        path: {}\n  - name: p1\n    driver: sim\n",
+            dir.path(file).display()
+        ))
+    };
+    let sw = wasmswitch::daemon::Switch::start(&config("pass.wasm")).unwrap();
+    let path = |sw: &wasmswitch::daemon::Switch| sw.config().ports[0].plugins[0].file.clone();
+    config("trap.wasm");
+    let err = sw.reload().expect_err("a plugin that traps on the smoke frames");
+    assert!(err.contains("nothing was changed") && err.contains("port `p0`") && err.contains("smoke run"), "{err}");
+    assert_eq!(path(&sw), dir.path("pass.wasm"), "the running plugin stays");
+    config("late.wasm");
+    sw.reload().expect("a plugin that passes the smoke run");
+    assert_eq!(path(&sw), dir.path("late.wasm"));
+    sw.dataplane.stop_shared().expect("every frame back");
+}

@@ -111,7 +111,8 @@ fn soak_under_faults_leaks_nothing_and_ends_forwarding() {
     let (h1, h2, h3) = (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2]);
     let tap = format!("ws{tag}t");
     let dir = Scratch::new("soak");
-    std::fs::write(dir.path("faulty.wasm"), plugin_with_process("")).unwrap();
+    // Faults at run time only: a reload refuses a plugin that faults on check's smoke frames.
+    std::fs::write(dir.path("faulty.wasm"), plugin_that_faults_after(100)).unwrap();
     let port = free_port();
     let cfg = dir.write(&yaml(&lab, port, &tap, 5999, false));
     let mut cmd = Command::new(bin());

@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// The default epoch tick: the clock a plugin's deadline is enforced on.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// The time a call may run before its deadline first fires, on the default tick: `deadline`
+/// rounded up to whole ticks, plus one (the call may start just before a tick). A call that
+/// keeps using CPU is interrupted at the second firing, so at most twice this.
+pub fn deadline_as_enforced(deadline: Duration) -> Duration {
+    EPOCH_TICK * crate::stage::deadline_ticks(deadline, EPOCH_TICK) as u32
+}
+
 /// Engine-wide settings.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
@@ -23,7 +33,7 @@ pub struct EngineOptions {
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        Self { cache_dir: None, epoch_tick: Duration::from_millis(1), deadline_checks: true }
+        Self { cache_dir: None, epoch_tick: EPOCH_TICK, deadline_checks: true }
     }
 }
 
@@ -61,7 +71,10 @@ impl PluginEngine {
             let mut root = linker.root();
             let mut host = root.instance(abi::HOST_INTERFACE).map_err(|e| wt(&e))?;
             host.func_wrap("log", host_log).map_err(|e| wt(&e))?;
-            host.func_wrap("register-counter", |cx: StoreContextMut<'_, HostState>, (name,): (String,)| {
+            // The name as a view of the guest's memory: a name of many MiB is not copied out
+            // (nor back in an error), only checked.
+            host.func_wrap("register-counter", |cx: StoreContextMut<'_, HostState>, (name,): (WasmStr,)| {
+                let name = name.to_str(&cx)?;
                 Ok((cx.data().stats.named.register(&name),))
             })
             .map_err(|e| wt(&e))?;

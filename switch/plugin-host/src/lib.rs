@@ -50,7 +50,7 @@ use wasmswitch_core::PortId;
 use wasmswitch_plugin_sdk::abi;
 
 pub use codec::{decode_verdicts, encode_batch, NativeStage};
-pub use engine::{read_regular_file, EngineOptions, PluginEngine, MAX_PLUGIN_BYTES};
+pub use engine::{deadline_as_enforced, read_regular_file, EngineOptions, PluginEngine, EPOCH_TICK, MAX_PLUGIN_BYTES};
 pub use sandbox::HostState;
 pub use smoke::{smoke_frames, SmokeFrame, SmokeReport};
 pub use spec::{ErrorKind, OnError, PluginError, PluginSpec};

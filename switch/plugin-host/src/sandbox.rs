@@ -132,7 +132,7 @@ impl LogGate {
             if self.suppressed == 0 {
                 log::warn!(
                     target: "wasmswitch::plugin",
-                    "plugin `{name}` ({}): too many log lines ({LOG_BURST} at once, then {LOG_PER_SEC}/s); suppressing, counted in wasmswitch_plugin_log_suppressed_total",
+                    "{name} ({}): too many log lines ({LOG_BURST} at once, then {LOG_PER_SEC}/s); suppressing, counted in wasmswitch_plugin_log_suppressed_total",
                     On(worker)
                 );
             }
@@ -142,7 +142,7 @@ impl LogGate {
         }
         self.tokens -= 1.0;
         if self.suppressed > 0 {
-            log::warn!(target: "wasmswitch::plugin", "plugin `{name}` ({}): {} log lines suppressed", On(worker), self.suppressed);
+            log::warn!(target: "wasmswitch::plugin", "{name} ({}): {} log lines suppressed", On(worker), self.suppressed);
             self.suppressed = 0;
         }
         true
@@ -216,25 +216,30 @@ impl wasmtime::ResourceLimiter for Limiter {
     }
 }
 
+/// A plugin's text as the host shows it (a log line, an error message): cut to `max` bytes at
+/// a character boundary, and on one line, since a newline would let a plugin forge log lines.
+pub(crate) fn one_line(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = if end < text.len() { format!("... ({} bytes)", text.len()) } else { String::new() };
+    text[..end].replace(['\n', '\r'], "\\n") + &cut
+}
+
 pub(crate) fn host_log(mut cx: StoreContextMut<'_, HostState>, (level, msg): (Level, WasmStr)) -> wasmtime::Result<()> {
     let s = cx.data_mut();
     let (name, worker) = (s.name.clone(), s.worker);
     if !s.log.admit(&s.stats, &name, worker) {
         return Ok(());
     }
-    let text = msg.to_str(&cx)?;
-    let mut end = text.len().min(LOG_MAX_LEN);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    // One record per call: a newline in the text would let a plugin forge log lines.
-    let text = text[..end].replace(['\n', '\r'], "\\n");
+    let text = one_line(&msg.to_str(&cx)?, LOG_MAX_LEN);
     let level = match level {
         Level::Error => log::Level::Error,
         Level::Warn => log::Level::Warn,
         Level::Info => log::Level::Info,
         Level::Debug => log::Level::Debug,
     };
-    log::log!(target: "wasmswitch::plugin", level, "plugin `{name}` ({}): {text}", On(worker));
+    log::log!(target: "wasmswitch::plugin", level, "{name} ({}): {text}", On(worker));
     Ok(())
 }

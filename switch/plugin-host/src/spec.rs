@@ -30,6 +30,9 @@ pub struct PluginSpec {
     pub memory_limit: usize,
     /// Faults on one worker before the plugin is quarantined there (at least 1).
     pub max_faults: u32,
+    /// Where the plugin runs, for log lines (``port `p0` `` or ``port `p0`'s shadow chain``):
+    /// one name may be used on several ports and in both chains of one. Empty: not said.
+    pub context: String,
 }
 
 impl PluginSpec {
@@ -49,6 +52,15 @@ impl PluginSpec {
             deadline: Self::DEFAULT_DEADLINE,
             memory_limit: Self::DEFAULT_MEMORY_LIMIT,
             max_faults: Self::DEFAULT_MAX_FAULTS,
+            context: String::new(),
+        }
+    }
+
+    /// How log lines name the plugin: ``plugin `acl` on port `p0` ``.
+    pub fn label(&self) -> String {
+        match self.context.as_str() {
+            "" => format!("plugin `{}`", self.name),
+            at => format!("plugin `{}` on {at}", self.name),
         }
     }
 }

@@ -71,7 +71,7 @@ impl PluginFactory {
         let tick = self.engine.opts.epoch_tick;
         let init_ticks = deadline_ticks(init_bound, tick);
         let state = HostState {
-            name: spec.name.as_str().into(),
+            name: spec.label().into(),
             worker,
             stats,
             limiter: Limiter::new(spec.memory_limit),
@@ -139,7 +139,10 @@ impl PluginFactory {
         store.data_mut().deadline.arm();
         match init.call(&mut *store, (spec.config.as_str(),)) {
             Ok((Ok(()),)) => {}
-            Ok((Err(msg),)) => return Err(err(spec, ErrorKind::Init, format!("init refused the config: {msg}"))),
+            Ok((Err(msg),)) => {
+                let msg = crate::sandbox::one_line(&msg, INIT_ERROR_MAX_LEN);
+                return Err(err(spec, ErrorKind::Init, format!("init refused the config: {msg}")));
+            }
             Err(e) => {
                 let (reason, why) = describe_fault(&e, store);
                 let why = if reason == FaultReason::Deadline { format!("stopped: {}", ran()) } else { why };
@@ -196,6 +199,10 @@ impl PluginFactory {
 /// instance after a fault is made on the worker, under the plugin's batch deadline.
 pub const INIT_DEADLINE: Duration = Duration::from_secs(1);
 
+/// Longest part of an `init` error string that the host shows (in `check`, a reload's answer
+/// and the log); the rest is counted, not shown.
+const INIT_ERROR_MAX_LEN: usize = 1024;
+
 pub(crate) fn deadline_ticks(deadline: Duration, tick: Duration) -> u64 {
     (deadline.as_nanos().div_ceil(tick.as_nanos().max(1)) as u64).max(1) + 1
 }
@@ -205,7 +212,7 @@ pub(crate) fn deadline_ticks(deadline: Duration, tick: Duration) -> u64 {
 pub(crate) fn describe_fault(e: &wasmtime::Error, store: &Store<HostState>) -> (FaultReason, String) {
     if log::log_enabled!(target: "wasmswitch::plugin", log::Level::Debug) {
         let s = store.data();
-        log::debug!(target: "wasmswitch::plugin", "plugin `{}` ({}): call failed: {e:?}", s.name, On(s.worker));
+        log::debug!(target: "wasmswitch::plugin", "{} ({}): call failed: {e:?}", s.name, On(s.worker));
     }
     let trap = e.downcast_ref::<wasmtime::Trap>().copied();
     if trap == Some(wasmtime::Trap::Interrupt) {
@@ -341,11 +348,12 @@ impl WasmStage {
         self.apply_policy(verdicts);
         let spec = &self.factory.spec;
         // The quarantine line below is written whatever the gate says: it comes once.
-        if self.log.admit(&self.stats, &spec.name, self.worker) {
+        let label = spec.label();
+        if self.log.admit(&self.stats, &label, self.worker) {
             log::warn!(
             target: "wasmswitch::plugin",
-            "plugin `{}` (worker {}): fault {}/{} ({}): {}; on_error {:?} applied to {} packets",
-            spec.name,
+            "{} (worker {}): fault {}/{} ({}): {}; on_error {:?} applied to {} packets",
+            label,
             self.worker,
             self.faults,
             spec.max_faults,
@@ -358,7 +366,7 @@ impl WasmStage {
         if self.faults >= spec.max_faults {
             self.quarantined = true;
             self.stats.quarantined.set(1);
-            log::error!(target: "wasmswitch::plugin", "plugin `{}` (worker {}): quarantined after {} faults; on_error {:?} applies until it is reloaded", spec.name, self.worker, self.faults, spec.on_error);
+            log::error!(target: "wasmswitch::plugin", "{label} (worker {}): quarantined after {} faults; on_error {:?} applies until it is reloaded", self.worker, self.faults, spec.on_error);
         }
     }
 

@@ -149,7 +149,8 @@ impl NamedCounters {
             || name.len() > 64
             || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         {
-            return Err(format!("bad counter name {name:?}: use 1 to 64 characters from [a-z0-9_]"));
+            let shown = crate::sandbox::one_line(name, 80);
+            return Err(format!("bad counter name {shown:?}: use 1 to 64 characters from [a-z0-9_]"));
         }
         let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = names.iter().position(|n| n == name) {

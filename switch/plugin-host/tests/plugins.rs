@@ -502,6 +502,52 @@ fn init_can_refuse_its_config() {
 }
 
 #[test]
+fn a_plugins_long_strings_are_cut_on_their_way_through_the_host() {
+    // init refuses with 40,000 bytes and a newline: the message is cut and on one line.
+    let init = r#"(func (export "init") (param $p i32) (param $len i32) (result i32)"#;
+    let loud = guest("(call $ok (local.get $p))").replace(
+        init,
+        &format!(
+            "{init} (memory.fill (i32.const 4096) (i32.const 97) (i32.const 40000)) (i32.store8 (i32.const 4100) (i32.const 10))
+             (i32.store8 (i32.const 16) (i32.const 1)) (i32.store (i32.const 20) (i32.const 4096)) (i32.store (i32.const 24) (i32.const 40000))
+             (return (i32.const 16))"
+        ),
+    );
+    let e = engine().compile(&spec("loud", write("loud.wasm", &component(&loud, None)), "")).err().expect("refused");
+    let msg = e.to_string();
+    assert_eq!(e.kind, ErrorKind::Init);
+    assert!(
+        msg.len() < 1500 && !msg.contains('\n') && msg.contains("(40000 bytes)"),
+        "{} bytes: {msg:.200}",
+        msg.len()
+    );
+    // A counter name of 40,000 bytes: refused with an error string the guest gets back short
+    // (it drops the batch if not, so the verdicts tell).
+    let body = "(local $c i32)
+        (local.set $c (i32.load16_u offset=2 (local.get $p)))
+        (memory.fill (i32.const 8192) (i32.const 97) (i32.const 40000))
+        (call $reg (i32.const 8192) (i32.const 40000) (i32.const 128))
+        (memory.fill (i32.const 32768) (i32.const 0) (i32.mul (local.get $c) (i32.const 4)))
+        (if (i32.or (i32.eqz (i32.load8_u (i32.const 128))) (i32.gt_u (i32.load (i32.const 136)) (i32.const 200)))
+          (then (memory.fill (i32.const 32768) (i32.const 1) (i32.mul (local.get $c) (i32.const 4)))))
+        (i32.store (i32.const 32) (i32.const 32768))
+        (i32.store (i32.const 36) (i32.mul (local.get $c) (i32.const 4)))
+        (i32.const 32)";
+    let core = guest(body).replacen(
+        "(module\n",
+        "(module\n  (import \"wasmswitch:plugin/host@0.2.0\" \"register-counter\" (func $reg (param i32 i32 i32)))\n",
+        1,
+    );
+    let mut st = engine()
+        .compile(&spec("longname", write("longname.wasm", &component(&core, None)), ""))
+        .unwrap()
+        .instantiate(0)
+        .unwrap();
+    assert_eq!(TestBatch::new(&frames(2), 0).run(&mut st), vec![Verdict::Pass; 2], "an error, and a short one");
+    assert_eq!(st.stats().faults_total(), 0);
+}
+
+#[test]
 fn factories_are_send_and_sync_and_instantiate_per_worker() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<wasmswitch_plugin_host::PluginFactory>();
@@ -782,6 +828,15 @@ fn a_panicking_rust_plugin_logs_one_line_and_fails_the_smoke_run() {
     // The panic runtime's frames (the same for every panic) are skipped: the plugin's are shown.
     assert!(fault.contains("unreachable") && fault.contains("; panic in process"), "{fault}");
     assert!(!fault.contains("rust_abort"), "{fault}");
+    // Where the plugin runs is in its lines: one name may be on several ports and in both
+    // chains of one.
+    let mut sp = spec("panicky-ctx", test_plugin("panicky"), "");
+    sp.context = "port `p9`'s shadow chain".into();
+    let mut st = engine().compile(&sp).unwrap().instantiate(0).unwrap();
+    let arp = wasmswitch_plugin_host::smoke_frames().swap_remove(0).bytes;
+    TestBatch::new(&[arp], 0).run(&mut st);
+    let want = "plugin `panicky-ctx` on port `p9`'s shadow chain (worker 0): fault 1/3 (trap)";
+    assert!(logged().iter().any(|(_, m)| m.contains(want)), "{want}: {:#?}", logged());
 }
 
 /// A core module importing WASI (what `println!` in a wasm32-wasip1 build links) is refused

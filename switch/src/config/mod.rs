@@ -655,16 +655,18 @@ pub mod range {
     pub const AFXDP_RING: (u32, u32) = (64, 16384);
     pub const PLUGINS_PER_PORT: (usize, usize) = (0, 8);
     pub const HEADER_BYTES: (u16, u16) = (0, 1024);
-    /// 10 ms: a plugin that spins is stopped after one to two deadlines, so one call holds
-    /// its worker for at most about 20 ms.
+    /// 10 ms: a plugin that spins is stopped after one to two deadlines as the 1 ms epoch
+    /// clock enforces them (`deadline_as_enforced`: 11 ms here), so one call holds its worker
+    /// for at most about 22 ms.
     pub const DEADLINE_US: (u64, u64) = (10, 10_000);
     pub const MEMORY_KIB: (usize, usize) = (64, 4_194_304);
     /// With the deadline bound, a plugin that overruns every call costs its worker at most
     /// 100 × 20 ms = 2 s in all before it is quarantined (and answers by `on_error` after).
     pub const MAX_FAULTS: (u32, u32) = (1, 100);
-    /// Sum of `deadline_us` over every plugin of every port: a round in which every plugin
-    /// overruns takes at most about twice this (200 ms), which bounds how late a worker sees
-    /// a stop or a swap and stays inside `/healthz`'s 1 s stall bound.
+    /// Sum of every plugin's enforced deadline (`deadline_as_enforced`) over every port: a
+    /// round in which every plugin overruns takes at most about twice this (200 ms), which
+    /// bounds how late a worker sees a stop or a swap and stays inside `/healthz`'s 1 s stall
+    /// bound.
     pub const MAX_TOTAL_DEADLINE_US: u64 = 100_000;
     pub const HOST_WORKERS: (usize, usize) = (1, 16);
     pub const HOST_BULK: (usize, usize) = (1, 64);
@@ -890,13 +892,19 @@ impl Config {
                 within(&err, "deadline_us", &pl.deadline_us, range::DEADLINE_US)?;
                 within(&err, "memory_limit_kib", &pl.memory_limit_kib, range::MEMORY_KIB)?;
                 within(&err, "max_faults", &pl.max_faults, range::MAX_FAULTS)?;
-                total_deadline_us = total_deadline_us.saturating_add(pl.deadline_us.value);
+                // Each as the epoch clock enforces it: a 10 µs deadline holds a spinning call
+                // as long as a 1 ms one.
+                let enforced = wasmswitch_plugin_host::deadline_as_enforced(std::time::Duration::from_micros(
+                    pl.deadline_us.value,
+                ));
+                total_deadline_us = total_deadline_us.saturating_add(enforced.as_micros() as u64);
                 if total_deadline_us > range::MAX_TOTAL_DEADLINE_US {
                     return Err(err(
                         or_loc(pl.deadline_us.referenced, pl.name.referenced),
                         format!(
-                            "plugin `{}`: the plugins' deadline_us (shadow chains included) add up to more than {} µs; a worker runs every chain in one round, so lower some deadlines",
+                            "plugin `{}`: the plugins' deadlines (shadow chains included, each as the {} ms epoch clock enforces it: rounded up to whole ms, plus one) add up to more than {} µs; a worker runs every chain in one round, so use fewer plugins or lower deadlines",
                             pl.name.value,
+                            wasmswitch_plugin_host::EPOCH_TICK.as_millis(),
                             range::MAX_TOTAL_DEADLINE_US
                         ),
                     ));

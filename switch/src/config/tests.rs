@@ -228,6 +228,22 @@ fn the_sum_of_plugin_deadlines_is_bounded() {
     let e = parse(&yaml).unwrap_err();
     assert!(e.to_string().contains("add up to more than 100000"), "{e}");
     assert!(e.line > 0, "{e}");
+    // Each counted as the 1 ms epoch clock enforces it: 10 µs holds a spinning call as long as
+    // 1 ms does (2 ms to the first firing), so 50 such plugins fit and 51 do not.
+    let tiny = |n: usize| {
+        let mut yaml = String::from("ports:\n");
+        for p in 0..n.div_ceil(8) {
+            yaml += &format!("  - name: p{p}\n    driver: sim\n    plugins:\n");
+            for i in 0..(n - 8 * p).min(8) {
+                let file = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+                yaml += &format!("      - name: x{i}\n        path: {file}\n        deadline_us: 10\n");
+            }
+        }
+        parse(&yaml)
+    };
+    assert!(tiny(50).is_ok(), "{:?}", tiny(50).err());
+    let e = tiny(51).unwrap_err();
+    assert!(e.to_string().contains("as the 1 ms epoch clock enforces it"), "{e}");
 }
 
 #[test]

@@ -184,6 +184,19 @@ pub fn plugin_with_process(body: &str) -> Vec<u8> {
     wasmswitch_componentize::World::embedded().unwrap().componentize(&module, "test module").unwrap()
 }
 
+/// A plugin that passes every packet for its first `calls` batch calls, then traps on every
+/// call (an instance made after a fault starts counting again): a fault at run time that
+/// `check`'s smoke run, some 30 calls, does not see.
+pub fn plugin_that_faults_after(calls: u32) -> Vec<u8> {
+    plugin_with_process(&format!(
+        "(i32.store (i32.const 8) (i32.add (i32.load (i32.const 8)) (i32.const 1)))
+         (if (i32.gt_u (i32.load (i32.const 8)) (i32.const {calls})) (then unreachable))
+         (i32.store (i32.const 32) (i32.const 32768))
+         (i32.store (i32.const 36) (i32.mul (i32.load16_u offset=2 (local.get 0)) (i32.const 4)))
+         (return (i32.const 32))"
+    ))
+}
+
 /// A plugin that spins in every batch call (stopped by its deadline each time).
 pub fn spinning_plugin() -> Vec<u8> {
     plugin_with_process("(loop $l (br $l))")
