@@ -189,16 +189,17 @@ pub fn stages(
     let mut next = RunningSet::default();
     let any = cfg.ports.iter().any(|p| !p.plugins.is_empty() || !p.shadow.is_empty());
     let chains = if any { Some(compile(&engine()?, cfg)?) } else { None };
-    for (index, (port, c)) in cfg.ports.iter().zip(chains.iter().flat_map(|c| &c.chains)).enumerate() {
-        for f in c.live.iter().filter(|_| smoke) {
-            let name = &port.name.value;
-            let as_is = running.plugins.iter().any(|r| {
+    let ported = cfg.ports.iter().zip(chains.iter().flat_map(|c| &c.chains));
+    for (index, (port, c)) in ported.enumerate().filter(|_| smoke) {
+        let name = &port.name.value;
+        let running_as_is = |f: &PluginFactory| {
+            running.plugins.iter().any(|r| {
                 r.port == *name && r.role == Role::Live && r.name() == f.spec().name && r.factory.same_plugin(f)
-            });
-            if !as_is {
-                f.smoke(index as u16)
-                    .map_err(|e| anyhow::anyhow!("port `{name}`: {e} (the smoke run of `wasmswitch check`)"))?;
-            }
+            })
+        };
+        for f in c.live.iter().filter(|f| !running_as_is(f)) {
+            f.smoke(index as u16)
+                .map_err(|e| anyhow::anyhow!("port `{name}`: {e} (the smoke run of `wasmswitch check`)"))?;
         }
     }
     let mut stages: Stages = (0..workers).map(|_| Vec::new()).collect();

@@ -152,11 +152,23 @@ fn unpack(v: u64) -> (u16, MacAddr, bool) {
     (((v >> VID_SHIFT) & 0xfff) as u16, MacAddr::from_u64(v & MAC_MASK), v & STATIC != 0)
 }
 
+/// Buckets of a table with room for at least `capacity` MACs (a power of two).
+fn buckets_for(capacity: usize) -> usize {
+    capacity.div_ceil(SLOTS).next_power_of_two().max(1)
+}
+
+/// The bucket of key `k` in a table of `mask + 1` buckets. Fibonacci hashing: MACs of one
+/// vendor differ in the low bytes only.
+#[inline]
+fn bucket_index(k: u64, mask: usize) -> usize {
+    ((k.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 40) as usize & mask
+}
+
 impl Fdb {
     /// A table with room for at least `capacity` MACs, forgetting entries silent for more than
     /// `aging_ticks` ticks.
     pub fn new(capacity: usize, aging_ticks: u32) -> Self {
-        let buckets = capacity.div_ceil(SLOTS).next_power_of_two().max(1);
+        let buckets = buckets_for(capacity);
         Self {
             buckets: (0..buckets)
                 .map(|_| Bucket { keys: Default::default(), seen: Default::default(), ports: Default::default() })
@@ -183,8 +195,7 @@ impl Fdb {
 
     #[inline]
     fn bucket_of(&self, k: u64) -> usize {
-        // Fibonacci hashing: MACs of one vendor differ in the low bytes only.
-        ((k.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 40) as usize & self.mask
+        bucket_index(k, self.mask)
     }
 
     /// Where the entry for (`vlan`, `mac`) lives. The pipeline works it out once per address
@@ -354,8 +365,8 @@ impl Fdb {
         remove: &[(u16, MacAddr, PortId)],
         add: &[(u16, MacAddr, PortId)],
     ) -> Result<(), String> {
-        let mask = capacity.div_ceil(SLOTS).next_power_of_two().max(1) - 1;
-        let bucket = |k: u64| ((k.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 40) as usize & mask;
+        let mask = buckets_for(capacity) - 1;
+        let bucket = |k: u64| bucket_index(k, mask);
         let mut statics: std::collections::HashSet<u64> = std::collections::HashSet::new();
         for b in self.buckets.iter() {
             for (i, s) in b.keys.iter().enumerate() {

@@ -21,8 +21,8 @@ pub struct EngineOptions {
     /// Loading an entry runs the native code in it: the directory must be writable only by
     /// the daemon's user (entries are written atomically, tmp + rename).
     pub cache_dir: Option<PathBuf>,
-    /// Epoch tick: deadline granularity. A deadline fires between `deadline` and
-    /// `deadline + tick` after the call starts.
+    /// Epoch tick: deadline granularity. A deadline first fires after `deadline` rounded up to
+    /// whole ticks, plus up to one more tick (see [`deadline_as_enforced`]).
     pub epoch_tick: Duration,
     /// Whether compiled plugin code checks the epoch, which is what enforces the CPU-time
     /// deadline. Always on in the daemon; off only for `wasmswitch bench`'s
