@@ -164,25 +164,47 @@ pub(crate) struct Limiter {
     /// Elements of every table together.
     pub(crate) table_elements: usize,
     /// Set when a memory.grow was refused during the current call.
-    pub(crate) denied: bool,
+    pub(crate) denied: Option<Refusal>,
+}
+
+/// Why a memory.grow was refused: either way the guest ran out of memory, and a trap that
+/// follows is a memory fault, not a bug in its code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The plugin's `memory_limit_kib` (all its memories together).
+    Limit,
+    /// The memory's own declared maximum (or wasm32's 4 GiB), in bytes.
+    OwnMaximum(usize),
 }
 
 impl Limiter {
     pub(crate) fn new(max_memory: usize) -> Self {
-        Self { max_memory, memory_bytes: 0, table_elements: 0, denied: false }
+        Self { max_memory, memory_bytes: 0, table_elements: 0, denied: None }
+    }
+
+    /// The refusal in words, for a fault or an instantiation error.
+    pub(crate) fn refusal_text(&self) -> Option<String> {
+        self.denied.map(|r| match r {
+            Refusal::Limit => {
+                format!("memory limit of {} bytes reached ({} bytes in use)", self.max_memory, self.memory_bytes)
+            }
+            Refusal::OwnMaximum(m) => format!("the memory's own maximum of {m} bytes reached"),
+        })
     }
 }
 
 impl wasmtime::ResourceLimiter for Limiter {
     fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
         // wasmtime refuses a growth past the memory's declared maximum only after asking us;
-        // refuse it here, uncounted, so the sum stays exact (a plain -1, not a limit hit).
-        if maximum.is_some_and(|m| desired > m) {
-            return Ok(false);
-        }
+        // refuse it here, uncounted, so the sum stays exact. The configured limit is named
+        // first when both are passed: it is the one the operator can change.
         let total = self.memory_bytes.saturating_add(desired.saturating_sub(current));
         if total > self.max_memory {
-            self.denied = true;
+            self.denied = Some(Refusal::Limit);
+            return Ok(false);
+        }
+        if let Some(m) = maximum.filter(|&m| desired > m) {
+            self.denied = Some(Refusal::OwnMaximum(m));
             return Ok(false);
         }
         // A growth allowed here can still fail in the allocator; the sum then counts bytes

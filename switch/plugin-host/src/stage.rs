@@ -92,7 +92,7 @@ impl PluginFactory {
         };
         // From here on, batch calls: the plugin's own deadline.
         let st = store.data_mut();
-        st.limiter.denied = false;
+        st.limiter.denied = None;
         st.deadline.ticks = deadline_ticks(spec.deadline, tick);
         st.deadline.cpu_budget = spec.deadline;
         Ok(Live { store, process })
@@ -117,8 +117,15 @@ impl PluginFactory {
             )
         };
         let instance = self.pre.instantiate(&mut *store).map_err(|e| {
-            let m = if store.data().limiter.denied {
-                format!("instantiation needs more than the {} byte memory limit", spec.memory_limit)
+            let m = if let Some(r) = store.data().limiter.denied {
+                match r {
+                    Refusal::Limit => {
+                        format!("instantiation needs more than the {} byte memory limit", spec.memory_limit)
+                    }
+                    Refusal::OwnMaximum(m) => {
+                        format!("instantiation needs more than its memory's maximum of {m} bytes")
+                    }
+                }
             } else if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
                 format!("instantiation stopped: {}", ran())
             } else {
@@ -217,17 +224,8 @@ pub(crate) fn describe_fault(e: &wasmtime::Error, store: &Store<HostState>) -> (
     let trap = e.downcast_ref::<wasmtime::Trap>().copied();
     if trap == Some(wasmtime::Trap::Interrupt) {
         (FaultReason::Deadline, "deadline exceeded (the call used its deadline of CPU time)".into())
-    } else if store.data().limiter.denied {
-        let l = &store.data().limiter;
-        (
-            FaultReason::Memory,
-            format!(
-                "memory limit of {} bytes reached ({} bytes in use): {}",
-                l.max_memory,
-                l.memory_bytes,
-                fault_text(e)
-            ),
-        )
+    } else if let Some(why) = store.data().limiter.refusal_text() {
+        (FaultReason::Memory, format!("{why}: {}", fault_text(e)))
     } else {
         (FaultReason::Trap, fault_text(e))
     }
@@ -404,7 +402,7 @@ impl Live {
     ) -> Result<(), (FaultReason, String)> {
         self.store.set_epoch_deadline(ticks);
         let state = self.store.data_mut();
-        state.limiter.denied = false;
+        state.limiter.denied = None;
         state.deadline.arm();
         // SAFETY: `self.process` was checked with `Func::typed::<(&[u8],), (WasmList<u8>,)>`
         // when this instance was created (`new_instance`); the parameter lifetime is the only

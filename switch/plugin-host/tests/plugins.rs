@@ -262,6 +262,16 @@ fn memory_bomb_is_capped() {
     let b = TestBatch::new(&frames(4), 0);
     assert_eq!(b.run(&mut st), vec![Verdict::Pass; 4]);
     assert_eq!(st.stats().faults(FaultReason::Memory).get(), 1);
+    // A memory that declares its own maximum (below the limit) runs out at it: still a memory
+    // fault, named by that maximum, not a bare trap.
+    let capped = guest(bomb).replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 1 4)");
+    let mut s = spec("capped", write("capped.wasm", &component(&capped, None)), "");
+    s.memory_limit = 4 << 20;
+    s.on_error = OnError::Pass;
+    let mut st = engine().compile(&s).unwrap().instantiate(0).unwrap();
+    assert_eq!(b.run(&mut st), vec![Verdict::Pass; 4]);
+    assert_eq!(st.stats().faults(FaultReason::Memory).get(), 1);
+    assert_eq!(st.stats().faults(FaultReason::Trap).get(), 0);
     // An initial memory above the limit is refused at load.
     let big = guest("(call $ok (local.get $p))")
         .replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 200)");
@@ -778,6 +788,11 @@ fn smoke_run_stops_a_spinning_or_allocating_plugin_by_its_limits() {
     let e = engine().compile(&s).unwrap().smoke(0).expect_err("hits the memory limit");
     let msg = e.to_string();
     assert!(msg.contains("smoke run: memory on frame `IPv6 UDP` (batch of 1): memory limit of 2097152 bytes"), "{msg}");
+    let capped = guest(bomb).replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 1 4)");
+    let s = spec("capped", write("smoke-capped.wasm", &component(&capped, None)), "");
+    let e = engine().compile(&s).unwrap().smoke(0).expect_err("runs out at its own maximum");
+    let msg = e.to_string();
+    assert!(msg.contains("memory on frame `IPv6 UDP` (batch of 1): the memory's own maximum of 262144 bytes"), "{msg}");
 }
 
 #[test]
