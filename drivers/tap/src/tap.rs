@@ -78,6 +78,17 @@ pub fn check_name(name: &str) -> Result<(), TapError> {
     Ok(())
 }
 
+/// Whether the switch could create its TAP as `name` here, as far as other interfaces go:
+/// `Err(NameTaken)` when an interface that is not a TUN/TAP device has the name, so `run` could
+/// never create it. An existing TAP passes: it may be a running switch's own (`check` before a
+/// reload), and `run` names the conflict if it is not.
+pub fn check_free(name: &str) -> Result<(), TapError> {
+    if if_index(name).is_some() && !std::path::Path::new("/sys/class/net").join(name).join("tun_flags").exists() {
+        return Err(TapError::NameTaken { name: name.to_string() });
+    }
+    Ok(())
+}
+
 fn ifreq(name: &str) -> libc::ifreq {
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use wasmswitch_core::pool::{check_no_leak, AllocMode};
 use wasmswitch_core::{BulkReturn, Desc, PoolCache, PortQueue, SharedPool, Umem};
-use wasmswitch_tap::{if_index, parse_mac, HostConfig, HostPort, TapConfig, TapDevice, TapError, UringOptions};
+use wasmswitch_tap::{
+    check_free, if_index, parse_mac, HostConfig, HostPort, TapConfig, TapDevice, TapError, UringOptions,
+};
 
 const ETHERTYPE: [u8; 2] = [0x88, 0xb5]; // local experimental: nothing else on the link uses it
 const TAP_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x01];
@@ -419,6 +421,11 @@ fn clear_errors() {
     assert!(matches!(e, TapError::NameTaken { .. }), "{e}");
     let name = unique_name();
     let _tap = make_tap(&name, 1);
+    // What `check` asks of `host.tap`: an existing TAP may be a running switch's own; any other
+    // interface could never become the TAP.
+    assert!(check_free(&name).is_ok());
+    assert!(matches!(check_free("lo"), Err(TapError::NameTaken { .. })));
+    assert!(check_free(&unique_name()).is_ok());
     let e = TapDevice::create(&TapConfig::new(&name, TAP_MAC)).unwrap_err();
     assert!(matches!(e, TapError::NameTaken { .. }), "{e}");
     assert!(e.to_string().contains("already taken"), "{e}");

@@ -1025,7 +1025,9 @@ impl Config {
                 ));
             }
             // The same rule as when the TAP is made, so that `check` refuses what `run` would.
-            if let Err(e) = wasmswitch_tap::check_name(&h.tap.value) {
+            if let Err(e) =
+                wasmswitch_tap::check_name(&h.tap.value).and_then(|()| wasmswitch_tap::check_free(&h.tap.value))
+            {
                 return Err(err(h.tap.referenced, format!("{e}")));
             }
             if let Err(e) = wasmswitch_tap::check_mac(h.mac.value.0) {

@@ -166,6 +166,13 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "longer than 15 bytes",
     ),
     (
+        // `lo` exists everywhere and is no TAP: `run` could never create the TAP.
+        "TAP name of an existing interface",
+        "ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: lo\n",
+        "5:8",
+        "interface name \"lo\" is already taken by another interface",
+    ),
+    (
         "the loopback interface",
         "ports:\n  - name: p0\n    driver: afxdp\n    afxdp:\n      interface: lo\n",
         "5:18",
