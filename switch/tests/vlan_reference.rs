@@ -1127,3 +1127,168 @@ fn open_vswitch_matches_the_model_except_where_named() {
         t.elapsed().as_secs_f64()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Tags the sender offloads
+
+/// The EtherType of frames [`OffloadTags`] tags (IEEE local experimental 2).
+const ETHERTYPE_OFFLOAD: u16 = 0x88b6;
+
+/// A TCX egress program on a host's `eth0` that gives every frame of [`ETHERTYPE_OFFLOAD`] the
+/// 802.1Q tag whose TCI its first two payload bytes hold, in skb metadata, as a VLAN device
+/// with the default tx-vlan offload would (`bpf_skb_vlan_push`): the tag then crosses the veth
+/// outside the frame's bytes. Detached when dropped (the link's fd closes).
+struct OffloadTags(#[allow(dead_code)] OwnedFd);
+
+impl OffloadTags {
+    fn attach(host: &LabHost) -> OffloadTags {
+        use wasmswitch_afxdp::bpf::insn;
+        let pid = host.pid();
+        let fd = std::thread::spawn(move || {
+            let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
+            // SAFETY: setns on a descriptor we own; it changes only this thread's namespace.
+            check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }, "setns");
+            let prog = [
+                insn(0xbf, 6, 1, 0, 0), // r6 = skb
+                insn(0xbf, 3, 10, 0, 0),
+                insn(0x07, 3, 0, 0, -8),                                    // r3 = fp - 8
+                insn(0xbf, 1, 6, 0, 0),                                     // r1 = skb
+                insn(0xb7, 2, 0, 0, 12),                                    // r2 = offset of the EtherType
+                insn(0xb7, 4, 0, 0, 4),                                     // r4 = EtherType and TCI
+                insn(0x85, 0, 0, 0, 26),                                    // bpf_skb_load_bytes
+                insn(0x55, 0, 0, 7, 0),                                    // if r0 != 0 goto out
+                insn(0x69, 2, 10, -8, 0), // r2 = EtherType as stored (big-endian bytes)
+                insn(0x55, 2, 0, 5, ETHERTYPE_OFFLOAD.swap_bytes() as i32), // not ours: out
+                insn(0x69, 3, 10, -6, 0), // r3 = TCI, big-endian bytes
+                insn(0xdc, 3, 0, 0, 16),  // r3 = be16 r3 (host order)
+                insn(0xbf, 1, 6, 0, 0),   // r1 = skb
+                insn(0xb7, 2, 0, 0, TPID_C.swap_bytes() as i32), // htons(ETH_P_8021Q)
+                insn(0x85, 0, 0, 0, 18),  // bpf_skb_vlan_push
+                insn(0xb7, 0, 0, 0, 0), // out: r0 = TC_ACT_OK
+                insn(0x95, 0, 0, 0, 0), // exit
+            ];
+            let license = c"GPL";
+            let mut log = vec![0u8; 1 << 16];
+            // `union bpf_attr` for BPF_PROG_LOAD, up to `log_buf`.
+            let mut attr = [0u64; 16];
+            attr[0] = 3 | (prog.len() as u64) << 32; // BPF_PROG_TYPE_SCHED_CLS, insn_cnt
+            attr[1] = prog.as_ptr() as u64;
+            attr[2] = license.as_ptr() as u64;
+            attr[3] = 1 | (log.len() as u64) << 32; // log_level, log_size
+            attr[4] = log.as_mut_ptr() as u64;
+            // SAFETY: `attr` is a zero-extended `union bpf_attr` whose pointers live across the call.
+            let prog_fd = unsafe { libc::syscall(libc::SYS_bpf, 5, attr.as_mut_ptr(), std::mem::size_of_val(&attr)) };
+            let end = log.iter().position(|&b| b == 0).unwrap_or(0);
+            assert!(
+                prog_fd >= 0,
+                "BPF_PROG_LOAD: {}\n{}",
+                std::io::Error::last_os_error(),
+                String::from_utf8_lossy(&log[..end])
+            );
+            // SAFETY: a fresh descriptor nothing else owns.
+            let prog_fd = unsafe { OwnedFd::from_raw_fd(prog_fd as i32) };
+            // SAFETY: a live NUL-terminated string.
+            let ifindex = unsafe { libc::if_nametoindex(c"eth0".as_ptr()) };
+            // BPF_LINK_CREATE: prog_fd, target_ifindex, attach_type BPF_TCX_EGRESS (47), flags.
+            let mut attr = [0u32; 16];
+            attr[..4].copy_from_slice(&[prog_fd.as_raw_fd() as u32, ifindex, 47, 0]);
+            // SAFETY: as above.
+            let link = unsafe { libc::syscall(libc::SYS_bpf, 28, attr.as_mut_ptr(), std::mem::size_of_val(&attr)) };
+            assert!(link >= 0, "BPF_LINK_CREATE (tcx egress): {}", std::io::Error::last_os_error());
+            // SAFETY: as above.
+            unsafe { OwnedFd::from_raw_fd(link as i32) }
+        })
+        .join()
+        .expect("attaching the tagging program");
+        OffloadTags(fd)
+    }
+}
+
+/// A frame [`OffloadTags`] sends with `tci` in metadata: untagged bytes, the TCI as the first
+/// two payload bytes.
+fn offload_frame(dst: Mac, src: Mac, tci: u16, run: u16, idx: u8) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&ETHERTYPE_OFFLOAD.to_be_bytes());
+    f.extend_from_slice(&tci.to_be_bytes());
+    f.extend_from_slice(&marker(run, idx));
+    f.extend((0..64u8).map(|i| i.wrapping_mul(5) ^ idx));
+    f
+}
+
+/// `f` with the tag `(TPID, TCI)` in its bytes after the MACs.
+fn tagged(f: &[u8], tci: u16) -> Vec<u8> {
+    let mut t = f[..12].to_vec();
+    t.extend_from_slice(&TPID_C.to_be_bytes());
+    t.extend_from_slice(&tci.to_be_bytes());
+    t.extend_from_slice(&f[12..]);
+    t
+}
+
+#[test]
+fn tags_a_sender_offloads_are_switched_by_their_vid() {
+    // A VLAN device (or a bridge) on the far end of a veth leaves its tag in skb metadata, where
+    // XDP does not see it: the switch's XDP program puts it back, so such a frame is switched in
+    // its VLAN like one tagged in its bytes, and not taken for untagged (the native VLAN).
+    if !require_lab("tags_a_sender_offloads_are_switched_by_their_vid") {
+        return;
+    }
+    let lab = Lab::create(&prefix("o"), 4, 1, 62).unwrap();
+    // h1 a trunk of 20 with native VLAN 1, h2 access 20, h3 access 1, h4 a trunk of 20.
+    let vlans = [Vlan::Trunk(&[(20, 20)], Some(1)), Vlan::Access(20), Vlan::Default, Vlan::Trunk(&[(20, 20)], None)];
+    let mut yaml = format!("metrics:\n  listen: 127.0.0.1:{}\nworkers:\n  - idle: sleep\nports:\n", free_port());
+    for (h, vlan) in lab.hosts.iter().zip(vlans) {
+        yaml += &format!("  - name: {}\n    driver: afxdp\n    afxdp:\n      interface: {}\n", h.name, h.switch_if);
+        if let Some(v) = vlan.yaml() {
+            yaml += &format!("    vlan: {v}\n");
+        }
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vlan_reference.yaml");
+    let cfg = Config::parse(&yaml, &path).unwrap_or_else(|e| panic!("{e:#}\n{yaml}"));
+    let mut dp = Dataplane::start(&cfg).unwrap();
+    let socks: Vec<HostSocket> = lab.hosts.iter().map(HostSocket::open).collect();
+    let _tags = [OffloadTags::attach(&lab.hosts[0]), OffloadTags::attach(&lab.hosts[1])];
+    let run = run_id();
+    let (vid20, vid30, vid1) = (5 << 13 | 20, 30, 1);
+    // (from, TCI, what each of h1..h4 must receive: the frame untagged, tagged as sent, or nothing)
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum Gets {
+        Nothing,
+        Untagged,
+        Tagged,
+    }
+    use Gets::*;
+    let cases: [(usize, u16, [Gets; 4], &str); 4] = [
+        (0, vid20, [Nothing, Untagged, Nothing, Tagged], "VID 20 PCP 5 on the trunk: VLAN 20, PCP kept"),
+        (0, vid30, [Nothing; 4], "VID 30 on the trunk: not allowed, dropped"),
+        (0, vid1, [Nothing, Nothing, Untagged, Nothing], "the native VID 1 on the trunk: VLAN 1"),
+        (1, vid30, [Nothing; 4], "VID 30 on access port 20: not its VLAN, dropped"),
+    ];
+    // The first frame is sent until it arrives: every port attached and forwarding.
+    let t = Instant::now();
+    loop {
+        socks[0].send(&offload_frame(BCAST, st(0x70), vid20, run, 250));
+        std::thread::sleep(Duration::from_millis(100));
+        if socks[1].drain().iter().any(|f| marked(f, run) == Some(250)) {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "nothing from h1 reached h2");
+    }
+    std::thread::sleep(SETTLE);
+    socks.iter().for_each(|s| drop(s.drain()));
+    for (i, &(from, tci, want, what)) in cases.iter().enumerate() {
+        let f = offload_frame(BCAST, st(0x71 + i as u8), tci, run, i as u8);
+        socks[from].send(&f);
+        std::thread::sleep(SETTLE);
+        for (h, s) in socks.iter().enumerate() {
+            let got: Vec<Vec<u8>> = s.drain().into_iter().filter(|g| marked(g, run) == Some(i as u8)).collect();
+            let expected = match want[h] {
+                Nothing => vec![],
+                Untagged => vec![f.clone()],
+                Tagged => vec![tagged(&f, tci)],
+            };
+            assert_eq!(got, expected, "{what}: h{} received {}", h + 1, show(&got));
+        }
+    }
+    dp.stop().expect("no frame leaked");
+}

@@ -31,11 +31,13 @@ pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 const XDP_PASS: i32 = 2;
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
-/// Offset of `rx_queue_index` in `struct xdp_md`.
+/// Offsets in `struct xdp_md`.
+const XDP_MD_DATA: i16 = 0;
+const XDP_MD_DATA_END: i16 = 4;
 const XDP_MD_RX_QUEUE_INDEX: i16 = 16;
 
 /// Encodes one `struct bpf_insn` (code, dst/src registers, offset, immediate) as a little-endian u64.
-const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
+pub const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
     (code as u64)
         | (((dst & 0xf) | ((src & 0xf) << 4)) as u64) << 8
         | ((off as u16) as u64) << 16
@@ -57,6 +59,85 @@ pub fn redirect_program(map_fd: RawFd) -> [u64; 6] {
         insn(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
         insn(EXIT, 0, 0, 0, 0),
     ]
+}
+
+/// The redirect program, preceded by putting back an 802.1Q/802.1ad tag that the kernel holds
+/// outside the frame: a sender's tx-vlan offload (a VLAN device or a bridge on the other end of
+/// a veth) or a NIC's rx-vlan stripping leaves the tag in metadata, where XDP does not see it,
+/// and the switch would take the frame for untagged. The kfunc `bpf_xdp_metadata_rx_vlan_tag`
+/// (`vlan_kfunc`: its BTF id; Linux 6.8+, device-bound programs in native mode) reads it; the
+/// program grows the head by 4 bytes, moves the MACs and writes the tag where it was sent.
+/// Without a tag, or without room, the frame goes on as it came.
+///
+/// ```text
+///  0  r6 = r1                         ; ctx, kept across calls
+///  1  *(u64 *)(r10 - 8) = 0           ; proto (be16) at fp-8, tci at fp-6
+///  2  r2 = r10 ; r2 += -8
+///  4  r3 = r10 ; r3 += -6
+///  6  call bpf_xdp_metadata_rx_vlan_tag(ctx, &proto, &tci)
+///  7  if r0 != 0 goto redirect        ; no tag held outside (or no driver support)
+///  8  r1 = r6 ; r2 = -4
+/// 10  call bpf_xdp_adjust_head        ; helper 44
+/// 11  if r0 != 0 goto redirect        ; no headroom: as it came
+/// 12  r2 = ctx->data ; r3 = ctx->data_end ; r4 = r2 + 18
+/// 16  if r4 > r3 goto redirect
+/// 17  MACs 4 bytes forward: u64 [4..12] -> [0..8], u32 [12..16] -> [8..12]
+/// 21  [12..14] = proto ; [14..16] = htons(tci)
+/// 26  redirect: r1 = r6, then the five instructions of `redirect_program`
+/// ```
+pub fn vlan_restoring_program(map_fd: RawFd, vlan_kfunc: u32) -> Vec<u64> {
+    const MOV64_X: u8 = 0xbf; // BPF_ALU64 | BPF_MOV | BPF_X
+    const MOV64_K: u8 = 0xb7;
+    const ADD64_K: u8 = 0x07; // BPF_ALU64 | BPF_ADD | BPF_K
+    const ST_DW: u8 = 0x7a; // BPF_ST | BPF_MEM | BPF_DW
+    const LDX_DW: u8 = 0x79;
+    const LDX_W: u8 = 0x61;
+    const LDX_H: u8 = 0x69;
+    const STX_DW: u8 = 0x7b;
+    const STX_W: u8 = 0x63;
+    const STX_H: u8 = 0x6b;
+    const JNE_K: u8 = 0x55; // BPF_JMP | BPF_JNE | BPF_K
+    const JGT_X: u8 = 0x2d; // BPF_JMP | BPF_JGT | BPF_X
+    const TO_BE: u8 = 0xdc; // BPF_ALU | BPF_END | BPF_TO_BE
+    const CALL: u8 = 0x85;
+    const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
+    const BPF_FUNC_XDP_ADJUST_HEAD: i32 = 44;
+    const REDIRECT: i16 = 26;
+    // A jump at `pc` to `REDIRECT` (offsets count from the next instruction).
+    let to_redirect = |pc: i16| REDIRECT - pc - 1;
+    let mut p = vec![
+        insn(MOV64_X, 6, 1, 0, 0),
+        insn(ST_DW, 10, 0, -8, 0),
+        insn(MOV64_X, 2, 10, 0, 0),
+        insn(ADD64_K, 2, 0, 0, -8),
+        insn(MOV64_X, 3, 10, 0, 0),
+        insn(ADD64_K, 3, 0, 0, -6),
+        insn(CALL, 0, BPF_PSEUDO_KFUNC_CALL, 0, vlan_kfunc as i32),
+        insn(JNE_K, 0, 0, to_redirect(7), 0),
+        insn(MOV64_X, 1, 6, 0, 0),
+        insn(MOV64_K, 2, 0, 0, -4),
+        insn(CALL, 0, 0, 0, BPF_FUNC_XDP_ADJUST_HEAD),
+        insn(JNE_K, 0, 0, to_redirect(11), 0),
+        insn(LDX_W, 2, 6, XDP_MD_DATA, 0),
+        insn(LDX_W, 3, 6, XDP_MD_DATA_END, 0),
+        insn(MOV64_X, 4, 2, 0, 0),
+        insn(ADD64_K, 4, 0, 0, 18),
+        insn(JGT_X, 4, 3, to_redirect(16), 0),
+        insn(LDX_DW, 4, 2, 4, 0),
+        insn(STX_DW, 2, 4, 0, 0),
+        insn(LDX_W, 4, 2, 12, 0),
+        insn(STX_W, 2, 4, 8, 0),
+        insn(LDX_H, 4, 10, -8, 0),
+        insn(STX_H, 2, 4, 12, 0),
+        insn(LDX_H, 4, 10, -6, 0),
+        insn(TO_BE, 4, 0, 0, 16),
+        insn(STX_H, 2, 4, 14, 0),
+    ];
+    debug_assert_eq!(p.len(), REDIRECT as usize);
+    // The calls clobbered r1: the redirect reads the queue index through it.
+    p.push(insn(MOV64_X, 1, 6, 0, 0));
+    p.extend(redirect_program(map_fd));
+    p
 }
 
 /// An XSKMAP (queue id → AF_XDP socket).
@@ -102,7 +183,16 @@ impl XdpProgram {
     /// Loads the redirect program for `map`. The error carries the verifier log, if any.
     pub fn load(map: &XskMap) -> Result<Self, (io::Error, String)> {
         let insns = redirect_program(map.as_raw_fd());
-        sys::prog_load_xdp(&insns, "wsx_redirect").map(|fd| Self { fd })
+        sys::prog_load_xdp(&insns, "wsx_redirect", None).map(|fd| Self { fd })
+    }
+
+    /// Loads [`vlan_restoring_program`] for `map`, bound to interface `ifindex` (the VLAN kfunc
+    /// is the driver's, so the program is device-bound: native mode on that interface only).
+    /// `None` when the running kernel has no such kfunc.
+    pub fn load_vlan_restoring(map: &XskMap, ifindex: u32) -> Option<Result<Self, (io::Error, String)>> {
+        let kfunc = crate::btf::vmlinux_func_id("bpf_xdp_metadata_rx_vlan_tag")?;
+        let insns = vlan_restoring_program(map.as_raw_fd(), kfunc);
+        Some(sys::prog_load_xdp(&insns, "wsx_redirect_vl", Some(ifindex)).map(|fd| Self { fd }))
     }
 }
 
@@ -141,5 +231,23 @@ mod tests {
         // call 51 (bpf_redirect_map)
         assert_eq!(p[4].to_le_bytes(), [0x85, 0, 0, 0, 51, 0, 0, 0]);
         assert_eq!(p[5].to_le_bytes(), [0x95, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn the_vlan_restoring_program_jumps_to_its_redirect() {
+        let p = vlan_restoring_program(7, 66089);
+        // The kfunc call: src_reg BPF_PSEUDO_KFUNC_CALL, imm the BTF id.
+        assert_eq!(p[6].to_le_bytes(), [0x85, 0x20, 0, 0, 0x29, 0x02, 0x01, 0]);
+        // Every conditional jump lands on `r1 = r6`, right before the plain redirect program.
+        let redirect = p.len() - 6 - 1;
+        assert_eq!(p[redirect].to_le_bytes(), [0xbf, 0x61, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(p[redirect + 1..], redirect_program(7));
+        for (pc, i) in p.iter().enumerate() {
+            let code = *i as u8;
+            if code & 0x07 == 0x05 && code != 0x85 && code != 0x95 {
+                let off = (*i >> 16) as u16 as i16;
+                assert_eq!(pc as i64 + 1 + off as i64, redirect as i64, "jump at {pc}");
+            }
+        }
     }
 }

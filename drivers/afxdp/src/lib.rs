@@ -58,6 +58,7 @@
 //! socket closes, never while the kernel could still write them.
 
 pub mod bpf;
+mod btf;
 pub mod error;
 pub mod profile;
 pub mod queue;

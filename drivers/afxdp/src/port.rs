@@ -283,12 +283,34 @@ impl AfXdpPort {
         let max_q = *decision.queues.last().expect("checked non-empty");
         let map = XskMap::new(max_q + 1)
             .map_err(|e| AfXdpError::sys(iface, "creating the XSKMAP (bpf BPF_MAP_CREATE)", e))?;
-        let prog = XdpProgram::load(&map).map_err(|(e, log)| match e.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) if log.is_empty() => {
-                AfXdpError::sys(iface, "loading the XDP program (BPF_PROG_LOAD)", e)
-            }
-            _ => AfXdpError::ProgLoad { iface: iface.into(), source: e, log },
-        })?;
+        // Native mode: the program that puts back VLAN tags the kernel holds outside the frame,
+        // where the kernel has the kfunc; generic XDP cannot call it (see the README).
+        let vlan_restoring = match decision.attach {
+            profile::AttachMode::Native => match XdpProgram::load_vlan_restoring(&map, ifindex) {
+                Some(Ok(p)) => Some(p),
+                Some(Err((e, log))) => {
+                    log::warn!(
+                        "{iface}: the XDP program that restores offloaded VLAN tags did not load ({e}); \
+                         tags a sender offloads are not seen: {}",
+                        // The verifier's reason is its last line before the statistics.
+                        log.lines().rev().find(|l| !l.starts_with("processed ") && !l.trim().is_empty()).unwrap_or("")
+                    );
+                    None
+                }
+                None => None,
+            },
+            profile::AttachMode::Generic => None,
+        };
+        let restores_vlan_tags = vlan_restoring.is_some();
+        let prog = match vlan_restoring {
+            Some(p) => p,
+            None => XdpProgram::load(&map).map_err(|(e, log)| match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) if log.is_empty() => {
+                    AfXdpError::sys(iface, "loading the XDP program (BPF_PROG_LOAD)", e)
+                }
+                _ => AfXdpError::ProgLoad { iface: iface.into(), source: e, log },
+            })?,
+        };
 
         let mut queues = Vec::with_capacity(decision.queues.len());
         let mut handles = Vec::with_capacity(decision.queues.len());
@@ -360,7 +382,10 @@ impl AfXdpPort {
             })?;
         let aggregation =
             if decision.attach == profile::AttachMode::Generic { AggregationGuard::disable(iface) } else { None };
-        log::info!("{iface}: AF_XDP {decision}");
+        log::info!(
+            "{iface}: AF_XDP {decision}{}",
+            if restores_vlan_tags { "; offloaded VLAN tags restored" } else { "; offloaded VLAN tags not seen" }
+        );
         Ok(Self {
             _link: link,
             _aggregation: aggregation,

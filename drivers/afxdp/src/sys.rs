@@ -206,7 +206,9 @@ pub fn map_delete_u32(map: RawFd, key: u32) -> io::Result<()> {
 
 /// `BPF_PROG_LOAD` of an XDP program. On failure the verifier log (if any) comes back with
 /// the error so it can be shown to the operator.
-pub fn prog_load_xdp(insns: &[u64], name: &str) -> Result<OwnedFd, (io::Error, String)> {
+pub fn prog_load_xdp(insns: &[u64], name: &str, dev_bound: Option<u32>) -> Result<OwnedFd, (io::Error, String)> {
+    /// `BPF_F_XDP_DEV_BOUND_ONLY`: a program that calls a driver's XDP metadata kfuncs.
+    const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
     let license = CString::new("GPL").expect("no NUL");
     let attr = |log: Option<&mut [u8]>| {
         let (level, size, buf) = match log {
@@ -223,6 +225,8 @@ pub fn prog_load_xdp(insns: &[u64], name: &str) -> Result<OwnedFd, (io::Error, S
             log_buf: buf,
             prog_name: name16(name),
             expected_attach_type: BPF_XDP,
+            prog_flags: if dev_bound.is_some() { BPF_F_XDP_DEV_BOUND_ONLY } else { 0 },
+            prog_ifindex: dev_bound.unwrap_or(0),
             ..Default::default()
         }
     };
