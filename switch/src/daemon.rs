@@ -330,7 +330,7 @@ impl Switch {
             let (remove, add) = (ids(&gone_statics, &|p| dp.ports.id_of(p)), ids(&new_statics, &id_of));
             dp.fdb
                 .get()
-                .statics_fit(new.fdb.capacity.value, &remove, &add)
+                .statics_fit(new.fdb.capacity.value, &remove, &removed, &add)
                 .map_err(|e| format!("{UNCHANGED}: fdb.static: {e}"))?;
         }
         // From here on nothing can fail but a worker that does not answer.

@@ -828,8 +828,11 @@ impl Dataplane {
             // A late worker may still poll the port: then its handle is closed at stop.
             self.res.replace_handle(*id, None, !late.is_empty());
             if late.is_empty() {
-                // Static entries too: the id may go to another port.
-                self.fdb.get().flush(Flush { port: Some(*id), statics: true, ..Flush::default() });
+                // A port reopened with new settings keeps its name and id, so its static
+                // entries (the config's and the API's) stay; what it learned goes with its old
+                // queues. A removed port's id may go to another port: its statics go too.
+                let reopened = changes.add.iter().any(|a| a.id == *id && !a.fresh);
+                self.fdb.get().flush(Flush { port: Some(*id), statics: !reopened, ..Flush::default() });
             }
         }
         for a in changes.add {

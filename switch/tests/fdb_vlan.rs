@@ -234,3 +234,41 @@ fn a_reload_whose_static_entries_do_not_fit_changes_nothing() {
     assert_eq!(lookup(full), Some(0), "the API's entry on p1 is left alone");
     sw.dataplane.stop_shared().expect("every frame back");
 }
+
+#[test]
+fn a_reopened_port_keeps_its_static_entries_and_a_removed_one_frees_their_room() {
+    use wasmswitch::api::FdbChange;
+    use wasmswitch_core::wire::MacAddr;
+    let dir = Scratch::new("fdb-reopen");
+    let cfg_mac = "02:00:00:00:00:aa";
+    let sw = wasmswitch::daemon::Switch::start(&dir.write(&fdb_yaml(1024, 300, &[(cfg_mac, "p2")]))).unwrap();
+    let api_mac = MacAddr::from_u64(0x0200_0000_00bb);
+    sw.fdb_change(FdbChange::Add { mac: api_mac, vlan: 1, port: "p2".into() }).unwrap();
+    let lookup = |m: MacAddr| sw.dataplane.fdb.get().lookup(1, m);
+    let cfg_mac: MacAddr = cfg_mac.parse().unwrap();
+    assert_eq!((lookup(cfg_mac), lookup(api_mac)), (Some(1), Some(1)));
+    // A new ring size reopens p2 (new queues, same name and id): both statics stay.
+    let reopened = fdb_yaml(1024, 300, &[("02:00:00:00:00:aa", "p2")])
+        .replace("  - name: p2\n    driver: sim\n", "  - name: p2\n    driver: sim\n    sim:\n      ring_size: 512\n");
+    dir.write(&reopened);
+    let applied = sw.reload().expect("p2 reopened");
+    assert!(applied.contains("port `p2` reopened"), "{applied}");
+    assert_eq!((lookup(cfg_mac), lookup(api_mac)), (Some(1), Some(1)), "statics kept across the reopen");
+    sw.dataplane.stop_shared().expect("every frame back");
+
+    // API statics on p2 until a bucket is full; a reload that removes p2 and puts that address
+    // on p1 fits, as p2's statics go with it.
+    let dir = Scratch::new("fdb-removed");
+    let sw = wasmswitch::daemon::Switch::start(&dir.write(&fdb_yaml(64, 300, &[]))).unwrap();
+    let mac = |i: u64| MacAddr::from_u64(0x0200_00cc_0000 + i);
+    let full = (0..1000)
+        .find(|&i| sw.fdb_change(FdbChange::Add { mac: mac(i), vlan: 1, port: "p2".into() }).is_err())
+        .expect("a 64-entry table fills up");
+    let full_mac = mac(full).to_string();
+    dir.write(&fdb_yaml(64, 300, &[(&full_mac, "p1")]).replace("  - name: p2\n    driver: sim\n", ""));
+    let applied = sw.reload().expect("p2's statics leave with it");
+    assert!(applied.contains("port `p2` removed"), "{applied}");
+    assert_eq!(sw.dataplane.fdb.get().lookup(1, mac(full)), Some(0));
+    assert_eq!(sw.dataplane.fdb.get().lookup(1, mac(0)), None, "p2's statics are gone");
+    sw.dataplane.stop_shared().expect("every frame back");
+}

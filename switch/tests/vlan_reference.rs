@@ -1156,7 +1156,7 @@ impl OffloadTags {
                 insn(0xb7, 2, 0, 0, 12),                                    // r2 = offset of the EtherType
                 insn(0xb7, 4, 0, 0, 4),                                     // r4 = EtherType and TCI
                 insn(0x85, 0, 0, 0, 26),                                    // bpf_skb_load_bytes
-                insn(0x55, 0, 0, 7, 0),                                    // if r0 != 0 goto out
+                insn(0x55, 0, 0, 7, 0),                                     // if r0 != 0 goto out
                 insn(0x69, 2, 10, -8, 0), // r2 = EtherType as stored (big-endian bytes)
                 insn(0x55, 2, 0, 5, ETHERTYPE_OFFLOAD.swap_bytes() as i32), // not ours: out
                 insn(0x69, 3, 10, -6, 0), // r3 = TCI, big-endian bytes
@@ -1164,8 +1164,8 @@ impl OffloadTags {
                 insn(0xbf, 1, 6, 0, 0),   // r1 = skb
                 insn(0xb7, 2, 0, 0, TPID_C.swap_bytes() as i32), // htons(ETH_P_8021Q)
                 insn(0x85, 0, 0, 0, 18),  // bpf_skb_vlan_push
-                insn(0xb7, 0, 0, 0, 0), // out: r0 = TC_ACT_OK
-                insn(0x95, 0, 0, 0, 0), // exit
+                insn(0xb7, 0, 0, 0, 0),   // out: r0 = TC_ACT_OK
+                insn(0x95, 0, 0, 0, 0),   // exit
             ];
             let license = c"GPL";
             let mut log = vec![0u8; 1 << 16];

@@ -356,13 +356,15 @@ impl Fdb {
         }
     }
 
-    /// Whether this table's static entries, less `remove` and plus `add` (each (VLAN, MAC,
-    /// port)), would fit a table of `capacity`: no bucket over its slots, no group address.
-    /// What a reload asks before it changes anything; it allocates only for the static entries.
+    /// Whether this table's static entries, less `remove` (each (VLAN, MAC, port)) and those
+    /// on `gone_ports`, plus `add`, would fit a table of `capacity`: no bucket over its slots,
+    /// no group address. What a reload asks before it changes anything; it allocates only for
+    /// the static entries.
     pub fn statics_fit(
         &self,
         capacity: usize,
         remove: &[(u16, MacAddr, PortId)],
+        gone_ports: &[PortId],
         add: &[(u16, MacAddr, PortId)],
     ) -> Result<(), String> {
         let mask = buckets_for(capacity) - 1;
@@ -376,7 +378,7 @@ impl Fdb {
                 }
                 let port = port_of(b.ports[i].load(Ordering::Acquire)).wrapping_sub(1);
                 let (vlan, mac, _) = unpack(v);
-                if !remove.contains(&(vlan, mac, port)) {
+                if !remove.contains(&(vlan, mac, port)) && !gone_ports.contains(&port) {
                     statics.insert(v & !STATIC);
                 }
             }
@@ -740,7 +742,7 @@ mod tests {
         let mut added = Vec::new();
         let full = (0..1000u64)
             .find(|&i| {
-                let fits = f.statics_fit(64, &[], &[(1, mac(i), 0)]).is_ok();
+                let fits = f.statics_fit(64, &[], &[], &[(1, mac(i), 0)]).is_ok();
                 assert_eq!(fits, f.add_static(1, mac(i), 0).is_ok(), "entry {i}");
                 if fits {
                     added.push((1, mac(i), 0));
@@ -748,14 +750,17 @@ mod tests {
                 !fits
             })
             .expect("a 64-entry table fills up");
-        let err = f.statics_fit(64, &[], &[(1, mac(full), 1)]).unwrap_err();
+        let err = f.statics_fit(64, &[], &[], &[(1, mac(full), 1)]).unwrap_err();
         assert!(err.contains("does not fit a table of 64"), "{err}");
         // Room made by a removal, or by a larger table; a group address never fits.
-        assert!(f.statics_fit(64, &added, &[(1, mac(full), 1)]).is_ok(), "every other static removed");
-        assert!(f.statics_fit(4096, &[], &[(1, mac(full), 1)]).is_ok());
-        assert!(f.statics_fit(4096, &[], &[(1, MacAddr::BROADCAST, 1)]).is_err());
+        assert!(f.statics_fit(64, &added, &[], &[(1, mac(full), 1)]).is_ok(), "every other static removed");
+        assert!(f.statics_fit(4096, &[], &[], &[(1, mac(full), 1)]).is_ok());
+        assert!(f.statics_fit(4096, &[], &[], &[(1, MacAddr::BROADCAST, 1)]).is_err());
+        // The statics of a port that goes away make room too (they go with it).
+        assert!(f.statics_fit(64, &[], &[0], &[(1, mac(full), 1)]).is_ok(), "port 0 removed");
+        assert!(f.statics_fit(64, &[], &[1], &[(1, mac(full), 1)]).is_err(), "another port removed");
         // Fewer slots than statics.
-        assert!(f.statics_fit(8, &[], &[]).unwrap_err().contains("does not fit a table of 8"));
+        assert!(f.statics_fit(8, &[], &[], &[]).unwrap_err().contains("does not fit a table of 8"));
     }
 
     #[test]
