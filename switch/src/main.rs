@@ -199,6 +199,19 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run { config } => daemon::run(&config),
         Command::Check { config, no_smoke } => Config::load(&config).map_err(anyhow::Error::from).and_then(|c| {
+            // The config may be for another machine, so not an error; but say what `run` here
+            // would refuse.
+            for p in &c.ports {
+                if let Some(a) = &p.afxdp {
+                    let i = &a.value.interface.value;
+                    if wasmswitch_afxdp::sys::ifindex(i).is_none() {
+                        eprintln!(
+                            "warning: port `{}`: interface {i} does not exist here, so `run` on this machine would refuse it",
+                            p.name.value
+                        );
+                    }
+                }
+            }
             // Plugins are loaded, type-checked against the world and initialised with their
             // config, then (unless --no-smoke) run on the built-in test frames.
             let n: usize = c.ports.iter().map(|p| p.plugins.len() + p.shadow.len()).sum();

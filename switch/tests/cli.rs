@@ -237,3 +237,14 @@ fn check_runs_each_plugin_on_built_in_frames() {
         assert!(ok && out.contains(&format!("plugin `acl`: ok on {n} frames (pass {}, drop 2)", n - 2)), "{out}{err}");
     }
 }
+
+#[test]
+fn check_warns_of_an_interface_this_machine_lacks() {
+    let dir = Scratch::new("check-noif");
+    let cfg = dir.write("ports:\n  - name: p0\n    driver: afxdp\n    afxdp:\n      interface: wsnosuch9\n");
+    let o = Command::new(bin()).arg("check").arg("-c").arg(&cfg).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    // A config for another machine: accepted, and what `run` here would refuse is said.
+    assert!(o.status.success(), "{o:?}");
+    assert!(err.contains("warning: port `p0`: interface wsnosuch9 does not exist here"), "{err}");
+}

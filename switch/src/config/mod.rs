@@ -816,6 +816,8 @@ impl Config {
         }
         let mtu_range = (range::MTU_MIN, max_mtu(fs));
         let mut names: HashMap<&str, Location> = HashMap::new();
+        // One port per interface: the kernel takes one XDP program per interface.
+        let mut interfaces: HashMap<&str, (&str, Location)> = HashMap::new();
         let mut umem_groups: std::collections::BTreeSet<&str> = Default::default();
         let mut total_deadline_us: u64 = 0;
         for p in &self.ports {
@@ -965,15 +967,32 @@ impl Config {
                             format!("interface name `{ifname}` is not valid: expected 1-15 characters"),
                         ));
                     }
-                    let listen = self.listen_addr().ip();
-                    let carries_api = !listen.is_unspecified() && interfaces_with(listen).iter().any(|i| i == ifname);
-                    if (ifname == "lo" || carries_api) && !a.value.allow_control_interface {
+                    if let Some((other, at)) = interfaces.insert(ifname, (name, a.value.interface.referenced)) {
                         return Err(err(
                             a.value.interface.referenced,
                             format!(
-                                "port `{name}`: interface {ifname} carries {}: attaching to it would take the host's own traffic{}; set `allow_control_interface: true` in this `afxdp:` section if that is what you want",
-                                if ifname == "lo" { "the host's loopback traffic".to_string() } else { format!("the control API's address {listen}") },
-                                if listen.is_loopback() || carries_api { ", the control API's included" } else { "" }
+                                "port `{name}`: interface {ifname} is already port `{other}`'s (line {}); an interface takes one XDP program, so one port (list its queues there)",
+                                at.line()
+                            ),
+                        ));
+                    }
+                    let listen = self.listen_addr().ip();
+                    let api_addr = interfaces_with(|a| listens_on(listen, a))
+                        .into_iter()
+                        .find(|(i, _)| i == ifname)
+                        .map(|(_, a)| a);
+                    if (ifname == "lo" || api_addr.is_some()) && !a.value.allow_control_interface {
+                        let carries = match api_addr {
+                            _ if ifname == "lo" => "the host's loopback traffic".to_string(),
+                            Some(a) if a == listen => format!("the control API's address {listen}"),
+                            Some(a) => format!("{a}, where the control API listens (metrics.listen on {listen})"),
+                            None => unreachable!("checked above"),
+                        };
+                        return Err(err(
+                            a.value.interface.referenced,
+                            format!(
+                                "port `{name}`: interface {ifname} carries {carries}: attaching to it would take the host's own traffic{}; set `allow_control_interface: true` in this `afxdp:` section if that is what you want",
+                                if listen.is_loopback() || api_addr.is_some() { ", the control API's included" } else { "" }
                             ),
                         ));
                     }
@@ -1000,6 +1019,19 @@ impl Config {
                         if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
                             return Err(err(q.referenced, format!("afxdp.queues: queue id {} is listed twice", w[0])));
                         }
+                        // Where the interface exists here, the queues `run` would find: one it
+                        // lacks is refused now, as `run` would refuse it.
+                        if wasmswitch_afxdp::sys::ifindex(ifname).is_some() {
+                            let d = wasmswitch_afxdp::decide(&crate::drivers::afxdp::spec(&a.value));
+                            if let Some(&bad) = d.queues.iter().find(|&&id| id >= d.channels) {
+                                let e = wasmswitch_afxdp::AfXdpError::QueueOutOfRange {
+                                    iface: ifname.clone(),
+                                    queue: bad,
+                                    channels: d.channels,
+                                };
+                                return Err(err(q.referenced, format!("{e}")));
+                            }
+                        }
                     }
                     if let Some(r) = &a.value.ring_size {
                         let (lo, hi) = range::AFXDP_RING;
@@ -1022,6 +1054,12 @@ impl Config {
                 return Err(err(
                     h.name.referenced,
                     format!("host port name `{name}` is already used by the port at line {}", first.line()),
+                ));
+            }
+            if let Some((port, _)) = interfaces.get(h.tap.value.as_str()) {
+                return Err(err(
+                    h.tap.referenced,
+                    format!("host.tap `{}` is port `{port}`'s interface; the TAP needs a name of its own", h.tap.value),
                 ));
             }
             // The same rule as when the TAP is made, so that `check` refuses what `run` would.
@@ -1236,7 +1274,18 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64, column: u64) ->
 }
 
 /// Names of the interfaces that have address `ip` (getifaddrs).
-fn interfaces_with(ip: std::net::IpAddr) -> Vec<String> {
+/// Whether a server bound to `listen` answers on `addr`: a wildcard is every address of its
+/// family (`[::]` takes IPv4 too; IPv6 link-local addresses need a scope, so not those).
+fn listens_on(listen: std::net::IpAddr, addr: std::net::IpAddr) -> bool {
+    match listen {
+        l if !l.is_unspecified() => addr == l,
+        std::net::IpAddr::V4(_) => addr.is_ipv4(),
+        std::net::IpAddr::V6(_) => !matches!(addr, std::net::IpAddr::V6(v6) if v6.is_unicast_link_local()),
+    }
+}
+
+/// Every (interface, address) of this namespace whose address `wanted` accepts.
+fn interfaces_with(wanted: impl Fn(std::net::IpAddr) -> bool) -> Vec<(String, std::net::IpAddr)> {
     let mut out = Vec::new();
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
@@ -1266,9 +1315,9 @@ fn interfaces_with(ip: std::net::IpAddr) -> Vec<String> {
             }
             _ => continue,
         };
-        if addr == ip {
+        if wanted(addr) {
             // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            out.push(unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned());
+            out.push((unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned(), addr));
         }
     }
     // SAFETY: `head` came from getifaddrs and is freed once.

@@ -166,6 +166,25 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "longer than 15 bytes",
     ),
     (
+        // `lo` exists everywhere, with one queue.
+        "a queue the interface does not have",
+        "ports:\n  - name: p0\n    driver: afxdp\n    afxdp: { interface: lo, allow_control_interface: true, queues: [5] }\n",
+        "4:68",
+        "interface lo: queue 5 does not exist, the interface has 1 queue(s)",
+    ),
+    (
+        "two ports on one interface",
+        "ports:\n  - name: p0\n    driver: afxdp\n    afxdp: { interface: wsnone0 }\n  - name: p1\n    driver: afxdp\n    afxdp: { interface: wsnone0 }\n",
+        "7:25",
+        "interface wsnone0 is already port `p0`'s (line 4)",
+    ),
+    (
+        "the TAP named as a port's interface",
+        "ports:\n  - name: p0\n    driver: afxdp\n    afxdp: { interface: wsnone0 }\nhost:\n  tap: wsnone0\n",
+        "6:8",
+        "host.tap `wsnone0` is port `p0`'s interface",
+    ),
+    (
         // `lo` exists everywhere and is no TAP: `run` could never create the TAP.
         "TAP name of an existing interface",
         "ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: lo\n",
@@ -589,4 +608,14 @@ fn the_control_interface_can_be_allowed_explicitly() {
     // An interface that carries metrics.listen's address is refused as `lo` is.
     let e = parse("metrics:\n  listen: 127.0.0.1:9300\nports:\n  - name: p0\n    driver: afxdp\n    afxdp:\n      interface: lo\n").unwrap_err();
     assert!(e.message.contains("the control API's included") && e.message.contains("allow_control_interface"), "{e}");
+}
+
+#[test]
+fn a_wildcard_listen_address_is_on_every_interface_of_its_family() {
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    assert!(listens_on(ip("0.0.0.0"), ip("192.0.2.7")));
+    assert!(!listens_on(ip("0.0.0.0"), ip("2001:db8::7")));
+    assert!(listens_on(ip("::"), ip("192.0.2.7")) && listens_on(ip("::"), ip("2001:db8::7")));
+    assert!(!listens_on(ip("::"), ip("fe80::1")), "link-local needs a scope");
+    assert!(listens_on(ip("192.0.2.7"), ip("192.0.2.7")) && !listens_on(ip("192.0.2.7"), ip("192.0.2.8")));
 }
