@@ -196,6 +196,24 @@ impl Collector for SwitchCollector {
             }
             counter_family(e, name, help, &samples)?;
         }
+        // Which worker polls each queue, for joins (a worker whose own RX ring overflows while
+        // it forwards nothing is stalled; one without traffic is only idle).
+        let mut owners = Vec::new();
+        for (_, info) in &ports {
+            for (i, m) in info.afxdp.iter().enumerate() {
+                let w = crate::drivers::afxdp::worker_of_queue(i, self.workers.len());
+                owners.push((
+                    vec![("port", info.name.clone()), ("queue", m.queue.to_string()), ("worker", w.to_string())],
+                    1,
+                ));
+            }
+        }
+        gauge_family(
+            e,
+            "wasmswitch_afxdp_queue_worker",
+            "The worker that polls each AF_XDP queue (value always 1; join on port and queue).",
+            &owners,
+        )?;
         // The kernel's per-socket drop counters: one getsockopt per queue per scrape.
         let kernel: Vec<_> = ports
             .iter()

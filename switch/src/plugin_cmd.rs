@@ -342,7 +342,7 @@ const LIB_RS: &str = r#"//! `{{name}}`: a wasmswitch plugin. Drops UDP packets t
 //! ```
 //!
 //! Counter: `dropped` (on the switch's /metrics as
-//! `wasmswitch_plugin_counter_total{plugin="{{name}}",counter="dropped",...}`).
+//! `wasmswitch_plugin_events_total{plugin="{{name}}",counter="dropped",...}`).
 
 use wasmswitch_plugin_sdk::{config, export_plugin, Counter, Packet, Plugin, Verdict};
 

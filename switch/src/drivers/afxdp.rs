@@ -48,8 +48,13 @@ fn open_retrying(spec: &PortSpec, reg: &UmemRegistration) -> Result<AfXdpPort, A
     }
 }
 
-/// Opens an AF_XDP port: queue `i` goes to worker `i % workers`; a worker without a queue of
-/// its own shares one's TX side (locked per burst).
+/// The worker that polls the `i`-th opened queue of a port (the metrics name it too).
+pub fn worker_of_queue(i: usize, workers: usize) -> usize {
+    i % workers.max(1)
+}
+
+/// Opens an AF_XDP port: queue `i` goes to worker [`worker_of_queue`]; a worker without a
+/// queue of its own shares one's TX side (locked per burst).
 pub fn open(ctx: &mut OpenCtx<'_>, name: &str, a: &AfxdpSection, mtu: u32) -> Result<OpenedPort> {
     let workers = ctx.workers;
     let reg = ctx.registration.get_or_insert_with(|| UmemRegistration::new(ctx.umem.clone()));
@@ -64,7 +69,7 @@ pub fn open(ctx: &mut OpenCtx<'_>, name: &str, a: &AfxdpSection, mtu: u32) -> Re
     let shared: Vec<_> = (nq..workers).map(|w| queues[w % nq].share_tx()).collect();
     let mut per_worker: Vec<Vec<Box<dyn wasmswitch_core::PortQueue>>> = (0..workers).map(|_| Vec::new()).collect();
     for (i, q) in queues.into_iter().enumerate() {
-        per_worker[i % workers].push(Box::new(q));
+        per_worker[worker_of_queue(i, workers)].push(Box::new(q));
     }
     for (k, q) in shared.into_iter().enumerate() {
         per_worker[nq + k].push(Box::new(q));

@@ -254,3 +254,29 @@ pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// promtool, when installed (CI installs it: a failure there when it is not), must accept the
+/// exposition `metrics` without a word.
+#[allow(dead_code)]
+pub fn assert_promtool_accepts(metrics: &str) {
+    use std::process::{Command, Stdio};
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(mut p) => {
+            use std::io::Write;
+            p.stdin.take().unwrap().write_all(metrics.as_bytes()).unwrap();
+            let out = p.wait_with_output().unwrap();
+            let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
+        }
+        Err(_) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("promtool is not installed (scripts/setup.sh installs it)")
+        }
+        Err(_) => eprintln!("promtool not installed: exposition format not checked"),
+    }
+}
