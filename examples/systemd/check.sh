@@ -10,11 +10,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # verify refuses a unit whose ExecStart binary is missing, and this machine has no
-# /usr/local/bin/wasmswitch: check a copy whose ExecStart points at an executable stub instead.
-# Only that path changes; every other line is verified as shipped.
+# /usr/local/bin/wasmswitch: check a copy whose ExecStart and ExecReload point at an executable
+# stub instead. Only that path changes; every other line is verified as shipped.
 printf '#!/bin/sh\nexit 0\n' >"$tmp/wasmswitch" && chmod 0755 "$tmp/wasmswitch"
 grep -q '^ExecStart=/usr/local/bin/wasmswitch ' "$unit" || { echo "ExecStart is not /usr/local/bin/wasmswitch ..." >&2; exit 1; }
-sed "s#^ExecStart=/usr/local/bin/wasmswitch #ExecStart=$tmp/wasmswitch #" "$unit" >"$tmp/wasmswitch.service"
+grep -q '^ExecReload=/usr/local/bin/wasmswitch reload ' "$unit" || { echo "ExecReload is not /usr/local/bin/wasmswitch reload ..." >&2; exit 1; }
+sed -e "s#^ExecStart=/usr/local/bin/wasmswitch #ExecStart=$tmp/wasmswitch #" \
+    -e "s#^ExecReload=/usr/local/bin/wasmswitch #ExecReload=$tmp/wasmswitch #" "$unit" >"$tmp/wasmswitch.service"
 # verify exits 0 on unknown keys and unparsable values (it only warns), so any output fails.
 out=$(cd "$tmp" && systemd-analyze verify ./wasmswitch.service 2>&1) || { echo "$out" >&2; exit 1; }
 if [ -n "$out" ]; then echo "systemd-analyze verify warned:" >&2; echo "$out" >&2; exit 1; fi
