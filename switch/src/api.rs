@@ -224,7 +224,15 @@ async fn guard(State(s): State<ApiState>, req: Request, next: Next) -> Response 
     let status = response.status();
     match why {
         None if status.is_success() => log::info!("control API: {peer} {method} {path}: {status}"),
-        None => log::warn!("control API: {peer} {method} {path}: {status}"),
+        // A handler's refusal (409 while a reload runs, 422 for a bad edit): rate-limited per
+        // status and path like the guard's, so a client retrying in a loop cannot flood the log.
+        None => match s.refusals.admit(status, &path) {
+            Some(0) => log::warn!("control API: {peer} {method} {path}: {status}"),
+            Some(n) => log::warn!(
+                "control API: {peer} {method} {path}: {status} (and {n} more answered {status} since the last such line, not logged)"
+            ),
+            None => {}
+        },
         Some(why) => match s.refusals.admit(status, &why) {
             Some(0) => log::warn!("control API: {peer} {method} {path}: {status}: refused: {why}"),
             Some(n) => log::warn!(

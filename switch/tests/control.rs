@@ -565,3 +565,19 @@ fn a_declared_body_that_never_comes_does_not_hold_the_connection() {
     let (_, ok, log) = terminate(child);
     assert!(ok, "{log}");
 }
+
+#[test]
+fn answers_a_handler_refuses_are_logged_once_per_kind_not_once_per_request() {
+    // A client retrying in a loop (409 while a reload runs, 422 for a bad edit) must not flood
+    // the log: one line, then a count with the next line of that kind.
+    let (_dir, _cfg, port, child) = start_sim("refusal-log");
+    let body = br#"{"mac": "02:00:00:00:00:01", "vlan": 4095, "port": "p0"}"#;
+    for _ in 0..50 {
+        let r = http_with(port, "POST", "/api/v1/fdb", &["Content-Type: application/json"], body).unwrap();
+        assert_eq!(r.status, 422, "{}", r.body);
+    }
+    let (_, ok, stderr) = terminate(child);
+    assert!(ok, "{stderr}");
+    let lines = stderr.lines().filter(|l| l.contains("POST /api/v1/fdb: 422")).count();
+    assert_eq!(lines, 1, "one line for 50 refusals of one kind:\n{stderr}");
+}
