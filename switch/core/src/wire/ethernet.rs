@@ -80,7 +80,13 @@ impl std::str::FromStr for MacAddr {
         }
         let mut a = [0u8; 6];
         for (d, p) in a.iter_mut().zip(parts) {
-            *d = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address (bad byte `{p}`)"))?;
+            // One or two hex digits, nothing else: `from_str_radix` alone would take `+c` or
+            // `0001` as a byte.
+            let bad = || format!("`{s}` is not a MAC address (bad byte `{p}`: expected 1-2 hex digits)");
+            if !(1..=2).contains(&p.len()) || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(bad());
+            }
+            *d = u8::from_str_radix(p, 16).map_err(|_| bad())?;
         }
         Ok(MacAddr(a))
     }
@@ -177,6 +183,18 @@ mod tests {
         assert_eq!(&buf[TAG_LEN..], &frame[..]);
         assert!(!push_tag(&mut [0u8; 17], 1), "too short: nothing changes");
         assert!(!pop_tag(&mut [0u8; 17]));
+    }
+
+    #[test]
+    fn parses_only_six_bytes_of_one_or_two_hex_digits() {
+        let ok = |t: &str| t.parse::<MacAddr>().unwrap();
+        assert_eq!(ok("02:00:5e:AB:cd:0f"), MacAddr([2, 0, 0x5e, 0xab, 0xcd, 0x0f]));
+        assert_eq!(ok("2:0:0:0:0:1"), MacAddr([2, 0, 0, 0, 0, 1]), "one digit, as `ip` takes it");
+        for bad in ["+2:00:00:00:00:01", "02:00:00:00:00:0001", "02:00:00:00::01", "02:00:00:00:00:1g", "02 :0:0:0:0:1"]
+        {
+            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
+        }
+        assert!(ok("02:00:00:00:00:01").to_string().parse::<MacAddr>().is_ok(), "round trip");
     }
 
     #[test]
