@@ -263,6 +263,27 @@ fn link_local_frames_go_to_the_host_port_never_forwarded() {
 }
 
 #[test]
+fn group_and_zero_source_addresses_are_dropped_never_learned() {
+    // The Linux bridge's rule (is_valid_ether_addr): no station sends from a group or an
+    // all-zero address.
+    let mut r = rig(2, 512, 300);
+    let bad = [MacAddr([0x01, 0, 0x5e, 0, 0, 1]), MacAddr::BROADCAST, MacAddr([0; 6])];
+    for src in bad {
+        r.send(0, frame(MacAddr::BROADCAST, src));
+        r.send(0, frame(mac(9), src));
+    }
+    assert!(r.take().iter().all(Vec::is_empty), "nothing forwarded");
+    assert_eq!(r.pipe.stats().ports[0].drops[DropReason::BadSource as usize].get(), 6);
+    for src in bad {
+        assert_eq!(r.fdb.lookup(1, src), None, "{src} not learned");
+    }
+    // A station's frame right after still goes.
+    r.send(0, frame(MacAddr::BROADCAST, mac(1)));
+    assert_eq!(r.take()[1].len(), 1);
+    r.finish();
+}
+
+#[test]
 fn storm_control_drops_floods_past_the_limit_per_second() {
     let limited = PortL2 { storm: StormLimits { pps: [Some(3), Some(0), Some(2)] }, ..access(1) };
     let mut r = rig_with(vec![limited, access(1)], None, 512, 300);

@@ -56,6 +56,13 @@ impl Place {
     pub fn same_address(self, other: Place) -> bool {
         self.key == other.key
     }
+
+    /// True when the address is a station's: not a group address (the I/G bit, the first
+    /// byte's lowest, is bit 40 of the key) and not all zeros. What a source must be.
+    #[inline]
+    pub fn is_station(self) -> bool {
+        self.key & (1 << 40) == 0 && self.key & MAC_MASK != 0
+    }
 }
 
 /// What a learn call did.

@@ -579,6 +579,7 @@ impl Pipeline {
                 Verdict::Pass => self.l2_lookup(p, &h, at, &mut last_src),
             };
             match egress {
+                Egress::Drop(reason) => self.drop_frame(pi, g, d.addr, reason),
                 Egress::Port(q) if q == p => self.drop_frame(pi, g, d.addr, DropReason::Hairpin),
                 Egress::Port(q) if self.ports[q as usize].up => {
                     if self.ports[q as usize].l2.vlan.members.contains(f.vlan) {
@@ -605,9 +606,15 @@ impl Pipeline {
     /// Learns the source of `h` in its VLAN and looks its destination up.
     #[inline]
     fn l2_lookup(&mut self, p: PortId, h: &L2Header, at: FdbPlaces, last_src: &mut Place) -> Egress {
-        let L2Header { dst, src, .. } = *h;
+        let dst = h.dst;
         // Consecutive packets of one flow share a source and VLAN: learn once per run of them.
-        if !at.src.same_address(*last_src) && !src.is_group() {
+        if !at.src.same_address(*last_src) {
+            // The bridge's `is_valid_ether_addr`: a group or all-zero source is no station;
+            // nothing is learned or forwarded from one. Checked per run of a source, like the
+            // learn (a bad source is never `last_src`, so each of its frames is checked).
+            if !at.src.is_station() {
+                return Egress::Drop(DropReason::BadSource);
+            }
             *last_src = at.src;
             match self.fdb.learn_at(at.src, p, self.now) {
                 Learned::Known | Learned::Full => {}
@@ -849,6 +856,8 @@ struct Frame {
 
 /// Where the L2 lookup sends a frame.
 enum Egress {
+    /// Nowhere: dropped for this reason.
+    Drop(DropReason),
     Port(PortId),
     Flood(FloodClass),
     /// 01:80:C2:00:00:0X: never forwarded; to the host port if there is one.

@@ -39,10 +39,13 @@ pub enum DropReason {
     MirrorDestination,
     /// A tag had to be pushed and the frame had no headroom (a driver without headroom).
     NoHeadroom,
+    /// A group (multicast, broadcast) or all-zero source address: no station sends from one
+    /// (the Linux bridge drops these too).
+    BadSource,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 16] = [
+    pub const ALL: [DropReason; 17] = [
         DropReason::Runt,
         DropReason::TruncatedVlan,
         DropReason::BadL3,
@@ -59,6 +62,7 @@ impl DropReason {
         DropReason::LinkLocal,
         DropReason::MirrorDestination,
         DropReason::NoHeadroom,
+        DropReason::BadSource,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -80,6 +84,7 @@ impl DropReason {
             DropReason::LinkLocal => "link_local",
             DropReason::MirrorDestination => "mirror_destination",
             DropReason::NoHeadroom => "no_headroom",
+            DropReason::BadSource => "bad_source_mac",
         }
     }
 }
