@@ -137,6 +137,12 @@ impl Collector for SwitchCollector {
             "Link-local frames (01:80:C2:00:00:0X) received: never forwarded, given to the host port.",
             &self.port_samples(&ports, |s| s.link_local.get()),
         )?;
+        counter_family(
+            e,
+            "wasmswitch_port_own_address",
+            "Frames received with the host port's MAC as source (not on the host port): forwarded, never learned.",
+            &self.port_samples(&ports, |s| s.own_address.get()),
+        )?;
         let mut drops = Vec::new();
         for (p, info) in &ports {
             for r in DropReason::ALL {

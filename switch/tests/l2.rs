@@ -21,6 +21,9 @@ struct Rig {
     capture: Vec<CaptureLog>,
 }
 
+/// The host port's own MAC in rigs with a host port.
+const HOST_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xee]);
+
 fn mac(i: u8) -> MacAddr {
     MacAddr([2, 0, 0, 0, 0, i])
 }
@@ -66,7 +69,7 @@ fn rig_with(l2: Vec<PortL2>, host: Option<PortId>, frames: u32, aging: u32) -> R
         .collect();
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
     let stats = Arc::new(WorkerStats::new(0, ports, cache.stats().clone()));
-    let opts = PipelineOptions { host_port: host, ..Default::default() };
+    let opts = PipelineOptions { host_port: host, host_mac: host.map(|_| HOST_MAC), ..Default::default() };
     let pipe = Pipeline::new(slots, cache, fdb.clone(), stats, opts);
     Rig { pool, fdb, pipe, inject, capture }
 }
@@ -280,6 +283,26 @@ fn group_and_zero_source_addresses_are_dropped_never_learned() {
     // A station's frame right after still goes.
     r.send(0, frame(MacAddr::BROADCAST, mac(1)));
     assert_eq!(r.take()[1].len(), 1);
+    r.finish();
+}
+
+#[test]
+fn the_host_mac_is_learned_on_the_host_port_only() {
+    // Port 2 is the host port; its MAC is HOST_MAC.
+    let mut r = rig_with(vec![access(1), access(1), access(1)], Some(2), 512, 300);
+    r.send(2, frame(MacAddr::BROADCAST, HOST_MAC));
+    r.take();
+    assert_eq!(r.fdb.lookup(1, HOST_MAC), Some(2));
+    // Port 0 spoofs it: forwarded, never learned on port 0.
+    r.send(0, frame(mac(1), HOST_MAC));
+    r.send(0, frame(MacAddr::BROADCAST, HOST_MAC));
+    let out = r.take();
+    assert_eq!((out[0].len(), out[1].len(), out[2].len()), (0, 2, 2), "both flood: unknown unicast and broadcast");
+    assert_eq!(r.fdb.lookup(1, HOST_MAC), Some(2), "still the host port's");
+    assert_eq!(r.pipe.stats().ports[0].own_address.get(), 2);
+    // Traffic to the host still goes to the host port.
+    r.send(1, frame(HOST_MAC, mac(5)));
+    assert_eq!(r.take()[2].len(), 1);
     r.finish();
 }
 

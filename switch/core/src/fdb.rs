@@ -57,6 +57,12 @@ impl Place {
         self.key == other.key
     }
 
+    /// The MAC of the address, as [`MacAddr::to_u64`] gives it.
+    #[inline]
+    pub fn mac_bits(self) -> u64 {
+        self.key & MAC_MASK
+    }
+
     /// True when the address is a station's: not a group address (the I/G bit, the first
     /// byte's lowest, is bit 40 of the key) and not all zeros. What a source must be.
     #[inline]

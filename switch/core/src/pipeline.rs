@@ -101,6 +101,9 @@ pub struct PipelineOptions {
     pub bulk_return: bool,
     /// Port that receives `host` verdicts and floods (the TAP), if any.
     pub host_port: Option<PortId>,
+    /// The host port's own MAC: learned on the host port only, never from a frame another port
+    /// receives with it as source (the Linux bridge protects its own address the same way).
+    pub host_mac: Option<MacAddr>,
     /// Parse every frame down to L4 (`true`), or only as deep as someone looks (`false`: the
     /// Ethernet header and tags, unless the port has plugins or completes checksums). An
     /// ablation: what lazy parsing saves.
@@ -109,7 +112,7 @@ pub struct PipelineOptions {
 
 impl Default for PipelineOptions {
     fn default() -> Self {
-        Self { mode: ForwardMode::L2, bulk_return: true, host_port: None, parse_all: false }
+        Self { mode: ForwardMode::L2, bulk_return: true, host_port: None, host_mac: None, parse_all: false }
     }
 }
 
@@ -145,6 +148,8 @@ pub struct Pipeline {
     /// can read frames while it allocates; every frame access of the pipeline goes through it.
     umems: Vec<Arc<Umem>>,
     now: u32,
+    /// `opts.host_mac` as [`Place::mac_bits`] compares it (`u64::MAX`, no MAC, without one).
+    own_mac: u64,
 }
 
 impl Pipeline {
@@ -201,6 +206,7 @@ impl Pipeline {
                 .collect(),
             umems,
             now: 0,
+            own_mac: opts.host_mac.map_or(u64::MAX, MacAddr::to_u64),
         }
     }
 
@@ -615,14 +621,20 @@ impl Pipeline {
             if !at.src.is_station() {
                 return Egress::Drop(DropReason::BadSource);
             }
-            *last_src = at.src;
-            match self.fdb.learn_at(at.src, p, self.now) {
-                Learned::Known | Learned::Full => {}
-                Learned::New => self.stats.fdb_learned.inc(),
-                Learned::Moved => self.stats.fdb_moved.inc(),
-                Learned::Evicted => {
-                    self.stats.fdb_learned.inc();
-                    self.stats.fdb_evicted.inc();
+            if at.src.mac_bits() == self.own_mac && Some(p) != self.opts.host_port {
+                // The host's own address from another port: forwarded, never learned (it
+                // would pull the host's traffic to that port); counted per frame.
+                self.stats.ports[p as usize].own_address.inc();
+            } else {
+                *last_src = at.src;
+                match self.fdb.learn_at(at.src, p, self.now) {
+                    Learned::Known | Learned::Full => {}
+                    Learned::New => self.stats.fdb_learned.inc(),
+                    Learned::Moved => self.stats.fdb_moved.inc(),
+                    Learned::Evicted => {
+                        self.stats.fdb_learned.inc();
+                        self.stats.fdb_evicted.inc();
+                    }
                 }
             }
         }

@@ -114,6 +114,9 @@ pub struct PortStats {
     pub checksums_completed: Counter,
     /// Link-local frames (01:80:C2:00:00:0X) received: never forwarded, given to the host port.
     pub link_local: Counter,
+    /// Frames received with the host port's own MAC as source (not on the host port): forwarded,
+    /// never learned.
+    pub own_address: Counter,
 }
 
 impl PortStats {
@@ -128,8 +131,19 @@ impl PortStats {
 
     /// Zeroes every counter (the owning worker only, when its port id goes to a new port).
     pub fn reset(&self) {
-        let PortStats { rx_packets, rx_bytes, tx_packets, tx_bytes, drops, checksums_completed, link_local } = self;
-        for c in [rx_packets, rx_bytes, tx_packets, tx_bytes, checksums_completed, link_local].into_iter().chain(drops)
+        let PortStats {
+            rx_packets,
+            rx_bytes,
+            tx_packets,
+            tx_bytes,
+            drops,
+            checksums_completed,
+            link_local,
+            own_address,
+        } = self;
+        for c in [rx_packets, rx_bytes, tx_packets, tx_bytes, checksums_completed, link_local, own_address]
+            .into_iter()
+            .chain(drops)
         {
             c.reset();
         }
