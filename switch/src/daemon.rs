@@ -333,6 +333,19 @@ impl Switch {
                 .statics_fit(new.fdb.capacity.value, &remove, &removed, &add)
                 .map_err(|e| format!("{UNCHANGED}: fdb.static: {e}"))?;
         }
+        // Every static entry that stays (the API's too) must stay inside its port's VLANs: one
+        // the new VLAN settings would leave outside (a black hole: never moved, never aged)
+        // refuses the reload by name. The config's own are checked with the file.
+        for e in dp.fdb.get().entries(0).into_iter().filter(|e| e.is_static && !removed.contains(&e.port)) {
+            let Some(info) = dp.ports.get(e.port) else { continue };
+            let gone = gone_statics.iter().any(|(v, m, p)| (*v, *m) == (e.vlan, e.mac) && *p == info.name);
+            if !gone && !new.port_l2(&info.name, 1, &id_of).vlan.members.contains(e.vlan) {
+                return Err(format!(
+                    "{UNCHANGED}: fdb: the static entry {} in VLAN {} on `{}` would be outside the port's VLANs; delete it first (`wasmswitch fdb del {} --vlan {}`)",
+                    e.mac, e.vlan, info.name, e.mac, e.vlan
+                ));
+            }
+        }
         // From here on nothing can fail but a worker that does not answer.
         let mut applied = Vec::new();
         let mut extra: Vec<Vec<Command>> = Vec::new();

@@ -272,3 +272,27 @@ fn a_reopened_port_keeps_its_static_entries_and_a_removed_one_frees_their_room()
     assert_eq!(sw.dataplane.fdb.get().lookup(1, mac(0)), None, "p2's statics are gone");
     sw.dataplane.stop_shared().expect("every frame back");
 }
+
+#[test]
+fn a_reload_that_would_leave_a_static_entry_outside_its_vlan_is_refused_by_name() {
+    use wasmswitch::api::FdbChange;
+    use wasmswitch_core::wire::MacAddr;
+    let dir = Scratch::new("fdb-vlan-gone");
+    let yaml = |vid: u16| {
+        format!(
+            "workers:\n  - idle: sleep\nports:\n  - name: p1\n    driver: sim\n    vlan: {{ mode: access, vid: {vid} }}\n  - name: p2\n    driver: sim\n"
+        )
+    };
+    let sw = wasmswitch::daemon::Switch::start(&dir.write(&yaml(10))).unwrap();
+    let mac = MacAddr::from_u64(0x0200_0000_00dd);
+    sw.fdb_change(FdbChange::Add { mac, vlan: 10, port: "p1".into() }).unwrap();
+    // p1 moves to VLAN 20: the API's entry in VLAN 10 would be a black hole.
+    dir.write(&yaml(20));
+    let err = sw.reload().expect_err("refused");
+    assert!(err.contains("nothing was changed") && err.contains(&format!("{mac} in VLAN 10 on `p1`")), "{err}");
+    assert_eq!(sw.dataplane.fdb.get().lookup(10, mac), Some(0), "the entry is still there");
+    // Deleted first, the reload goes through.
+    sw.fdb_change(FdbChange::Remove { mac, vlan: 10 }).unwrap();
+    sw.reload().expect("nothing left outside");
+    sw.dataplane.stop_shared().expect("every frame back");
+}
