@@ -255,6 +255,14 @@ impl CompiledChains {
                     .iter()
                     .find(|r| r.port == port_name && r.role == role && r.worker == w && r.name() == f.spec().name);
                 let (stage, keep) = match was {
+                    // Quarantined: its instance is gone, and a remake on the worker (under the
+                    // batch deadline) may be what failed; make one here, under the init bound,
+                    // for `Chain::take_over` to install instead.
+                    Some(r) if r.factory.same_plugin(f) && r.stats.quarantined.get() != 0 => (
+                        f.instantiate_with_stats(w, r.stats.clone())
+                            .map_err(|e| anyhow::anyhow!("port `{port_name}`: {e}"))?,
+                        true,
+                    ),
                     Some(r) if r.factory.same_plugin(f) => (r.factory.deferred(w, r.stats.clone()), true),
                     Some(r) => (
                         f.instantiate_with_stats(w, r.stats.clone())
@@ -426,7 +434,19 @@ impl Chain {
                 continue;
             }
             if let Some(was) = old.stages.iter_mut().find(|o| o.name() == stage.name()) {
-                std::mem::swap(stage, was);
+                if was.has_instance() || !stage.has_instance() {
+                    std::mem::swap(stage, was);
+                } else {
+                    // Its instance faulted and is gone (quarantined: a remake on the worker,
+                    // under the batch deadline, failed); the one `stages` made off the worker,
+                    // under the init bound, takes over instead.
+                    log::info!(
+                        target: "wasmswitch::plugin",
+                        "plugin `{}` (worker {}): its instance had faulted; the reload's fresh one takes over",
+                        stage.name(),
+                        stage.worker()
+                    );
+                }
                 stage.lift_quarantine();
             }
         }

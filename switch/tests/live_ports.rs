@@ -437,3 +437,38 @@ fn afxdp_ports_join_and_leave_a_second_umem_group_live() {
     assert!(before > 0, "frames between h1 and the second group were copied");
     sw.dataplane.stop_shared().expect("every frame of both groups is back");
 }
+
+/// A plugin whose init takes longer than its batch deadline cannot be remade on the worker
+/// after a fault (the remake runs under the batch deadline): it is quarantined. A reload of it
+/// unchanged must give it the instance the reload made off the worker, not "keep" the faulted
+/// one's nothing: after the reload its next fault is a trap in `process` again, not another
+/// failed remake.
+#[test]
+fn a_reload_gives_a_faulted_slow_init_plugin_its_fresh_instance() {
+    use wasmswitch_plugin_host::FaultReason;
+    let dir = Scratch::new("slow-init");
+    // Some 10-50 ms of init; every batch call traps.
+    let spin = "(loop $l (local.set $i (i32.add (local.get $i) (i32.const 1))) (br_if $l (i32.lt_u (local.get $i) (i32.const 20000000))))";
+    let wasm = dir.path("slow.wasm");
+    std::fs::write(&wasm, plugin_with_init_and_process(spin, "")).unwrap();
+    let plugin = format!(
+        "    plugins:\n      - name: slow\n        path: {}\n        deadline_us: 1000\n        max_faults: 3\n        on_error: pass\n",
+        wasm.display()
+    );
+    let yaml = sim_yaml(None).replacen("        to: [sink]\n", &format!("        to: [sink]\n{plugin}"), 1);
+    let sw = Switch::start(&dir.write(&yaml)).unwrap();
+    let faults = |reason| sw.plugin_metrics.get().plugins.iter().map(|r| r.stats.faults(reason).get()).sum::<u64>();
+    let all_quarantined = || sw.plugin_metrics.get().plugins.iter().all(|r| r.stats.quarantined.get() == 1);
+    eventually("both workers' instances quarantined", all_quarantined);
+    // Per worker: the trap, then two remakes the batch deadline stops.
+    assert_eq!((faults(FaultReason::Trap), faults(FaultReason::Instantiate)), (2, 4));
+    let r = reload_ok(&sw, "the same plugin");
+    assert!(r.contains("slow kept with its state"), "{r}");
+    eventually("quarantined again", all_quarantined);
+    assert_eq!(
+        (faults(FaultReason::Trap), faults(FaultReason::Instantiate)),
+        (4, 8),
+        "each worker's fresh instance ran process (a trap) before failing remakes again"
+    );
+    sw.dataplane.stop_shared().expect("every frame is back");
+}

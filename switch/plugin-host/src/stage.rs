@@ -103,14 +103,22 @@ impl PluginFactory {
         let spec = &self.spec;
         let (init_ticks, bound) = (store.data().deadline.ticks, store.data().deadline.cpu_budget);
         let (cpu0, wall0) = (thread_cpu_time(), Instant::now());
+        // Microseconds under a millisecond: a 10 µs deadline must not read "0 ms".
+        let time = |d: Duration| {
+            if d < Duration::from_millis(1) {
+                format!("{} µs", d.as_micros())
+            } else {
+                format!("{} ms", d.as_millis())
+            }
+        };
         let ran = || {
             format!(
-                "it ran {} ms of CPU time ({} ms wall); instantiation and init may use {} ms of CPU{}",
-                thread_cpu_time().saturating_sub(cpu0).as_millis(),
-                wall0.elapsed().as_millis(),
-                bound.as_millis(),
+                "it ran {} of CPU time ({} wall); instantiation and init may use {} of CPU{}",
+                time(thread_cpu_time().saturating_sub(cpu0)),
+                time(wall0.elapsed()),
+                time(bound),
                 if bound < INIT_DEADLINE {
-                    " when remade on the worker after a fault (the batch deadline)"
+                    " when remade on the worker after a fault (the batch deadline; raise `deadline_us` above the init time, or reload to get an instance made off the worker)"
                 } else {
                     ""
                 }
@@ -298,6 +306,11 @@ impl WasmStage {
 
     pub fn is_quarantined(&self) -> bool {
         self.quarantined
+    }
+
+    /// Whether an instance is live (`false` between a fault and the next batch's remake).
+    pub fn has_instance(&self) -> bool {
+        self.live.is_some()
     }
 
     pub fn worker(&self) -> usize {

@@ -167,11 +167,18 @@ impl Drop for Scratch {
 /// A plugin component whose `process` runs the WAT `body` (e.g. `(loop $l (br $l))` to spin,
 /// `(unreachable)` to trap) and whose `init` accepts any config.
 pub fn plugin_with_process(body: &str) -> Vec<u8> {
+    plugin_with_init_and_process("", body)
+}
+
+/// [`plugin_with_process`] whose `init` first runs the WAT `init` (a local `$i` is there for it).
+pub fn plugin_with_init_and_process(init: &str, body: &str) -> Vec<u8> {
     let core = format!(
         r#"(module
   (memory (export "memory") 1)
   (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 1024))
   (func (export "init") (param i32 i32) (result i32)
+    (local $i i32)
+    {init}
     (i32.store8 (i32.const 16) (i32.const 0))
     (i32.const 16))
   (func (export "process") (param i32 i32) (result i32)
