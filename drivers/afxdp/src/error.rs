@@ -19,8 +19,11 @@ pub enum AfXdpError {
     #[error("interface {iface}: this kernel has no AF_XDP sockets (socket(AF_XDP) failed with EAFNOSUPPORT); use a kernel built with CONFIG_XDP_SOCKETS=y (5.10 or newer)")]
     NoAfXdp { iface: String },
 
-    #[error("interface {iface}: {what} was refused ({source}): run as root or grant CAP_NET_ADMIN+CAP_BPF (and CAP_IPC_LOCK for the UMEM)")]
+    #[error("interface {iface}: {what} was refused ({source}): run as root or grant {}", needs(what))]
     Permission { iface: String, what: &'static str, source: io::Error },
+
+    #[error("interface {iface}: {what} failed ({source}): the UMEM is locked memory; grant CAP_IPC_LOCK or raise the memlock limit (`ulimit -l`, systemd `LimitMEMLOCK=infinity`)")]
+    MemLock { iface: String, what: &'static str, source: io::Error },
 
     #[error("interface {iface} (driver {driver}): AF_XDP zero-copy is not supported on queue {queue} ({source}); set `bind: copy` for this port to fall back to copy mode")]
     ZeroCopyUnsupported { iface: String, driver: String, queue: u32, source: io::Error },
@@ -62,11 +65,30 @@ pub enum AfXdpError {
     Io { iface: String, what: &'static str, source: io::Error },
 }
 
+/// The capability the operation `what` (as [`AfXdpError::sys`] is told it) needs.
+fn needs(what: &str) -> &'static str {
+    if what.starts_with("socket(AF_XDP)") {
+        "CAP_NET_RAW"
+    } else if what.contains("BPF_MAP_CREATE") || what.contains("BPF_PROG_LOAD") {
+        "CAP_BPF and CAP_NET_ADMIN"
+    } else if what.contains("UMEM") {
+        "CAP_IPC_LOCK"
+    } else if what.contains("BPF_LINK_CREATE") || what.contains("XSKMAP") {
+        "CAP_NET_ADMIN and CAP_BPF"
+    } else {
+        "CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_IPC_LOCK (README: Least privilege)"
+    }
+}
+
 impl AfXdpError {
-    /// Maps a syscall failure: privilege and missing-AF_XDP errors get their own variant.
+    /// Maps a syscall failure: privilege, locked-memory and missing-AF_XDP errors get their own
+    /// variant.
     pub(crate) fn sys(iface: &str, what: &'static str, e: io::Error) -> Self {
         match e.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => AfXdpError::Permission { iface: iface.into(), what, source: e },
+            Some(libc::ENOBUFS) | Some(libc::ENOMEM) if what.contains("UMEM") => {
+                AfXdpError::MemLock { iface: iface.into(), what, source: e }
+            }
             Some(libc::EAFNOSUPPORT) => AfXdpError::NoAfXdp { iface: iface.into() },
             _ => AfXdpError::Io { iface: iface.into(), what, source: e },
         }
@@ -79,9 +101,19 @@ mod tests {
 
     #[test]
     fn messages_name_the_interface_and_the_fix() {
-        let e = AfXdpError::sys("eth9", "creating the XSKMAP", io::Error::from_raw_os_error(libc::EPERM));
+        let e = AfXdpError::sys(
+            "eth9",
+            "creating the XSKMAP (bpf BPF_MAP_CREATE)",
+            io::Error::from_raw_os_error(libc::EPERM),
+        );
         let s = e.to_string();
-        assert!(s.contains("eth9") && s.contains("CAP_NET_ADMIN+CAP_BPF"), "{s}");
+        assert!(s.contains("eth9") && s.contains("CAP_BPF and CAP_NET_ADMIN"), "{s}");
+        // Each operation names what it needs.
+        let e = AfXdpError::sys("eth9", "socket(AF_XDP)", io::Error::from_raw_os_error(libc::EPERM));
+        assert!(e.to_string().ends_with("grant CAP_NET_RAW"), "{e}");
+        let e =
+            AfXdpError::sys("eth9", "registering the UMEM (XDP_UMEM_REG)", io::Error::from_raw_os_error(libc::ENOBUFS));
+        assert!(e.to_string().contains("grant CAP_IPC_LOCK or raise the memlock limit"), "{e}");
         let e = AfXdpError::sys("eth9", "socket(AF_XDP)", io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
         assert!(matches!(e, AfXdpError::NoAfXdp { .. }));
         let e = AfXdpError::QueueOutOfRange { iface: "v0".into(), queue: 4, channels: 2 };
