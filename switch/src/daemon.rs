@@ -85,7 +85,14 @@ impl Switch {
                     "mode": info.mode,
                     "umem": info.umem,
                     "queues": info.queues,
-                    "up": !info.gone.load(Ordering::Relaxed),
+                    "up": !info.gone.load(Ordering::Relaxed) && !info.link_down.load(Ordering::Relaxed),
+                    "link": if info.gone.load(Ordering::Relaxed) {
+                        "gone"
+                    } else if info.link_down.load(Ordering::Relaxed) {
+                        "down"
+                    } else {
+                        "up"
+                    },
                     "rx_packets": sum(&|s| s.rx_packets.get()),
                     "tx_packets": sum(&|s| s.tx_packets.get()),
                     "drops": sum(&|s| s.drops_total()),

@@ -515,7 +515,14 @@ fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, 
     pipe.shutdown();
 }
 
-/// True when the kernel still has an interface called `name`.
+/// Whether the link of interface `name` is down: its operstate is `down` or `lowerlayerdown`
+/// (a veth whose peer is down). `unknown` (drivers that do not report it) counts as up, and so
+/// does an unreadable file (the interface watch handles a vanished one).
+fn link_down(name: &str) -> bool {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/operstate"))
+        .is_ok_and(|s| matches!(s.trim(), "down" | "lowerlayerdown"))
+}
+
 /// The index of the interface called `name` now (0: there is none).
 fn if_index(name: &str) -> u32 {
     let Ok(c) = std::ffi::CString::new(name) else { return 0 };
@@ -581,6 +588,26 @@ fn housekeeping_loop(
                     fdb.flush_port(p);
                     counted.insert(p, info.afxdp.iter().map(QueueMonitor::frozen).collect());
                 }
+                // There and attached: its link. A port whose link is down is stopped (nothing
+                // is queued for it to leave stale when the link comes back, floods skip it) and
+                // forgets what it learned, as the Linux bridge does on carrier loss.
+                (false, true, _) if info.reopen.is_some() => {
+                    let down = link_down(name);
+                    if down != info.link_down.load(Ordering::Relaxed) {
+                        info.link_down.store(down, Ordering::Relaxed);
+                        for c in &controls {
+                            c.send(Command::SetPortUp(p, !down));
+                        }
+                        if down {
+                            info.down_events.fetch_add(1, Ordering::Relaxed);
+                            fdb.flush_port(p);
+                            log::warn!("interface {name}: link down; port `{}` stopped until it is up", info.name);
+                        } else {
+                            info.up_events.fetch_add(1, Ordering::Relaxed);
+                            log::info!("interface {name}: link up; port `{}` forwarding again", info.name);
+                        }
+                    }
+                }
                 (true, _, true) if tick.is_multiple_of(10) && info.reopen.is_some() => {
                     match reattach(&res, &controls, &ports, p, &info, &counted) {
                         Ok(()) => {
@@ -644,6 +671,8 @@ fn reattach(
     let new = opened.info;
     new.gone_events.store(info.gone_events.load(Ordering::Relaxed), Ordering::Relaxed);
     new.back_events.store(info.back_events.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    new.down_events.store(info.down_events.load(Ordering::Relaxed), Ordering::Relaxed);
+    new.up_events.store(info.up_events.load(Ordering::Relaxed), Ordering::Relaxed);
     ports.set(p, Some(Arc::new(new)));
     Ok(())
 }

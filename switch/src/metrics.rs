@@ -272,7 +272,12 @@ impl Collector for SwitchCollector {
         }
         let mut events = Vec::new();
         for (_, info) in ports.iter().filter(|(_, i)| i.interface.is_some()) {
-            for (event, c) in [("gone", &info.gone_events), ("back", &info.back_events)] {
+            for (event, c) in [
+                ("gone", &info.gone_events),
+                ("back", &info.back_events),
+                ("down", &info.down_events),
+                ("up", &info.up_events),
+            ] {
                 events.push((
                     vec![("port", info.name.clone()), ("event", event.to_string())],
                     c.load(std::sync::atomic::Ordering::Relaxed),
@@ -282,7 +287,7 @@ impl Collector for SwitchCollector {
         counter_family(
             e,
             "wasmswitch_port_interface_events",
-            "Times a port's interface disappeared (gone) and the port was re-attached when it came back (back).",
+            "Times a port's interface disappeared (gone) and the port was re-attached when it came back (back), and its link went down (down) and up (up).",
             &events,
         )?;
         counter_family(

@@ -472,3 +472,52 @@ fn a_reload_gives_a_faulted_slow_init_plugin_its_fresh_instance() {
     );
     sw.dataplane.stop_shared().expect("every frame is back");
 }
+
+/// A port whose link goes down (its own end, or a veth's peer) stops like a gone one: reported
+/// down, its learned entries forgotten, nothing queued for it; the others keep forwarding. It
+/// forwards again when the link is back.
+#[test]
+fn a_port_whose_link_goes_down_stops_and_starts_again_with_it() {
+    if !require_lab("a_port_whose_link_goes_down_stops_and_starts_again_with_it") {
+        return;
+    }
+    let lab = Lab::create(&format!("wk{}", std::process::id() % 10_000), 3, 1, 47).unwrap();
+    let (h1, h2, h3) = (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2]);
+    let dir = Scratch::new("linkdown");
+    let sw = Switch::start(&dir.write(&lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep"))).unwrap();
+    assert!(h1.ping(&h2.ip, 2).unwrap(), "h1 reaches h2");
+    let info = || sw.dataplane.ports.get(sw.dataplane.ports.id_of(&h2.name).unwrap()).unwrap();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    let reported_up = || {
+        let ports = sw.ports_json();
+        let p = ports["ports"].as_array().unwrap().iter().find(|p| p["name"] == h2.name.as_str()).unwrap().clone();
+        (p["up"].as_bool().unwrap(), p["link"].as_str().unwrap().to_string())
+    };
+    let sw_if = h2.switch_if.as_str();
+    // (what, take the link down, bring it back)
+    type Step<'a> = Box<dyn Fn() + 'a>;
+    let cases: [(&str, Step, Step); 2] = [
+        (
+            "the switch's end set down",
+            Box::new(|| sh(&["ip", "link", "set", sw_if, "down"])),
+            Box::new(|| sh(&["ip", "link", "set", sw_if, "up"])),
+        ),
+        (
+            "the host's end (the veth peer) set down",
+            Box::new(|| h2.must(&["ip", "link", "set", "eth0", "down"]).unwrap()),
+            Box::new(|| h2.must(&["ip", "link", "set", "eth0", "up"]).unwrap()),
+        ),
+    ];
+    for (round, (what, down, up)) in cases.iter().enumerate() {
+        down();
+        eventually("the port is reported down", || reported_up() == (false, "down".to_string()));
+        assert_eq!(count(&info().down_events), round as u64 + 1, "{what}");
+        assert!(!info().gone.load(std::sync::atomic::Ordering::Relaxed), "{what}: down, not gone");
+        assert!(h1.ping(&h3.ip, 2).unwrap(), "{what}: the other ports keep forwarding");
+        up();
+        eventually("the port is reported up", || reported_up() == (true, "up".to_string()));
+        assert_eq!(count(&info().up_events), round as u64 + 1, "{what}");
+        assert!(h1.ping(&h2.ip, 5).unwrap(), "{what}: h2 is reached again");
+    }
+    sw.dataplane.stop_shared().expect("every frame is back");
+}

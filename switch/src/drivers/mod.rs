@@ -90,6 +90,12 @@ pub struct PortInfo {
     pub ifindex: u32,
     /// Set once the interface has disappeared and the port was stopped.
     pub gone: AtomicBool,
+    /// Set while the interface is there but its link is down (operstate `down`): the port is
+    /// stopped like a gone one, and started again when the link comes back.
+    pub link_down: AtomicBool,
+    /// Times the link went down, and came back up.
+    pub down_events: AtomicU64,
+    pub up_events: AtomicU64,
     /// Times the interface disappeared, and times the port was re-attached when it came back.
     pub gone_events: AtomicU64,
     pub back_events: AtomicU64,
@@ -116,6 +122,9 @@ impl PortInfo {
             interface: None,
             ifindex: 0,
             gone: AtomicBool::new(false),
+            link_down: AtomicBool::new(false),
+            down_events: AtomicU64::new(0),
+            up_events: AtomicU64::new(0),
             gone_events: AtomicU64::new(0),
             back_events: AtomicU64::new(0),
             reopen: None,
