@@ -668,11 +668,12 @@ fn reattach(
     }
     let late = swap_queues(controls, p, std::mem::take(&mut opened.queues));
     res.replace_handle(p, Some(opened.handle), late);
-    let new = opened.info;
+    let mut new = opened.info;
     new.gone_events.store(info.gone_events.load(Ordering::Relaxed), Ordering::Relaxed);
     new.back_events.store(info.back_events.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     new.down_events.store(info.down_events.load(Ordering::Relaxed), Ordering::Relaxed);
     new.up_events.store(info.up_events.load(Ordering::Relaxed), Ordering::Relaxed);
+    new.kernel_drops = std::array::from_fn(|i| info.kernel_drops[i].carried());
     ports.set(p, Some(Arc::new(new)));
     Ok(())
 }

@@ -260,14 +260,19 @@ impl Collector for SwitchCollector {
             counter_family(e, name, help, &samples)?;
         }
         // The interface's own drop counters (veth: a full peer ring or backlog), from sysfs.
+        // Not read while the port is gone: an interface of that name then may be a new one.
         let mut ifdrops = Vec::new();
         for (_, info) in &ports {
             let Some(ifname) = &info.interface else { continue };
-            for dir in ["rx", "tx"] {
+            let gone = info.gone.load(std::sync::atomic::Ordering::Relaxed);
+            for (dir, count) in ["rx", "tx"].into_iter().zip(&info.kernel_drops) {
                 let path = format!("/sys/class/net/{ifname}/statistics/{dir}_dropped");
-                if let Some(v) = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<u64>().ok()) {
-                    ifdrops.push((vec![("port", info.name.clone()), ("direction", dir.to_string())], v));
-                }
+                let raw = if gone { None } else { std::fs::read_to_string(path).ok() };
+                let v = match raw.and_then(|t| t.trim().parse::<u64>().ok()) {
+                    Some(raw) => count.observe(raw),
+                    None => count.held(),
+                };
+                ifdrops.push((vec![("port", info.name.clone()), ("direction", dir.to_string())], v));
             }
         }
         let mut events = Vec::new();
@@ -301,9 +306,17 @@ impl Collector for SwitchCollector {
         let mut peer_drops = Vec::new();
         for (_, info) in &ports {
             let Some(ifname) = &info.interface else { continue };
+            let count = &info.kernel_drops[2];
+            if info.gone.load(std::sync::atomic::Ordering::Relaxed) {
+                // Held at its last value while gone (only veth ports ever had one).
+                if count.held() > 0 {
+                    peer_drops.push((vec![("port", info.name.clone())], count.held()));
+                }
+                continue;
+            }
             let ifindex = wasmswitch_afxdp::sys::ifindex(ifname);
             if let Some(v) = ifindex.and_then(|i| wasmswitch_afxdp::sys::veth_peer_tx_dropped(i).ok().flatten()) {
-                peer_drops.push((vec![("port", info.name.clone())], v));
+                peer_drops.push((vec![("port", info.name.clone())], count.observe(v)));
             }
         }
         counter_family(

@@ -10,7 +10,7 @@ pub mod afxdp;
 pub mod host;
 pub mod sim;
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use wasmswitch_afxdp::{AfXdpPort, QueueMonitor, UmemRegistration};
@@ -66,6 +66,33 @@ impl std::fmt::Debug for UmemGroup {
     }
 }
 
+/// A counter the kernel keeps on a port's interface (read at scrape time), made monotonic
+/// across the interface being deleted and re-created: the port's series goes on from what
+/// the old interface had counted when last read, instead of restarting at zero.
+#[derive(Debug, Default)]
+pub struct KernelCount {
+    base: AtomicU64,
+    last: AtomicU64,
+}
+
+impl KernelCount {
+    /// The series' value for a fresh reading `raw` of the interface's counter.
+    pub fn observe(&self, raw: u64) -> u64 {
+        self.last.store(raw, Ordering::Relaxed);
+        self.base.load(Ordering::Relaxed) + raw
+    }
+
+    /// The value while the interface cannot be read (gone): the last one.
+    pub fn held(&self) -> u64 {
+        self.base.load(Ordering::Relaxed) + self.last.load(Ordering::Relaxed)
+    }
+
+    /// The count for the port re-attached to a new interface, whose own counter starts at 0.
+    pub fn carried(&self) -> KernelCount {
+        KernelCount { base: AtomicU64::new(self.held()), last: AtomicU64::new(0) }
+    }
+}
+
 /// Static facts about a port, for metrics and the API.
 #[derive(Debug)]
 pub struct PortInfo {
@@ -96,6 +123,8 @@ pub struct PortInfo {
     /// Times the link went down, and came back up.
     pub down_events: AtomicU64,
     pub up_events: AtomicU64,
+    /// The interface's `rx_dropped`, `tx_dropped`, and its veth peer's `tx_dropped`.
+    pub kernel_drops: [KernelCount; 3],
     /// Times the interface disappeared, and times the port was re-attached when it came back.
     pub gone_events: AtomicU64,
     pub back_events: AtomicU64,
@@ -125,6 +154,7 @@ impl PortInfo {
             link_down: AtomicBool::new(false),
             down_events: AtomicU64::new(0),
             up_events: AtomicU64::new(0),
+            kernel_drops: Default::default(),
             gone_events: AtomicU64::new(0),
             back_events: AtomicU64::new(0),
             reopen: None,
@@ -211,5 +241,20 @@ impl PortTable {
         while t.last().is_some_and(Option::is_none) {
             t.pop();
         }
+    }
+}
+
+#[cfg(test)]
+mod kernel_count_tests {
+    use super::KernelCount;
+
+    #[test]
+    fn a_kernel_count_never_goes_back_across_a_new_interface() {
+        let c = KernelCount::default();
+        assert_eq!((c.observe(5), c.observe(9)), (5, 9));
+        assert_eq!(c.held(), 9, "gone: the last value");
+        // Re-attached to a new interface whose own counter starts again.
+        let c = c.carried();
+        assert_eq!((c.held(), c.observe(0), c.observe(3)), (9, 9, 12));
     }
 }
