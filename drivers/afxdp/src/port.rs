@@ -126,24 +126,64 @@ impl QueueMonitor {
 /// program one linearized frame of up to 64 KiB for a whole TCP burst, which no UMEM frame can
 /// hold, so the kernel drops it and TCP through the port crawls. Native XDP drivers turn LRO
 /// off themselves and run before GRO. So a generic-mode port turns both off while it is
-/// attached and puts back what it found when it closes (a SIGKILLed daemon leaves them off).
+/// attached and puts back what it found when it closes. What it found is also noted in a file
+/// ([`note_path`]) until then: a SIGKILLed daemon cannot restore it, but the next one to attach
+/// to that interface finds the note and restores the state the first one found.
 #[derive(Debug)]
 struct AggregationGuard {
     iface: String,
     was: sys::Aggregation,
+    note: Option<std::path::PathBuf>,
+}
+
+/// Where the GRO/LRO state an attach found on `iface` is noted: `WASMSWITCH_STATE_DIR`, else
+/// systemd's `RUNTIME_DIRECTORY`, else `/run/wasmswitch`; the network namespace is in the
+/// name, as two namespaces may each have an `eth0`.
+fn note_path(iface: &str) -> std::path::PathBuf {
+    let dir = std::env::var_os("WASMSWITCH_STATE_DIR")
+        .or_else(|| std::env::var_os("RUNTIME_DIRECTORY"))
+        .map_or_else(|| std::path::PathBuf::from("/run/wasmswitch"), std::path::PathBuf::from);
+    let netns = std::fs::read_link("/proc/thread-self/ns/net").map(|l| l.to_string_lossy().into_owned()).unwrap_or_default();
+    let netns: String = netns.chars().filter(char::is_ascii_digit).collect();
+    dir.join(format!("aggregation-{netns}-{iface}"))
 }
 
 impl AggregationGuard {
     fn disable(iface: &str) -> Option<Self> {
-        let was = match sys::aggregation(iface) {
+        let now = match sys::aggregation(iface) {
             Ok(a) => a,
             Err(e) => {
                 log::warn!("{iface}: cannot read GRO/LRO ({e}); aggregated frames will be dropped in generic mode");
                 return None;
             }
         };
+        let path = note_path(iface);
+        // A note left by a daemon that was killed while attached: what it found is the state
+        // to restore, not the "off" it left.
+        let noted = std::fs::read_to_string(&path).ok().and_then(|t| {
+            let flag = |k: &str| t.split_whitespace().find_map(|w| w.strip_prefix(k)).map(|v| v == "1");
+            Some(sys::Aggregation { gro: flag("gro=")?, lro: flag("lro=")? })
+        });
+        if let Some(n) = noted {
+            log::info!(
+                "{iface}: a daemon killed while attached left GRO/LRO off; they go back to gro {}, lro {} at exit",
+                n.gro,
+                n.lro
+            );
+        }
+        let was = noted.unwrap_or(now);
         if !was.gro && !was.lro {
+            let _ = std::fs::remove_file(&path);
             return None;
+        }
+        let note = path.parent().and_then(|d| {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(d).ok()?;
+            std::fs::write(&path, format!("gro={} lro={}\n", was.gro as u8, was.lro as u8)).ok()?;
+            Some(path.clone())
+        });
+        if note.is_none() {
+            log::info!("{iface}: cannot note GRO/LRO in {} (a daemon killed now leaves them off)", path.display());
         }
         match sys::set_aggregation(iface, sys::Aggregation { gro: false, lro: false }) {
             Ok(()) => {
@@ -152,7 +192,7 @@ impl AggregationGuard {
                     was.gro,
                     was.lro
                 );
-                Some(Self { iface: iface.into(), was })
+                Some(Self { iface: iface.into(), was, note })
             }
             Err(e) => {
                 log::warn!("{iface}: cannot turn GRO/LRO off ({e}); aggregated frames will be dropped in generic mode");
@@ -164,8 +204,14 @@ impl AggregationGuard {
 
 impl Drop for AggregationGuard {
     fn drop(&mut self) {
-        if let Err(e) = sys::set_aggregation(&self.iface, self.was) {
-            log::warn!("{}: cannot restore GRO/LRO ({e})", self.iface);
+        match sys::set_aggregation(&self.iface, self.was) {
+            Ok(()) => {
+                if let Some(n) = &self.note {
+                    let _ = std::fs::remove_file(n);
+                }
+            }
+            // The note stays: the next attach may restore it.
+            Err(e) => log::warn!("{}: cannot restore GRO/LRO ({e})", self.iface),
         }
     }
 }

@@ -707,16 +707,87 @@ fn a_veth_peers_drops_are_read_across_namespaces() {
 const CHILD_ENV: &str = "WSX_AFXDP_CHILD_NS";
 
 /// Not a test on its own: the body of the child process of `sigkill_leaves_no_program_behind`.
+/// With `WSX_AFXDP_CHILD_GENERIC` it attaches in generic mode; with `WSX_AFXDP_CHILD_EXIT` it
+/// closes the port and exits once attached.
 #[test]
 fn sigkill_child_body() {
     let Ok(ns) = std::env::var(CHILD_ENV) else { return };
     let (umem, _shared) = pool_for(1024);
     let reg = UmemRegistration::new(umem);
-    let _port = open(&ns, PortSpec { iface: "sw0".into(), overrides: small_rings() }, &reg).unwrap();
+    let mut overrides = small_rings();
+    if std::env::var_os("WSX_AFXDP_CHILD_GENERIC").is_some() {
+        overrides.attach = Some(wasmswitch_afxdp::AttachMode::Generic);
+    }
+    // A queue stays bound a moment after its last owner was killed (the daemon retries too).
+    let t = std::time::Instant::now();
+    let port = loop {
+        match open(&ns, PortSpec { iface: "sw0".into(), overrides: overrides.clone() }, &reg) {
+            Err(AfXdpError::QueueBusy { .. }) if t.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            r => break r.unwrap(),
+        }
+    };
     println!("WSX-READY");
     use std::io::Write;
     std::io::stdout().flush().unwrap();
+    if std::env::var_os("WSX_AFXDP_CHILD_EXIT").is_some() {
+        // Closed in the port's namespace, as the daemon (wholly in it) does.
+        in_netns(&ns, move || drop(port));
+        return;
+    }
     std::thread::sleep(Duration::from_secs(30));
+}
+
+/// The child of `sigkill_child_body` attached to the lab's `sw0`, once it says so.
+fn attached_child(lab: &Lab, env: &[(&str, &str)]) -> std::process::Child {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "sigkill_child_body", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, &lab.sw.0)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = lines.any(|l| l.map(|l| l.contains("WSX-READY")).unwrap_or(false));
+    assert!(ready, "child never attached");
+    // Whatever it prints after, read: a closed pipe would fail its exit.
+    std::thread::spawn(move || lines.for_each(drop));
+    child
+}
+
+#[test]
+fn gro_a_killed_generic_attach_left_off_is_restored_by_the_next() {
+    if !env_ready("gro_a_killed_generic_attach_left_off_is_restored_by_the_next") {
+        return;
+    }
+    let lab = Lab::new(1, 1);
+    let gro = || {
+        let out = must(&["netns", "exec", &lab.sw.0, "ethtool", "-k", "sw0"]);
+        out.lines().any(|l| l.trim() == "generic-receive-offload: on")
+    };
+    must(&["netns", "exec", &lab.sw.0, "ethtool", "-K", "sw0", "gro", "on"]);
+    assert!(gro());
+    let state = std::env::temp_dir().join(format!("wsx-state-{}", std::process::id()));
+    let state_s = state.to_str().unwrap();
+    let generic = [("WSX_AFXDP_CHILD_GENERIC", "1"), ("WASMSWITCH_STATE_DIR", state_s)];
+    let mut child = attached_child(&lab, &generic);
+    assert!(!gro(), "off while attached in generic mode");
+    // SAFETY: signalling our own child by pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    assert!(!gro(), "a SIGKILLed daemon cannot restore it");
+    let notes: Vec<_> = std::fs::read_dir(&state).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert_eq!(notes.len(), 1, "the killed one's note of GRO/LRO: {notes:?} in {state_s}");
+    // The next attach finds the note, and its clean exit restores what the first one found.
+    let mut env = generic.to_vec();
+    env.push(("WSX_AFXDP_CHILD_EXIT", "1"));
+    let mut child = attached_child(&lab, &env);
+    assert!(child.wait().unwrap().success());
+    assert!(gro(), "restored to what the killed one found");
+    assert_eq!(std::fs::read_dir(&state).map(|d| d.count()).unwrap_or(0), 0, "the note is gone");
+    let _ = std::fs::remove_dir_all(&state);
 }
 
 #[test]
