@@ -145,20 +145,32 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
         Ask::Status => {
             let (st, health) = target.request("GET", "/healthz", Duration::from_secs(5))?;
             let ports = target.get_json("/api/v1/ports")?;
+            let down = ports_down(&ports);
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({"healthy": st == 200, "health": health.trim(), "ports": ports["ports"]})
+                    serde_json::json!({"healthy": st == 200, "health": health.trim(), "ports_down": down.len(), "ports": ports["ports"]})
                 );
             } else {
-                println!("wasmswitch at {}: {}", target.addr, if st == 200 { "healthy" } else { "UNHEALTHY" });
+                let state = match (st == 200, down.is_empty()) {
+                    (false, _) => "UNHEALTHY",
+                    (true, true) => "healthy",
+                    (true, false) => "DEGRADED",
+                };
+                println!("wasmswitch at {}: {state}", target.addr);
                 if st != 200 {
                     println!("  {}", health.trim());
+                }
+                if !down.is_empty() {
+                    println!("  ports down: {}", down.join(", "));
                 }
                 print_ports(&ports);
             }
             if st != 200 {
                 bail!("the daemon is not healthy");
+            }
+            if !down.is_empty() {
+                bail!("{} port(s) cannot forward: {}", down.len(), down.join(", "));
             }
         }
         Ask::Ports => {
@@ -361,6 +373,18 @@ fn edit(target: &Target, method: &str, path: &str, body: &str, json: bool) -> Re
     }
 }
 
+/// The ports of a `/api/v1/ports` answer that cannot forward (interface gone, link down), as
+/// "`name` (why)": the daemon is well, the switch is not whole.
+fn ports_down(ports: &Value) -> Vec<String> {
+    ports["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["up"] == false)
+        .map(|p| format!("`{}` ({})", p["name"].as_str().unwrap_or("?"), p["link"].as_str().unwrap_or("down")))
+        .collect()
+}
+
 fn print_ports(ports: &Value) {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     println!(
@@ -387,6 +411,17 @@ fn print_ports(ports: &Value) {
 #[cfg(test)]
 mod tests {
     use super::parse_response;
+
+    #[test]
+    fn status_names_the_ports_that_cannot_forward() {
+        let ports = serde_json::json!({"ports": [
+            {"name": "a", "up": true, "link": "up"},
+            {"name": "b", "up": false, "link": "down"},
+            {"name": "c", "up": false, "link": "gone"},
+            {"name": "s", "up": true},
+        ]});
+        assert_eq!(super::ports_down(&ports), ["`b` (down)", "`c` (gone)"]);
+    }
 
     #[test]
     fn plain_and_chunked_answers_parse() {

@@ -143,7 +143,8 @@ fn note_path(iface: &str) -> std::path::PathBuf {
     let dir = std::env::var_os("WASMSWITCH_STATE_DIR")
         .or_else(|| std::env::var_os("RUNTIME_DIRECTORY"))
         .map_or_else(|| std::path::PathBuf::from("/run/wasmswitch"), std::path::PathBuf::from);
-    let netns = std::fs::read_link("/proc/thread-self/ns/net").map(|l| l.to_string_lossy().into_owned()).unwrap_or_default();
+    let netns =
+        std::fs::read_link("/proc/thread-self/ns/net").map(|l| l.to_string_lossy().into_owned()).unwrap_or_default();
     let netns: String = netns.chars().filter(char::is_ascii_digit).collect();
     dir.join(format!("aggregation-{netns}-{iface}"))
 }

@@ -778,7 +778,8 @@ fn gro_a_killed_generic_attach_left_off_is_restored_by_the_next() {
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();
     assert!(!gro(), "a SIGKILLed daemon cannot restore it");
-    let notes: Vec<_> = std::fs::read_dir(&state).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    let notes: Vec<_> =
+        std::fs::read_dir(&state).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
     assert_eq!(notes.len(), 1, "the killed one's note of GRO/LRO: {notes:?} in {state_s}");
     // The next attach finds the note, and its clean exit restores what the first one found.
     let mut env = generic.to_vec();
