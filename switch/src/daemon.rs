@@ -697,6 +697,13 @@ pub fn run(path: &Path) -> Result<()> {
     let user = config.user.as_ref().map(|u| u.value.as_str());
     let dropped = crate::privileges::drop_privileges(user).context("cannot drop privileges")?;
     log::info!("{dropped}");
+    // Read before the drop; a reload reads it again as the user the daemon now is.
+    if let Err(e) = std::fs::File::open(path) {
+        log::warn!(
+            "{}: cannot be read after dropping privileges ({e}): every reload will fail; make it readable by the daemon's user",
+            path.display()
+        );
+    }
     let switch = Arc::new(Switch::start_with(path, config)?);
     let config = switch.config();
     let addr = config.listen_addr();

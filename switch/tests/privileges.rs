@@ -62,6 +62,7 @@ fn exercise(lab: &Lab, dir: &Scratch, all: &str, mut child: Child, port: u16, bo
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
     assert!(status.success(), "{log}");
     assert!(log.contains("privileges dropped") && log.contains("frames are back in the pool"), "{log}");
+    assert!(!log.contains("cannot be read after dropping privileges"), "{log}");
     if all.contains("name: pass") {
         assert!(log.contains("plugins are compiled at every start"), "the unwritable cache is named: {log}");
     }
@@ -137,4 +138,31 @@ fn an_unknown_user_is_a_config_error() {
     let out = Command::new(bin()).args(["check", "-c"]).arg(&cfg).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains(":1:7: user: no user called `no-such-user-here`"), "{err}");
+}
+
+#[test]
+fn a_config_the_dropped_user_cannot_read_is_named_at_start() {
+    // Read as root before the drop, so the daemon starts; every reload would then fail, which
+    // it says at once instead of at the first reload.
+    if !require_lab("a_config_the_dropped_user_cannot_read_is_named_at_start") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Scratch::new("priv-unreadable");
+    let port = free_port();
+    let cfg = dir.write(&format!(
+        "user: nobody\nmetrics:\n  listen: 127.0.0.1:{port}\nworkers:\n  - idle: sleep\nports:\n  - name: p0\n    driver: sim\n"
+    ));
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c"]).arg(&cfg);
+    let child = spawn(cmd, port);
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("cannot be read after dropping privileges") && log.contains("every reload will fail"),
+        "{log}"
+    );
 }
