@@ -1142,30 +1142,30 @@ struct OffloadTags(#[allow(dead_code)] OwnedFd);
 
 impl OffloadTags {
     fn attach(host: &LabHost) -> OffloadTags {
-        use wasmswitch_afxdp::bpf::insn;
+        use wasmswitch_afxdp::bpf::{insn, op::*};
         let pid = host.pid();
         let fd = std::thread::spawn(move || {
             let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
             // SAFETY: setns on a descriptor we own; it changes only this thread's namespace.
             check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }, "setns");
             let prog = [
-                insn(0xbf, 6, 1, 0, 0), // r6 = skb
-                insn(0xbf, 3, 10, 0, 0),
-                insn(0x07, 3, 0, 0, -8),                                    // r3 = fp - 8
-                insn(0xbf, 1, 6, 0, 0),                                     // r1 = skb
-                insn(0xb7, 2, 0, 0, 12),                                    // r2 = offset of the EtherType
-                insn(0xb7, 4, 0, 0, 4),                                     // r4 = EtherType and TCI
-                insn(0x85, 0, 0, 0, 26),                                    // bpf_skb_load_bytes
-                insn(0x55, 0, 0, 7, 0),                                     // if r0 != 0 goto out
-                insn(0x69, 2, 10, -8, 0), // r2 = EtherType as stored (big-endian bytes)
-                insn(0x55, 2, 0, 5, ETHERTYPE_OFFLOAD.swap_bytes() as i32), // not ours: out
-                insn(0x69, 3, 10, -6, 0), // r3 = TCI, big-endian bytes
-                insn(0xdc, 3, 0, 0, 16),  // r3 = be16 r3 (host order)
-                insn(0xbf, 1, 6, 0, 0),   // r1 = skb
-                insn(0xb7, 2, 0, 0, TPID_C.swap_bytes() as i32), // htons(ETH_P_8021Q)
-                insn(0x85, 0, 0, 0, 18),  // bpf_skb_vlan_push
-                insn(0xb7, 0, 0, 0, 0),   // out: r0 = TC_ACT_OK
-                insn(0x95, 0, 0, 0, 0),   // exit
+                insn(MOV64_X, 6, 1, 0, 0), // r6 = skb
+                insn(MOV64_X, 3, 10, 0, 0),
+                insn(ADD64_K, 3, 0, 0, -8),                                  // r3 = fp - 8
+                insn(MOV64_X, 1, 6, 0, 0),                                   // r1 = skb
+                insn(MOV64_K, 2, 0, 0, 12),                                  // r2 = offset of the EtherType
+                insn(MOV64_K, 4, 0, 0, 4),                                   // r4 = EtherType and TCI
+                insn(CALL, 0, 0, 0, 26),                                     // bpf_skb_load_bytes
+                insn(JNE_K, 0, 0, 7, 0),                                     // if r0 != 0 goto out
+                insn(LDX_H, 2, 10, -8, 0), // r2 = EtherType as stored (big-endian bytes)
+                insn(JNE_K, 2, 0, 5, ETHERTYPE_OFFLOAD.swap_bytes() as i32), // not ours: out
+                insn(LDX_H, 3, 10, -6, 0), // r3 = TCI, big-endian bytes
+                insn(TO_BE, 3, 0, 0, 16),  // r3 = be16 r3 (host order)
+                insn(MOV64_X, 1, 6, 0, 0), // r1 = skb
+                insn(MOV64_K, 2, 0, 0, TPID_C.swap_bytes() as i32), // htons(ETH_P_8021Q)
+                insn(CALL, 0, 0, 0, 18),   // bpf_skb_vlan_push
+                insn(MOV64_K, 0, 0, 0, 0), // out: r0 = TC_ACT_OK
+                insn(EXIT, 0, 0, 0, 0),    // exit
             ];
             let license = c"GPL";
             let mut log = vec![0u8; 1 << 16];

@@ -44,15 +44,31 @@ pub const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
         | ((imm as u32) as u64) << 32
 }
 
+/// The opcodes the programs here use (`include/uapi/linux/bpf_common.h` and `bpf.h`).
+pub mod op {
+    pub const LDX_W: u8 = 0x61; // BPF_LDX | BPF_MEM | BPF_W
+    pub const LDX_H: u8 = 0x69;
+    pub const LDX_DW: u8 = 0x79;
+    pub const STX_W: u8 = 0x63; // BPF_STX | BPF_MEM | BPF_W
+    pub const STX_H: u8 = 0x6b;
+    pub const STX_DW: u8 = 0x7b;
+    pub const ST_DW: u8 = 0x7a; // BPF_ST | BPF_MEM | BPF_DW
+    pub const LD_IMM64: u8 = 0x18; // BPF_LD | BPF_IMM | BPF_DW
+    pub const MOV64_K: u8 = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
+    pub const MOV64_X: u8 = 0xbf; // BPF_ALU64 | BPF_MOV | BPF_X
+    pub const ADD64_K: u8 = 0x07; // BPF_ALU64 | BPF_ADD | BPF_K
+    pub const TO_BE: u8 = 0xdc; // BPF_ALU | BPF_END | BPF_TO_BE
+    pub const JNE_K: u8 = 0x55; // BPF_JMP | BPF_JNE | BPF_K
+    pub const JGT_X: u8 = 0x2d; // BPF_JMP | BPF_JGT | BPF_X
+    pub const CALL: u8 = 0x85; // BPF_JMP | BPF_CALL
+    pub const EXIT: u8 = 0x95; // BPF_JMP | BPF_EXIT
+}
+
 /// The redirect program for an XSKMAP whose fd is `map_fd`.
 pub fn redirect_program(map_fd: RawFd) -> [u64; 6] {
-    const LDX_MEM_W: u8 = 0x61; // BPF_LDX | BPF_MEM | BPF_W
-    const LD_IMM64: u8 = 0x18; // BPF_LD | BPF_IMM | BPF_DW
-    const MOV64_K: u8 = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
-    const CALL: u8 = 0x85; // BPF_JMP | BPF_CALL
-    const EXIT: u8 = 0x95; // BPF_JMP | BPF_EXIT
+    use op::*;
     [
-        insn(LDX_MEM_W, 2, 1, XDP_MD_RX_QUEUE_INDEX, 0),
+        insn(LDX_W, 2, 1, XDP_MD_RX_QUEUE_INDEX, 0),
         insn(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, map_fd),
         insn(0, 0, 0, 0, 0), // second half of the 16-byte ld_imm64 (upper 32 bits of the fd: 0)
         insn(MOV64_K, 3, 0, 0, XDP_PASS),
@@ -86,20 +102,7 @@ pub fn redirect_program(map_fd: RawFd) -> [u64; 6] {
 /// 26  redirect: r1 = r6, then the five instructions of `redirect_program`
 /// ```
 pub fn vlan_restoring_program(map_fd: RawFd, vlan_kfunc: u32) -> Vec<u64> {
-    const MOV64_X: u8 = 0xbf; // BPF_ALU64 | BPF_MOV | BPF_X
-    const MOV64_K: u8 = 0xb7;
-    const ADD64_K: u8 = 0x07; // BPF_ALU64 | BPF_ADD | BPF_K
-    const ST_DW: u8 = 0x7a; // BPF_ST | BPF_MEM | BPF_DW
-    const LDX_DW: u8 = 0x79;
-    const LDX_W: u8 = 0x61;
-    const LDX_H: u8 = 0x69;
-    const STX_DW: u8 = 0x7b;
-    const STX_W: u8 = 0x63;
-    const STX_H: u8 = 0x6b;
-    const JNE_K: u8 = 0x55; // BPF_JMP | BPF_JNE | BPF_K
-    const JGT_X: u8 = 0x2d; // BPF_JMP | BPF_JGT | BPF_X
-    const TO_BE: u8 = 0xdc; // BPF_ALU | BPF_END | BPF_TO_BE
-    const CALL: u8 = 0x85;
+    use op::*;
     const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
     const BPF_FUNC_XDP_ADJUST_HEAD: i32 = 44;
     const REDIRECT: i16 = 26;

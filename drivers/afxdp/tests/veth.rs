@@ -796,17 +796,8 @@ fn sigkill_leaves_no_program_behind() {
     if !env_ready("sigkill_leaves_no_program_behind") {
         return;
     }
-    use std::io::{BufRead, BufReader};
     let lab = Lab::new(1, 1);
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "sigkill_child_body", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, &lab.sw.0)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = lines.any(|l| l.map(|l| l.contains("WSX-READY")).unwrap_or(false));
-    assert!(ready, "child never attached");
+    let mut child = attached_child(&lab, &[]);
     assert!(lab.xdp_shown("sw0"), "child's program is attached");
     // SAFETY: signalling our own child by pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
