@@ -1266,6 +1266,11 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64, column: u64) ->
             None => format!("wrong type: expected {expected}"),
         };
     }
+    // The library's advice on its own options means nothing to an operator.
+    if let Some(k) = msg.strip_prefix("duplicate mapping key: ") {
+        let k = k.split(',').next().unwrap_or(k).trim();
+        return format!("duplicate key `{k}`: each key may appear once in a mapping");
+    }
     // The parser's structural complaints ("expected sequence start") name no key: name it.
     match key {
         Some(k) if msg.starts_with("expected ") => format!("wrong value for `{k}`: {msg}"),
@@ -1273,7 +1278,6 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64, column: u64) ->
     }
 }
 
-/// Names of the interfaces that have address `ip` (getifaddrs).
 /// Whether a server bound to `listen` answers on `addr`: a wildcard is every address of its
 /// family (`[::]` takes IPv4 too; IPv6 link-local addresses need a scope, so not those).
 fn listens_on(listen: std::net::IpAddr, addr: std::net::IpAddr) -> bool {

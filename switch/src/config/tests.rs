@@ -173,6 +173,12 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "interface lo: queue 5 does not exist, the interface has 1 queue(s)",
     ),
     (
+        "a key twice",
+        "ports:\n  - name: p0\n    driver: sim\n    driver: sim\n",
+        "4:5",
+        "duplicate key `driver`: each key may appear once in a mapping",
+    ),
+    (
         "two ports on one interface",
         "ports:\n  - name: p0\n    driver: afxdp\n    afxdp: { interface: wsnone0 }\n  - name: p1\n    driver: afxdp\n    afxdp: { interface: wsnone0 }\n",
         "7:25",
