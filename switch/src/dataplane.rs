@@ -673,7 +673,7 @@ fn reattach(
     new.back_events.store(info.back_events.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     new.down_events.store(info.down_events.load(Ordering::Relaxed), Ordering::Relaxed);
     new.up_events.store(info.up_events.load(Ordering::Relaxed), Ordering::Relaxed);
-    new.kernel_drops = std::array::from_fn(|i| info.kernel_drops[i].carried());
+    new.kernel_drops = info.kernel_drops.carried();
     ports.set(p, Some(Arc::new(new)));
     Ok(())
 }

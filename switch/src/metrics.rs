@@ -265,7 +265,7 @@ impl Collector for SwitchCollector {
         for (_, info) in &ports {
             let Some(ifname) = &info.interface else { continue };
             let gone = info.gone.load(std::sync::atomic::Ordering::Relaxed);
-            for (dir, count) in ["rx", "tx"].into_iter().zip(&info.kernel_drops) {
+            for (dir, count) in [("rx", &info.kernel_drops.rx), ("tx", &info.kernel_drops.tx)] {
                 let path = format!("/sys/class/net/{ifname}/statistics/{dir}_dropped");
                 let raw = if gone { None } else { std::fs::read_to_string(path).ok() };
                 let v = match raw.and_then(|t| t.trim().parse::<u64>().ok()) {
@@ -306,7 +306,7 @@ impl Collector for SwitchCollector {
         let mut peer_drops = Vec::new();
         for (_, info) in &ports {
             let Some(ifname) = &info.interface else { continue };
-            let count = &info.kernel_drops[2];
+            let count = &info.kernel_drops.veth_peer;
             if info.gone.load(std::sync::atomic::Ordering::Relaxed) {
                 // Held at its last value while gone (only veth ports ever had one).
                 if count.held() > 0 {

@@ -25,6 +25,8 @@ use crate::wire::MacAddr;
 
 const SLOTS: usize = 8;
 const MAC_MASK: u64 = (1 << 48) - 1;
+/// The I/G bit of the MAC in a key (the first byte's lowest, as [`MacAddr::to_u64`] puts it).
+const GROUP_BIT: u64 = 1 << 40;
 const VID_SHIFT: u32 = 48;
 /// Set in every live key, so a key is never 0 (an empty slot).
 const LIVE: u64 = 1 << 63;
@@ -63,11 +65,11 @@ impl Place {
         self.key & MAC_MASK
     }
 
-    /// True when the address is a station's: not a group address (the I/G bit, the first
-    /// byte's lowest, is bit 40 of the key) and not all zeros. What a source must be.
+    /// True when the address is a station's: not a group address and not all zeros. What a
+    /// source must be.
     #[inline]
     pub fn is_station(self) -> bool {
-        self.key & (1 << 40) == 0 && self.key & MAC_MASK != 0
+        self.key & GROUP_BIT == 0 && self.key & MAC_MASK != 0
     }
 }
 

@@ -93,6 +93,23 @@ impl KernelCount {
     }
 }
 
+/// The drop counters the kernel keeps on a port's interface, each a [`KernelCount`].
+#[derive(Debug, Default)]
+pub struct KernelDrops {
+    /// The interface's `rx_dropped` and `tx_dropped` (sysfs).
+    pub rx: KernelCount,
+    pub tx: KernelCount,
+    /// A veth's peer's `tx_dropped` (rtnetlink, in the peer's namespace).
+    pub veth_peer: KernelCount,
+}
+
+impl KernelDrops {
+    /// The counts for the port re-attached to a new interface.
+    pub fn carried(&self) -> KernelDrops {
+        KernelDrops { rx: self.rx.carried(), tx: self.tx.carried(), veth_peer: self.veth_peer.carried() }
+    }
+}
+
 /// Static facts about a port, for metrics and the API.
 #[derive(Debug)]
 pub struct PortInfo {
@@ -123,8 +140,7 @@ pub struct PortInfo {
     /// Times the link went down, and came back up.
     pub down_events: AtomicU64,
     pub up_events: AtomicU64,
-    /// The interface's `rx_dropped`, `tx_dropped`, and its veth peer's `tx_dropped`.
-    pub kernel_drops: [KernelCount; 3],
+    pub kernel_drops: KernelDrops,
     /// Times the interface disappeared, and times the port was re-attached when it came back.
     pub gone_events: AtomicU64,
     pub back_events: AtomicU64,
