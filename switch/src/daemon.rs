@@ -27,6 +27,7 @@ use crate::config::diff::Plan;
 use crate::config::l2::StaticEntry;
 use crate::config::{Config, PortSection};
 use crate::dataplane::{storm_share, AddPort, Command, Dataplane, PortChanges, ShadowOp};
+use crate::error_text::ErrorText;
 use crate::metrics::{Metrics, SwitchCollector};
 use crate::plugins::Role;
 
@@ -278,7 +279,7 @@ impl Switch {
             ));
         }
         let dp = &self.dataplane;
-        let refuse = |e: anyhow::Error| format!("{UNCHANGED}: {e:#}");
+        let refuse = |e: anyhow::Error| format!("{UNCHANGED}: {}", ErrorText(&e));
         // Ports, matched by name: removed, added (new ids), replaced (same id, new queues).
         let named = |c: &Config, n: &str| c.ports.iter().position(|p| p.name.value == n);
         let removed: Vec<PortId> = old
@@ -527,7 +528,7 @@ impl Switch {
         );
         match late {
             Ok(()) => Ok(summary),
-            Err(e) => Err(format!("reload applied late: {e:#}; {summary}")),
+            Err(e) => Err(format!("reload applied late: {}; {summary}", ErrorText(&e))),
         }
     }
 }

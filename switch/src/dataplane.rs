@@ -27,6 +27,7 @@ use wasmswitch_sim::TrafficSpec;
 
 use crate::config::{Config, DriverKind, Idle, Mode, PortSection, TrafficProto};
 use crate::drivers::{self, OpenCtx, OpenedPort, PortHandle, PortInfo, PortTable, UmemGroup, MAX_PORT_IDS};
+use crate::error_text::ErrorText;
 use crate::plugins::{ChainStage, Stages};
 
 /// A change a worker applies between two rounds.
@@ -619,8 +620,9 @@ fn housekeeping_loop(
                             let n = failures.entry(p).or_default();
                             if n.is_multiple_of(30) {
                                 log::warn!(
-                                    "interface {name} is back but port `{}` cannot be re-attached yet: {e:#}",
-                                    info.name
+                                    "interface {name} is back but port `{}` cannot be re-attached yet: {}",
+                                    info.name,
+                                    ErrorText(&e)
                                 );
                             }
                             *n += 1;

@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod dataplane;
 pub mod demo;
 pub mod drivers;
+pub mod error_text;
 pub mod lab;
 pub mod metrics;
 pub mod notify;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use wasmswitch::client::{self, Ask, Target};
+use wasmswitch::error_text::ErrorText;
 use wasmswitch::{bench, config::Config, daemon, demo, plugin_cmd};
 
 #[derive(Parser)]
@@ -255,7 +256,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", ErrorText(&e));
             ExitCode::FAILURE
         }
     }

@@ -1087,7 +1087,7 @@ impl Config {
         }
         if let Some(u) = &self.user {
             if let Err(e) = crate::privileges::lookup(&u.value) {
-                return Err(err(u.referenced, format!("user: {e:#}")));
+                return Err(err(u.referenced, format!("user: {}", crate::error_text::ErrorText(&e))));
             }
         }
         l2::check(self, &err)?;
