@@ -231,3 +231,25 @@ fn missing_interface_is_a_clear_error() {
     let err = format!("{:#}", Dataplane::start(&cfg).err().expect("must fail"));
     assert!(err.contains("port `up`") && err.contains("wsnosuch0"), "{err}");
 }
+
+#[test]
+fn zero_copy_a_driver_does_not_offer_is_refused_by_check_as_by_run() {
+    // veth declares its XDP features (basic, redirect, rx-sg) without xsk-zerocopy: `run`
+    // would fail at the bind, so the load `check` and `run` share refuses it, named, first.
+    if !require_lab("zero_copy_a_driver_does_not_offer_is_refused_by_check_as_by_run") {
+        return;
+    }
+    let lab = Lab::create(&prefix("z"), 2, 1, 25).unwrap();
+    let yaml = lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep");
+    let zc = yaml.replacen("      interface: ", "      bind: zerocopy\n      interface: ", 1);
+    assert_ne!(zc, yaml, "the lab's config has an afxdp section");
+    let err = format!("{:#}", Config::parse(&zc, Path::new("<test>")).map(|_| ()).expect_err("refused"));
+    assert!(
+        err.contains("(driver veth) does not offer AF_XDP zero-copy")
+            && err.contains("redirect")
+            && err.contains("bind: copy"),
+        "{err}"
+    );
+    let copy = yaml.replacen("      interface: ", "      bind: copy\n      interface: ", 1);
+    Config::parse(&copy, Path::new("<test>")).expect("copy mode is what veth offers");
+}

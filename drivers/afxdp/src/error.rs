@@ -28,6 +28,9 @@ pub enum AfXdpError {
     #[error("interface {iface} (driver {driver}): AF_XDP zero-copy is not supported on queue {queue} ({source}); set `bind: copy` for this port to fall back to copy mode")]
     ZeroCopyUnsupported { iface: String, driver: String, queue: u32, source: io::Error },
 
+    #[error("interface {iface} (driver {driver}) does not offer AF_XDP zero-copy (the XDP features it declares: {features}); set `bind: copy` for this port, or leave `bind` out for its driver's profile")]
+    NoZeroCopy { iface: String, driver: String, features: String },
+
     #[error(
         "interface {iface} (driver {driver}): native XDP was refused ({source}); set `mode: generic` in this port's afxdp section"
     )]

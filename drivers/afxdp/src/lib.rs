@@ -69,7 +69,7 @@ pub mod xsk;
 mod port;
 
 pub use error::AfXdpError;
-pub use port::{decide, probe, AfXdpPort, PortSpec, QueueMonitor, UmemRegistration};
+pub use port::{decide, preflight, probe, AfXdpPort, PortSpec, QueueMonitor, UmemRegistration};
 pub use profile::{AttachMode, BindMode, Decision, Overrides, RingSizes};
 pub use queue::{AfXdpQueue, QueueStats};
 pub use xsk::XdpStatistics;

@@ -266,6 +266,39 @@ pub fn decide(spec: &PortSpec) -> Decision {
     profile::decide(&driver, channels, &spec.overrides)
 }
 
+/// What [`AfXdpPort::open`] would choose for `spec`, or what it would refuse, found without
+/// creating anything: the interface, its queues, the ring sizes, and zero-copy where the
+/// driver declares its XDP features without it. `wasmswitch check` runs this too, so that
+/// what it accepts, `run` starts.
+pub fn preflight(spec: &PortSpec) -> Result<Decision, AfXdpError> {
+    let iface = spec.iface.as_str();
+    let ifindex = sys::ifindex(iface).ok_or_else(|| AfXdpError::InterfaceMissing { iface: iface.into() })?;
+    let decision = decide(spec);
+    if let Some(&q) = decision.queues.iter().find(|&&q| q >= decision.channels) {
+        return Err(AfXdpError::QueueOutOfRange { iface: iface.into(), queue: q, channels: decision.channels });
+    }
+    if decision.queues.is_empty() {
+        return Err(AfXdpError::QueueOutOfRange { iface: iface.into(), queue: 0, channels: 0 });
+    }
+    check_rings(iface, &decision.rings)?;
+    if decision.bind == BindMode::ZeroCopy {
+        // A driver that declares no XDP features at all (one out of tree, say) may still bind
+        // zero-copy: only the bind itself can tell, so only a declared set without it refuses.
+        match sys::xdp_features(ifindex) {
+            Ok(Some(f)) if f.0 != 0 && !f.zero_copy() => {
+                return Err(AfXdpError::NoZeroCopy {
+                    iface: iface.into(),
+                    driver: decision.driver.clone(),
+                    features: f.names(),
+                });
+            }
+            Ok(_) => {}
+            Err(e) => log::debug!("{iface}: the netdev family's dev-get failed ({e}); the bind will tell"),
+        }
+    }
+    Ok(decision)
+}
+
 fn check_ring(iface: &str, ring: &'static str, size: u32) -> Result<(), AfXdpError> {
     if size.is_power_of_two() && (64..=65536).contains(&size) {
         Ok(())
@@ -306,14 +339,7 @@ impl AfXdpPort {
         if !(2048..=4096).contains(&fs) {
             return Err(AfXdpError::BadFrameSize(fs));
         }
-        let decision = decide(spec);
-        if let Some(&q) = decision.queues.iter().find(|&&q| q >= decision.channels) {
-            return Err(AfXdpError::QueueOutOfRange { iface: iface.into(), queue: q, channels: decision.channels });
-        }
-        if decision.queues.is_empty() {
-            return Err(AfXdpError::QueueOutOfRange { iface: iface.into(), queue: 0, channels: 0 });
-        }
-        check_rings(iface, &decision.rings)?;
+        let decision = preflight(spec)?;
         reg.check_mode(iface, decision.bind)?;
 
         // Someone else's program on the hook: say so before creating anything.

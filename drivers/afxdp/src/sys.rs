@@ -1,5 +1,6 @@
 //! Thin syscall wrappers: mmap regions, the `bpf(2)` commands the driver needs, ethtool ioctls,
-//! and one rtnetlink query (which XDP program, if any, is attached to an interface).
+//! rtnetlink queries (which XDP program, if any, is attached to an interface; a veth peer's
+//! drops) and one generic-netlink query (the XDP features a driver declares).
 //!
 //! Nothing here knows about AF_XDP policy; errors come back as `io::Error` and are turned into
 //! operator-facing messages by the caller, which knows the interface name.
@@ -500,10 +501,6 @@ pub fn veth_peer_tx_dropped(ifindex: u32) -> io::Result<Option<u64>> {
 
 /// One `RTM_GETLINK` round trip: the reply's bytes (one message).
 fn getlink(ifindex: u32, target_nsid: Option<i32>) -> io::Result<Vec<u8>> {
-    // SAFETY: plain socket creation; checked and owned below.
-    let fd = cvt(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) })?;
-    // SAFETY: fresh descriptor owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let len = if target_nsid.is_some() { size_of::<GetLinkReq>() } else { size_of::<GetLinkReq>() - 8 };
     let req = GetLinkReq {
         nlh: libc::nlmsghdr {
@@ -522,8 +519,23 @@ fn getlink(ifindex: u32, target_nsid: Option<i32>) -> io::Result<Vec<u8>> {
         nsid_attr: [8, IFLA_TARGET_NETNSID],
         nsid: target_nsid.unwrap_or(0),
     };
-    // SAFETY: sends the first `len` bytes of `req` (at most its size), which lives across the call.
-    let sent = unsafe { libc::send(fd.as_raw_fd(), (&req as *const GetLinkReq).cast(), len, 0) };
+    // SAFETY: `GetLinkReq` is plain old data without padding; the first `len` bytes (at most
+    // its size) are read while `req` lives.
+    let bytes = unsafe { std::slice::from_raw_parts((&req as *const GetLinkReq).cast::<u8>(), len) };
+    roundtrip(libc::NETLINK_ROUTE, bytes.to_vec())
+}
+
+/// Sends one netlink request of `protocol` (its length field set here) and returns the first
+/// reply message's bytes; an `NLMSG_ERROR` reply is left for the caller's parser to report.
+fn roundtrip(protocol: libc::c_int, mut req: Vec<u8>) -> io::Result<Vec<u8>> {
+    let len = req.len() as u32;
+    req[0..4].copy_from_slice(&len.to_ne_bytes());
+    // SAFETY: plain socket creation; checked and owned below.
+    let fd = cvt(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol) })?;
+    // SAFETY: fresh descriptor owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sends `req`'s bytes, which live across the call.
+    let sent = unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) };
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -537,6 +549,18 @@ fn getlink(ifindex: u32, target_nsid: Option<i32>) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// The length of the reply message in `b`, or the error an `NLMSG_ERROR` reply carries.
+fn reply_len(b: &[u8]) -> io::Result<usize> {
+    if b.len() < 16 {
+        return Err(malformed("netlink"));
+    }
+    if rd16(b, 4) == libc::NLMSG_ERROR as u16 {
+        let err = if b.len() >= 20 { rd32(b, 16) as i32 } else { -libc::EIO };
+        return Err(io::Error::from_raw_os_error(-err));
+    }
+    Ok((rd32(b, 0) as usize).min(b.len()))
+}
+
 fn rd16(b: &[u8], at: usize) -> u16 {
     u16::from_ne_bytes([b[at], b[at + 1]])
 }
@@ -548,18 +572,9 @@ fn rd32(b: &[u8], at: usize) -> u32 {
 /// The top-level attributes of one `RTM_NEWLINK` reply, or the error an `NLMSG_ERROR` reply
 /// carries.
 fn link_attrs(b: &[u8]) -> io::Result<impl Iterator<Item = (u16, &[u8])>> {
-    let bad = || io::Error::new(io::ErrorKind::InvalidData, "malformed rtnetlink reply");
-    if b.len() < 16 {
-        return Err(bad());
-    }
-    let len = (rd32(b, 0) as usize).min(b.len());
-    let ty = rd16(b, 4);
-    if ty == libc::NLMSG_ERROR as u16 {
-        let err = if len >= 20 { rd32(b, 16) as i32 } else { -libc::EIO };
-        return Err(io::Error::from_raw_os_error(-err));
-    }
-    if ty != libc::RTM_NEWLINK || len < 32 {
-        return Err(bad());
+    let len = reply_len(b)?;
+    if rd16(b, 4) != libc::RTM_NEWLINK || len < 32 {
+        return Err(malformed("rtnetlink"));
     }
     Ok(nested(&b[32..len])) // past nlmsghdr + ifinfomsg
 }
@@ -597,6 +612,96 @@ fn parse_xdp_attached(b: &[u8]) -> io::Result<XdpAttached> {
     Ok(out)
 }
 
+// ---- generic netlink: what XDP an interface's driver offers -------------------------------
+
+const GENL_ID_CTRL: u16 = 0x10;
+const CTRL_CMD_GETFAMILY: u8 = 3;
+const CTRL_ATTR_FAMILY_ID: u16 = 1;
+const CTRL_ATTR_FAMILY_NAME: u16 = 2;
+const NETDEV_CMD_DEV_GET: u8 = 1;
+const NETDEV_A_DEV_IFINDEX: u16 = 1;
+const NETDEV_A_DEV_XDP_FEATURES: u16 = 3;
+/// `nlmsghdr` + `genlmsghdr`.
+const GENL_HDR: usize = 20;
+
+/// The XDP features a driver declares (`enum netdev_xdp_act`, Linux 6.3+), as the netdev
+/// generic-netlink family reports them (`ynl --family netdev --do dev-get`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XdpFeatures(pub u64);
+
+impl XdpFeatures {
+    const NAMES: [&'static str; 7] =
+        ["basic", "redirect", "ndo-xmit", "xsk-zerocopy", "hw-offload", "rx-sg", "ndo-xmit-sg"];
+    const XSK_ZEROCOPY: u64 = 1 << 3;
+
+    pub fn zero_copy(self) -> bool {
+        self.0 & Self::XSK_ZEROCOPY != 0
+    }
+
+    /// The features by their uapi names, e.g. `basic, redirect, rx-sg`; `none` for none.
+    pub fn names(self) -> String {
+        let on: Vec<&str> =
+            Self::NAMES.iter().enumerate().filter(|(i, _)| self.0 & (1 << i) != 0).map(|(_, n)| *n).collect();
+        if on.is_empty() {
+            "none".into()
+        } else {
+            on.join(", ")
+        }
+    }
+}
+
+/// What XDP `ifindex`'s driver declares; `None` on a kernel without the netdev family (before
+/// 6.3), where nothing is known.
+pub fn xdp_features(ifindex: u32) -> io::Result<Option<XdpFeatures>> {
+    let mut name = genl_request(GENL_ID_CTRL, CTRL_CMD_GETFAMILY);
+    put_attr(&mut name, CTRL_ATTR_FAMILY_NAME, b"netdev\0");
+    let reply = roundtrip(libc::NETLINK_GENERIC, name)?;
+    let family = match genl_attrs(&reply, GENL_ID_CTRL) {
+        Ok(mut attrs) => attrs.find(|&(t, v)| t == CTRL_ATTR_FAMILY_ID && v.len() >= 2).map(|(_, v)| rd16(v, 0)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let family = family.ok_or_else(|| malformed("generic netlink"))?;
+    let mut get = genl_request(family, NETDEV_CMD_DEV_GET);
+    put_attr(&mut get, NETDEV_A_DEV_IFINDEX, &ifindex.to_ne_bytes());
+    let reply = roundtrip(libc::NETLINK_GENERIC, get)?;
+    let features = genl_attrs(&reply, family)?.find(|&(t, v)| t == NETDEV_A_DEV_XDP_FEATURES && v.len() >= 8);
+    let (_, v) = features.ok_or_else(|| malformed("netdev dev-get"))?;
+    Ok(Some(XdpFeatures(u64::from_ne_bytes(v[..8].try_into().expect("8 bytes")))))
+}
+
+/// A generic-netlink request header (its length is set by [`roundtrip`]).
+fn genl_request(family: u16, cmd: u8) -> Vec<u8> {
+    let mut m = vec![0u8; GENL_HDR];
+    m[4..6].copy_from_slice(&family.to_ne_bytes());
+    m[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    m[8..12].copy_from_slice(&1u32.to_ne_bytes()); // sequence
+    m[16] = cmd;
+    m[17] = 1; // version
+    m
+}
+
+fn put_attr(m: &mut Vec<u8>, ty: u16, v: &[u8]) {
+    m.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
+    m.extend_from_slice(&ty.to_ne_bytes());
+    m.extend_from_slice(v);
+    m.resize((m.len() + 3) & !3, 0);
+}
+
+fn malformed(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("malformed {what} reply"))
+}
+
+/// The attributes of one generic-netlink reply of `family`, or the error an `NLMSG_ERROR`
+/// reply carries.
+fn genl_attrs(b: &[u8], family: u16) -> io::Result<impl Iterator<Item = (u16, &[u8])>> {
+    let len = reply_len(b)?;
+    if rd16(b, 4) != family || len < GENL_HDR {
+        return Err(malformed("generic netlink"));
+    }
+    Ok(nested(&b[GENL_HDR..len]))
+}
+
 /// `if_nametoindex`, in the caller's network namespace.
 pub fn ifindex(name: &str) -> Option<u32> {
     let c = CString::new(name).ok()?;
@@ -617,6 +722,34 @@ mod tests {
         assert_eq!(size_of::<LinkCreateAttr>(), 16);
         assert_eq!(size_of::<EthtoolDrvinfo>(), 196);
         assert_eq!(size_of::<EthtoolChannels>(), 36);
+    }
+
+    #[test]
+    fn xdp_features_are_named_as_the_uapi_names_them() {
+        assert_eq!(XdpFeatures(0).names(), "none");
+        assert_eq!(XdpFeatures(1 | 2 | 32).names(), "basic, redirect, rx-sg");
+        assert!(!XdpFeatures(1 | 2 | 32).zero_copy() && XdpFeatures(8).zero_copy());
+        assert_eq!(XdpFeatures(127).names().split(", ").count(), 7);
+    }
+
+    #[test]
+    fn genl_reply_parsing_finds_attributes_and_errors_and_survives_garbage() {
+        let family = 0x22;
+        let mut m = genl_request(family, NETDEV_CMD_DEV_GET);
+        put_attr(&mut m, NETDEV_A_DEV_IFINDEX, &7u32.to_ne_bytes());
+        put_attr(&mut m, NETDEV_A_DEV_XDP_FEATURES, &35u64.to_ne_bytes());
+        let len = m.len() as u32;
+        m[0..4].copy_from_slice(&len.to_ne_bytes());
+        let found: Vec<(u16, usize)> = genl_attrs(&m, family).unwrap().map(|(t, v)| (t, v.len())).collect();
+        assert_eq!(found, [(NETDEV_A_DEV_IFINDEX, 4), (NETDEV_A_DEV_XDP_FEATURES, 8)]);
+        assert!(genl_attrs(&m, family + 1).is_err(), "another family's reply");
+        for cut in 0..m.len() {
+            let _ = genl_attrs(&m[..cut], family).map(|a| a.count());
+        }
+        let mut err = vec![0u8; 20];
+        err[4..6].copy_from_slice(&(libc::NLMSG_ERROR as u16).to_ne_bytes());
+        err[16..20].copy_from_slice(&(-libc::ENOENT).to_ne_bytes());
+        assert_eq!(genl_attrs(&err, family).err().and_then(|e| e.raw_os_error()), Some(libc::ENOENT));
     }
 
     #[test]

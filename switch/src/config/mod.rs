@@ -1019,19 +1019,6 @@ impl Config {
                         if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
                             return Err(err(q.referenced, format!("afxdp.queues: queue id {} is listed twice", w[0])));
                         }
-                        // Where the interface exists here, the queues `run` would find: one it
-                        // lacks is refused now, as `run` would refuse it.
-                        if wasmswitch_afxdp::sys::ifindex(ifname).is_some() {
-                            let d = wasmswitch_afxdp::decide(&crate::drivers::afxdp::spec(&a.value));
-                            if let Some(&bad) = d.queues.iter().find(|&&id| id >= d.channels) {
-                                let e = wasmswitch_afxdp::AfXdpError::QueueOutOfRange {
-                                    iface: ifname.clone(),
-                                    queue: bad,
-                                    channels: d.channels,
-                                };
-                                return Err(err(q.referenced, format!("{e}")));
-                            }
-                        }
                     }
                     if let Some(r) = &a.value.ring_size {
                         let (lo, hi) = range::AFXDP_RING;
@@ -1043,6 +1030,19 @@ impl Config {
                                     r.value
                                 ),
                             ));
+                        }
+                    }
+                    // Where the interface exists here, what `run` would find there: a queue it
+                    // lacks, or zero-copy its driver does not offer, is refused now as `run`
+                    // would refuse it (a missing interface is `check`'s warning: the config may
+                    // be for another machine).
+                    if wasmswitch_afxdp::sys::ifindex(ifname).is_some() {
+                        if let Err(e) = wasmswitch_afxdp::preflight(&crate::drivers::afxdp::spec(&a.value)) {
+                            let at = match (&e, &a.value.queues) {
+                                (wasmswitch_afxdp::AfXdpError::QueueOutOfRange { .. }, Some(q)) => q.referenced,
+                                _ => a.value.interface.referenced,
+                            };
+                            return Err(err(at, e.to_string()));
                         }
                     }
                 }
