@@ -688,7 +688,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 /// Runs the daemon until SIGINT or SIGTERM, then drains the workers and checks every frame
 /// came back. SIGHUP reloads.
 pub fn run(path: &Path) -> Result<()> {
-    let config = Config::load(path)?;
+    let mut config = Config::load(path)?;
+    config.read_plugins();
     // Bound before privileges drop, so a port below 1024 works without keeping
     // cap_net_bind_service, and before any port opens, so a taken address fails fast.
     let listen = config.listen_addr();
@@ -698,12 +699,14 @@ pub fn run(path: &Path) -> Result<()> {
     let user = config.user.as_ref().map(|u| u.value.as_str());
     let dropped = crate::privileges::drop_privileges(user).context("cannot drop privileges")?;
     log::info!("{dropped}");
-    // Read before the drop; a reload reads it again as the user the daemon now is.
-    if let Err(e) = std::fs::File::open(path) {
-        log::warn!(
-            "{}: cannot be read after dropping privileges ({e}): every reload will fail; make it readable by the daemon's user",
-            path.display()
-        );
+    // Read before the drop; a reload reads them again as the user the daemon now is.
+    for file in config.files_reread() {
+        if let Err(e) = std::fs::File::open(&file) {
+            log::warn!(
+                "{}: cannot be read after dropping privileges ({e}): every reload will fail; make it readable by the daemon's user",
+                file.display()
+            );
+        }
     }
     let switch = Arc::new(Switch::start_with(path, config)?);
     let config = switch.config();

@@ -32,6 +32,7 @@ pub fn spec(s: &PluginSection) -> PluginSpec {
         memory_limit: s.memory_limit_kib.value * 1024,
         max_faults: s.max_faults.value.max(1),
         context: String::new(),
+        bytes: s.bytes.clone(),
     }
 }
 

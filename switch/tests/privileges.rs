@@ -141,28 +141,44 @@ fn an_unknown_user_is_a_config_error() {
 }
 
 #[test]
-fn a_config_the_dropped_user_cannot_read_is_named_at_start() {
+fn files_the_dropped_user_cannot_read_are_named_at_start() {
     // Read as root before the drop, so the daemon starts; every reload would then fail, which
-    // it says at once instead of at the first reload.
-    if !require_lab("a_config_the_dropped_user_cannot_read_is_named_at_start") {
+    // it says at once, per file (the config, the token file, each plugin), instead of at the
+    // first reload.
+    if !require_lab("files_the_dropped_user_cannot_read_are_named_at_start") {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
     let dir = Scratch::new("priv-unreadable");
     let port = free_port();
+    let private = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (token, plugin) = (dir.path("token"), dir.path("pass.wasm"));
+    std::fs::write(&token, "s3cret\n").unwrap();
+    std::fs::write(&plugin, plugin_that_faults_after(u32::MAX)).unwrap();
+    private(&token);
+    private(&plugin);
     let cfg = dir.write(&format!(
-        "user: nobody\nmetrics:\n  listen: 127.0.0.1:{port}\nworkers:\n  - idle: sleep\nports:\n  - name: p0\n    driver: sim\n"
+        "user: nobody\nmetrics:\n  listen: 127.0.0.1:{port}\ncontrol:\n  token_file: token\nworkers:\n  - idle: sleep\n\
+         ports:\n  - name: p0\n    driver: sim\n    plugins:\n      - {{ name: pass, path: pass.wasm }}\n"
     ));
-    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o600)).unwrap();
+    private(&cfg);
+    // The folder itself is root's (0700 or 0755): the files' own modes must be what refuses.
+    std::fs::set_permissions(dir.path(""), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut cmd = Command::new(bin());
     cmd.args(["run", "-c"]).arg(&cfg);
     let child = spawn(cmd, port);
+    // It started with the plugin, read before the drop as the config was; a reload, which
+    // reads as `nobody`, is refused by name.
+    let (st, body) = http(port, "GET", "/api/v1/plugins").unwrap();
+    assert!(st == 200 && body.contains("\"pass\""), "{st} {body}");
+    let r = http_with(port, "POST", "/api/v1/reload", &["Authorization: Bearer s3cret"], b"").unwrap();
+    assert!(r.status == 422 && r.body.contains("cannot read the config file"), "{} {}", r.status, r.body);
     sigterm(&child);
     let out = child.wait_with_output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{log}");
-    assert!(
-        log.contains("cannot be read after dropping privileges") && log.contains("every reload will fail"),
-        "{log}"
-    );
+    for file in [&cfg, &token, &plugin] {
+        let line = format!("{}: cannot be read after dropping privileges", file.display());
+        assert!(log.contains(&line) && log.contains("every reload will fail"), "{line} in:\n{log}");
+    }
 }

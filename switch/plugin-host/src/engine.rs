@@ -214,9 +214,16 @@ impl PluginEngine {
                 "max_faults and deadline must be positive and memory_limit at least 64 KiB",
             ));
         }
-        let bytes = read_regular_file(&spec.path, MAX_PLUGIN_BYTES)
-            .map_err(|e| err(spec, ErrorKind::Io, format!("{}: {e}", spec.path.display())))?;
-        let (component, from_cache) = self.load_component(spec, &bytes)?;
+        let read;
+        let bytes = match &spec.bytes {
+            Some(b) => &b.0[..],
+            None => {
+                read = read_regular_file(&spec.path, MAX_PLUGIN_BYTES)
+                    .map_err(|e| err(spec, ErrorKind::Io, format!("{}: {e}", spec.path.display())))?;
+                &read[..]
+            }
+        };
+        let (component, from_cache) = self.load_component(spec, bytes)?;
         let ty = component.component_type();
 
         // No capabilities: the host interface is the only import allowed.
@@ -257,10 +264,11 @@ impl PluginEngine {
         })?;
         let factory = Arc::new(PluginFactory {
             engine: self.clone(),
-            spec: spec.clone(),
+            // The compiled component is what is kept, not the file's bytes.
+            spec: PluginSpec { bytes: None, ..spec.clone() },
             pre,
             from_cache,
-            component_digest: Sha256::digest(&bytes).into(),
+            component_digest: Sha256::digest(bytes).into(),
         });
         // The check run: types of the exports, instantiation under the limits, init.
         factory.new_instance(usize::MAX, Arc::default(), &mut LogGate::new(), INIT_DEADLINE)?;

@@ -33,6 +33,19 @@ pub struct PluginSpec {
     /// Where the plugin runs, for log lines (``port `p0` `` or ``port `p0`'s shadow chain``):
     /// one name may be used on several ports and in both chains of one. Empty: not said.
     pub context: String,
+    /// The component's bytes when they were read already (the daemon reads them before it
+    /// drops privileges, as it reads its config); `None`: `path` is read.
+    pub bytes: Option<Bytes>,
+}
+
+/// A component's bytes, shown in `Debug` by their length only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Bytes(pub Arc<[u8]>);
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} bytes", self.0.len())
+    }
 }
 
 impl PluginSpec {
@@ -53,6 +66,7 @@ impl PluginSpec {
             memory_limit: Self::DEFAULT_MEMORY_LIMIT,
             max_faults: Self::DEFAULT_MAX_FAULTS,
             context: String::new(),
+            bytes: None,
         }
     }
 

@@ -347,6 +347,9 @@ pub struct PluginSection {
     /// `path` resolved against the config file's folder when the file is loaded.
     #[serde(skip)]
     pub file: PathBuf,
+    /// `file`'s bytes where they were read with the config ([`Config::read_plugins`]).
+    #[serde(skip)]
+    pub bytes: Option<wasmswitch_plugin_host::Bytes>,
     /// Text handed to the plugin's `init` (each plugin documents its format).
     #[serde(default)]
     pub config: String,
@@ -697,6 +700,27 @@ impl Config {
             .map_err(|e| whole(format!("cannot read the config file: {e}")))?;
         let text = String::from_utf8(bytes).map_err(|_| whole("cannot read the config file: not UTF-8 text".into()))?;
         Self::parse(&text, path)
+    }
+
+    /// Every file a reload reads again: the config itself, the control token file, and each
+    /// plugin's component (live and shadow).
+    pub fn files_reread(&self) -> Vec<PathBuf> {
+        let token = self.control.token_file.as_ref().map(|f| resolve(&self.file, &f.value));
+        let plugins = self.ports.iter().flat_map(|p| p.plugins.iter().chain(&p.shadow)).map(|pl| pl.file.clone());
+        std::iter::once(self.file.clone()).chain(token).chain(plugins).collect()
+    }
+
+    /// Reads every plugin's component now (as the daemon does before it drops privileges), so
+    /// that starting needs no read as the daemon's user: a file that user cannot read is then
+    /// named at start (see [`Config::files_reread`]) and refused by every reload, not by the
+    /// start that `check` accepted. A file that cannot be read here is left to the compile,
+    /// which names it.
+    pub fn read_plugins(&mut self) {
+        for pl in self.ports.iter_mut().flat_map(|p| p.plugins.iter_mut().chain(&mut p.shadow)) {
+            pl.bytes = wasmswitch_plugin_host::read_regular_file(&pl.file, wasmswitch_plugin_host::MAX_PLUGIN_BYTES)
+                .ok()
+                .map(|b| wasmswitch_plugin_host::Bytes(b.into()));
+        }
     }
 
     /// Parses and checks `text` (named `path` in errors).
