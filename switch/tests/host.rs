@@ -306,3 +306,35 @@ fn tcp_between_the_host_and_a_namespace_both_ways() {
     assert!(up > 1 << 20 && down > 1 << 20, "both directions moved data: up {up}, down {down}");
     dp.stop().expect("no frame leaked");
 }
+
+#[test]
+fn a_deleted_tap_is_one_error_line_with_what_to_do() {
+    // The host worker's reads then fail (EBADFD) too; that is the same event, not a second error.
+    if !require_lab("a_deleted_tap_is_one_error_line_with_what_to_do") {
+        return;
+    }
+    let tap = tap_name("e");
+    let port = free_port();
+    let dir = Scratch::new("tap-deleted");
+    let cfg = dir.write(
+        &(format!("metrics:\n  listen: 127.0.0.1:{port}\n") + &sim_yaml("rate_pps: 1000", &host_section(&tap, 1024))),
+    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_wasmswitch"));
+    cmd.args(["run", "-c"]).arg(&cfg).stderr(Stdio::piped());
+    die_with_test(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    wait_healthy(port, &mut child);
+    assert!(Command::new("ip").args(["link", "del", &tap]).status().unwrap().success());
+    eventually("the host port is reported gone", || {
+        http(port, "GET", "/api/v1/ports").is_ok_and(|(_, b)| b.contains("\"link\":\"gone\""))
+    });
+    // Long enough for the host worker's read-failure streak to end in its own line.
+    std::thread::sleep(Duration::from_millis(500));
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
+    assert_eq!(errors.len(), 1, "{log}");
+    assert!(errors[0].contains(&format!("TAP {tap} was deleted")) && errors[0].contains("restart the daemon"), "{log}");
+}

@@ -133,10 +133,14 @@ impl HostWorker {
                         self.stats.read_errors.inc();
                         self.read_error_streak += 1;
                         if self.read_error_streak == 1001 {
-                            log::error!(
-                                "host worker {}: TAP reads keep failing ({}), no more reads posted",
-                                self.idx,
-                                std::io::Error::from_raw_os_error(-res)
+                            let e = std::io::Error::from_raw_os_error(-res);
+                            // EBADFD: the TAP was deleted, which the dataplane reports (once,
+                            // with what to do); this worker only says it stopped reading.
+                            let level = if res == -libc::EBADFD { log::Level::Info } else { log::Level::Error };
+                            log::log!(
+                                level,
+                                "host worker {}: TAP reads keep failing ({e}), no more reads posted",
+                                self.idx
                             );
                         }
                     }
