@@ -178,7 +178,7 @@ pub fn parse_l2_into(frame: &[u8], max_len: usize, m: &mut PacketMeta) -> Result
 
 /// The IP and TCP/UDP part of [`parse_into`], for a frame whose L3 header starts at `off`
 /// (as [`parse_l2_into`] returned it): fills the rest of `m`.
-#[inline]
+#[inline(always)]
 pub fn parse_l3_into(frame: &[u8], off: usize, m: &mut PacketMeta) -> Result<(), ParseError> {
     m.ip_proto = 0;
     let l3 = &frame[off..];
