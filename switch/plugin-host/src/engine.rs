@@ -43,6 +43,10 @@ pub struct PluginEngine {
     pub(crate) linker: Linker<HostState>,
     pub(crate) opts: EngineOptions,
     pub(crate) stop: Arc<AtomicBool>,
+    /// Epoch ticks so far, counted beside the engine's own epoch (which wasmtime does not
+    /// let the host read): a stage reads it around each call to see one that ran past its
+    /// deadline where no epoch check could stop it (see [`crate::stage::CPU_WATCH_CALLS`]).
+    pub(crate) ticks: Arc<AtomicU64>,
     cache_discarded: AtomicU64,
 }
 
@@ -92,20 +96,24 @@ impl PluginEngine {
             std::fs::create_dir_all(dir).map_err(|e| format!("plugin cache {}: {e}", dir.display()))?;
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let (weak, stop2, tick) = (engine.weak(), stop.clone(), opts.epoch_tick);
+        let ticks = Arc::new(AtomicU64::new(0));
+        let (weak, stop2, tick, ticks2) = (engine.weak(), stop.clone(), opts.epoch_tick, ticks.clone());
         std::thread::Builder::new()
             .name("wasm-epoch".into())
             .spawn(move || {
                 while !stop2.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
                     match weak.upgrade() {
-                        Some(e) => e.increment_epoch(),
+                        Some(e) => {
+                            e.increment_epoch();
+                            ticks2.fetch_add(1, Ordering::Relaxed);
+                        }
                         None => break,
                     }
                 }
             })
             .map_err(|e| format!("epoch thread: {e}"))?;
-        Ok(Arc::new(Self { engine, linker, opts, stop, cache_discarded: AtomicU64::new(0) }))
+        Ok(Arc::new(Self { engine, linker, opts, stop, ticks, cache_discarded: AtomicU64::new(0) }))
     }
 
     pub fn engine(&self) -> &Engine {

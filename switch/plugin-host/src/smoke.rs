@@ -194,7 +194,9 @@ impl PluginFactory {
             encode_batch(&view, spec.header_bytes as usize, &mut buf);
             verdicts.clear();
             verdicts.resize(idx.len(), Verdict::Pass);
-            if let Err((reason, why)) = live.process(ticks, &buf, &mut verdicts, &stats) {
+            // Every check call is measured in CPU time too: nothing here is per packet.
+            let watch = Some(crate::stage::CpuWatch::start(spec.deadline));
+            if let Err((reason, why)) = live.process(ticks, &buf, &mut verdicts, &stats, watch) {
                 let limit = match reason {
                     FaultReason::Deadline => format!(" (deadline_us {})", spec.deadline.as_micros()),
                     _ => String::new(),

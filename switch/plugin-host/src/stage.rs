@@ -205,6 +205,7 @@ impl PluginFactory {
             log: LogGate::new(),
             buf: Vec::new(),
             ticks: deadline_ticks(self.spec.deadline, self.engine.opts.epoch_tick),
+            cpu_watch: 0,
         }
     }
 }
@@ -293,7 +294,19 @@ pub struct WasmStage {
     /// The encoded batch, reused.
     pub(crate) buf: Vec<u8>,
     pub(crate) ticks: u64,
+    /// Calls left to measure in CPU time (see [`CPU_WATCH_CALLS`]).
+    pub(crate) cpu_watch: u32,
 }
+
+/// Calls measured in thread CPU time after one whose wall time passed twice its deadline.
+/// Epoch checks stop a call only at function entries and loop headers, so a single bulk
+/// memory instruction (`memory.fill` or `memory.copy` over most of a large memory) runs to its
+/// end however long it takes. Such a call is seen after it returns, by the epoch tick count,
+/// which costs one load per call; but that is wall time, which a descheduled worker also
+/// spends. So the next calls read the thread's CPU clock before and after (two syscalls, some
+/// 1 µs: too dear for every batch), and one that used more than twice its deadline of CPU is
+/// a `deadline` fault.
+pub const CPU_WATCH_CALLS: u32 = 64;
 
 impl WasmStage {
     pub fn stats(&self) -> &Arc<PluginStats> {
@@ -395,7 +408,18 @@ impl WasmStage {
         let header_bytes = self.factory.spec.header_bytes as usize;
         encode_batch(batch, header_bytes, &mut self.buf);
         let Some(live) = self.live.as_mut() else { return };
-        if let Err((reason, why)) = live.process(self.ticks, &self.buf, verdicts, &self.stats) {
+        let clock = &self.factory.engine.ticks;
+        let watch = (self.cpu_watch > 0).then(|| {
+            self.cpu_watch -= 1;
+            CpuWatch::start(self.factory.spec.deadline)
+        });
+        let start = clock.load(Ordering::Relaxed);
+        let result = live.process(self.ticks, &self.buf, verdicts, &self.stats, watch);
+        // More ticks than twice the deadline, plus the one a call may start just before.
+        if clock.load(Ordering::Relaxed).wrapping_sub(start) > 2 * self.ticks + 1 {
+            self.cpu_watch = CPU_WATCH_CALLS;
+        }
+        if let Err((reason, why)) = result {
             self.fault(reason, &why, verdicts);
         }
     }
@@ -412,6 +436,7 @@ impl Live {
         batch: &[u8],
         verdicts: &mut [Verdict],
         stats: &PluginStats,
+        watch: Option<CpuWatch>,
     ) -> Result<(), (FaultReason, String)> {
         self.store.set_epoch_deadline(ticks);
         let state = self.store.data_mut();
@@ -424,10 +449,42 @@ impl Live {
         let f: ProcessFn<'_> = unsafe { TypedFunc::new_unchecked(self.process) };
         match f.call(&mut self.store, (batch,)) {
             Ok((list,)) => {
+                if let Some(w) = watch {
+                    w.check()?;
+                }
                 decode_verdicts(list.as_le_slice(&self.store), verdicts, stats).map_err(|m| (FaultReason::BadOutput, m))
             }
             Err(e) => Err(describe_fault(&e, &self.store)),
         }
+    }
+}
+
+/// A call measured in thread CPU time (see [`CPU_WATCH_CALLS`]).
+pub(crate) struct CpuWatch {
+    start: Duration,
+    /// Twice the deadline: what an epoch-interrupted call can use at most.
+    cap: Duration,
+}
+
+impl CpuWatch {
+    /// Starts measuring a call under `deadline`.
+    pub(crate) fn start(deadline: Duration) -> Self {
+        Self { start: thread_cpu_time(), cap: deadline * 2 }
+    }
+
+    fn check(&self) -> Result<(), (FaultReason, String)> {
+        let used = thread_cpu_time().saturating_sub(self.start);
+        if used <= self.cap {
+            return Ok(());
+        }
+        Err((
+            FaultReason::Deadline,
+            format!(
+                "the call used {} µs of CPU, more than twice its deadline ({} µs), in code no epoch check stops (one bulk memory instruction over a large memory?)",
+                used.as_micros(),
+                self.cap.as_micros() / 2
+            ),
+        ))
     }
 }
 

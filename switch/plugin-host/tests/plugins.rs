@@ -251,6 +251,37 @@ fn infinite_loop_hits_the_deadline_and_the_policy_applies() {
     assert_eq!(st.stats().quarantined.get(), 1);
 }
 
+/// One `memory.fill` over 256 MiB is a single instruction: no loop header, no epoch check, so
+/// the deadline cannot interrupt it. The call that overran is seen by its wall time, the next
+/// ones are measured in CPU time, and the first of those over twice the deadline is a fault.
+#[test]
+fn a_bulk_memory_instruction_past_the_deadline_is_a_deadline_fault() {
+    let fill = "(if (i32.lt_u (memory.size) (i32.const 4097)) (then (drop (memory.grow (i32.const 4096)))))
+        (memory.fill (i32.const 65536) (i32.const 7) (i32.const 268435456))
+        (call $ok (local.get $p))";
+    let path = write("fill.wasm", &component(&guest(fill), None));
+    let mut s = spec("fill", path, "");
+    s.deadline = Duration::from_millis(1);
+    s.memory_limit = 300 << 20;
+    s.on_error = OnError::Drop;
+    let mut st = engine().compile(&s).unwrap().instantiate(0).unwrap();
+    let b = TestBatch::new(&frames(4), 0);
+    let t = Instant::now();
+    assert_eq!(b.run(&mut st), vec![Verdict::Pass; 4], "the first overrun is only seen, by wall time");
+    assert!(t.elapsed() > Duration::from_millis(4), "the fill ran past twice the deadline: {:?}", t.elapsed());
+    assert_eq!(st.stats().faults_total(), 0);
+    assert_eq!(b.run(&mut st), vec![Verdict::Drop; 4], "measured in CPU time: a fault, on_error applies");
+    assert_eq!(st.stats().faults(FaultReason::Deadline).get(), 1);
+    // A plugin within its deadline is never measured: one batch of `ok` after a fresh start.
+    let mut quick = spec("quick", write("quick.wasm", &component(&guest("(call $ok (local.get $p))"), None)), "");
+    quick.deadline = Duration::from_millis(1);
+    let mut st = engine().compile(&quick).unwrap().instantiate(0).unwrap();
+    for _ in 0..100 {
+        assert_eq!(b.run(&mut st), vec![Verdict::Pass; 4]);
+    }
+    assert_eq!(st.stats().faults_total(), 0);
+}
+
 #[test]
 fn memory_bomb_is_capped() {
     let bomb = "(loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) (unreachable)";
