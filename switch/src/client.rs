@@ -289,6 +289,12 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
                         n(&p["packets"]),
                         n(&p["differ"])
                     );
+                    let quarantined = names(&p["quarantined"]);
+                    if !quarantined.is_empty() {
+                        println!(
+                            "  quarantined on some worker: {quarantined}: there its verdicts are its on_error policy's, not its own"
+                        );
+                    }
                     // Rows: the live verdict; columns: the shadow verdict.
                     let kinds = ["pass", "drop", "redirect", "host", "host_copy"];
                     print!("  {:<12}", "live\\shadow");
@@ -307,7 +313,7 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
             }
         }
         Ask::ShadowChange { port, promote } => {
-            let action = if promote { "promote" } else { "discard" };
+            let (action, done) = if promote { ("promote", "promoted") } else { ("discard", "discarded") };
             let path = format!("/api/v1/ports/{port}/shadow/{action}");
             let (st, body) = target.request_with("POST", &path, "", Duration::from_secs(60))?;
             let answer: Value = serde_json::from_str(&body).unwrap_or_else(|_| Value::String(body.trim().to_string()));
@@ -318,11 +324,11 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
                 200 if json => {}
                 200 => {
                     let names = answer
-                        .get(if promote { "promoted" } else { "discarded" })
+                        .get(done)
                         .and_then(Value::as_array)
                         .map(|a| a.iter().map(&s).collect::<Vec<_>>().join(", "))
                         .unwrap_or_default();
-                    println!("port {port}: shadow chain [{names}] {action}d");
+                    println!("port {port}: shadow chain [{names}] {done}");
                     println!("note: {}", s(&answer["note"]));
                 }
                 401 => bail!("refused: the daemon wants its token (`-c` with the daemon's config, or --token-file)"),

@@ -187,6 +187,23 @@ impl Switch {
         let dp = &self.dataplane;
         let id = dp.ports.id_of(port).ok_or_else(|| format!("port `{port}` is not running"))?;
         let before = self.plugin_metrics.get();
+        // A quarantined shadow plugin's verdicts were its `on_error` policy's, so the comparison
+        // says nothing of the plugin: promoting it would put that policy live. Refused by name,
+        // as a reload refuses a plugin that faults in its smoke run.
+        if matches!(op, ShadowOp::Promote) {
+            let quarantined = before
+                .plugins
+                .iter()
+                .find(|r| r.port == port && r.role == Role::Shadow && r.stats.quarantined.get() != 0);
+            if let Some(r) = quarantined {
+                return Err(format!(
+                    "port `{port}`: shadow plugin `{}` is quarantined on worker {} ({} faults), so its verdicts were its on_error policy's; fix it and reload, or discard the shadow chain",
+                    r.name(),
+                    r.worker,
+                    r.stats.faults_total()
+                ));
+            }
+        }
         let compared = before.shadow_json()["ports"].get(0).cloned();
         let sent: Vec<u64> = dp.workers.iter().map(|w| w.control.send_all(vec![Command::Shadow(id, op)])).collect();
         let mut late = Vec::new();

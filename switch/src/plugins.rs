@@ -653,9 +653,19 @@ impl RunningSet {
                         (lk.to_string(), row.into())
                     })
                     .collect();
+                // A quarantined plugin's verdicts are its on_error policy's: said beside the
+                // comparison, which would otherwise read as agreement.
+                let mut quarantined: Vec<&str> = self
+                    .plugins
+                    .iter()
+                    .filter(|r| r.port == port && r.stats.quarantined.get() != 0)
+                    .map(Running::name)
+                    .collect();
+                quarantined.dedup();
                 serde_json::json!({
                     "port": port, "live": chain(Role::Live), "shadow": chain(Role::Shadow),
                     "packets": matrix.iter().sum::<u64>(), "differ": differ, "matrix": rows,
+                    "quarantined": quarantined,
                 })
             })
             .collect();

@@ -167,6 +167,18 @@ fn a_shadow_chain_is_compared_never_applied_then_promoted_or_discarded() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("port `p0` has no shadow chain"));
 
+    // p1's shadow `trap` faults every call: once quarantined, its verdicts are its on_error
+    // policy's, and promoting it is refused by name.
+    eventually("p1's shadow trap is quarantined", || {
+        sample(&metrics(), "wasmswitch_plugin_quarantined", &["port=\"p1\"", "plugin=\"trap\"", "chain=\"shadow\""])
+            == Some(1.0)
+    });
+    let view = String::from_utf8_lossy(&cli(&["shadow", "-c", c]).stdout).into_owned();
+    assert!(view.contains("quarantined on some worker: trap"), "{view}");
+    let out = cli(&["shadow", "promote", "p1", "-c", c]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("shadow plugin `trap` is quarantined on worker 0"), "{err}");
+
     // The API refuses what makes no sense, and discards p1's shadow.
     let (st, body) = http(port, "POST", "/api/v1/ports/p1/shadow/explode").unwrap();
     assert_eq!(st, 404, "{body}");

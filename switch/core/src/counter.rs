@@ -19,6 +19,13 @@ impl Counter {
         self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
+    /// Adds `n`, stopping at `u64::MAX`: for amounts someone else states (a plugin's counter
+    /// deltas), where a wrapping sum could make the counter go backwards.
+    #[inline]
+    pub fn add_saturating(&self, n: u64) {
+        self.0.store(self.0.load(Ordering::Relaxed).saturating_add(n), Ordering::Relaxed);
+    }
+
     #[inline]
     pub fn inc(&self) {
         self.add(1);

@@ -163,11 +163,13 @@ impl NamedCounters {
         Ok(names.len() as u32 - 1)
     }
 
-    /// Adds to counter `id` (the owning worker only). Unknown ids are ignored.
+    /// Adds to counter `id` (the owning worker only). Unknown ids are ignored. Saturating: a
+    /// plugin's delta is whatever it says, and a wrapping sum would read as the counter going
+    /// backwards (a reset, to Prometheus).
     #[inline]
     pub fn add(&self, id: u32, delta: u64) {
         if let Some(c) = self.values.get(id as usize) {
-            c.add(delta);
+            c.add_saturating(delta);
         }
     }
 
@@ -181,5 +183,23 @@ impl NamedCounters {
     pub fn get(&self, name: &str) -> Option<u64> {
         let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
         names.iter().position(|n| n == name).map(|i| self.values[i].get())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plugin_counter_saturates_instead_of_going_backwards() {
+        let n = NamedCounters::default();
+        let id = n.register("w").unwrap();
+        n.add(id, 1 << 63);
+        n.add(id, 1 << 63);
+        assert_eq!(n.get("w"), Some(u64::MAX), "a wrapping sum would read 0");
+        n.add(id, 5);
+        assert_eq!(n.get("w"), Some(u64::MAX));
+        n.add(99, 1);
+        assert_eq!(n.snapshot(), vec![("w".to_string(), u64::MAX)], "an unknown id is ignored");
     }
 }
