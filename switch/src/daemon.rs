@@ -537,9 +537,33 @@ impl Switch {
             });
         }
         let changed: Vec<String> = live.iter().map(|c| c.to_string()).collect();
+        // Plugins see ports by id (`in-port`, `redirect`). A start numbers them by their place in
+        // the file; a reload keeps running ports' ids and gives added ports the lowest free
+        // ones. Where the two part, the same file would number ports otherwise after a restart:
+        // said in the answer and the log, since plugin configs naming port ids are affected.
+        let renumbered: Vec<String> = new
+            .ports
+            .iter()
+            .enumerate()
+            .filter_map(|(j, p)| {
+                let id = id_of(&p.name.value).filter(|&id| id as usize != j)?;
+                Some(format!("`{}` runs as {id}, a restart numbers it {j}", p.name.value))
+            })
+            .collect();
+        let note = if renumbered.is_empty() || new.ports.iter().all(|p| p.plugins.is_empty() && p.shadow.is_empty()) {
+            String::new()
+        } else {
+            let note = format!(
+                "; note: plugins see ports by id, and the file's order no longer gives the running ids: {}; \
+                 port ids in plugin configs follow the running ids until a restart",
+                renumbered.join(", ")
+            );
+            log::warn!("reload{note}");
+            note
+        };
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
         let summary = format!(
-            "applied: {}; changed keys: {}; everything else unchanged",
+            "applied: {}; changed keys: {}; everything else unchanged{note}",
             if applied.is_empty() { "nothing (no plugins, no change)".to_string() } else { applied.join("; ") },
             if changed.is_empty() { "none".to_string() } else { changed.join("; ") },
         );

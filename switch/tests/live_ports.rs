@@ -521,3 +521,28 @@ fn a_port_whose_link_goes_down_stops_and_starts_again_with_it() {
     }
     sw.dataplane.stop_shared().expect("every frame is back");
 }
+
+#[test]
+fn a_reload_that_parts_port_ids_from_the_files_order_says_so_where_plugins_see_them() {
+    // Plugins see ports by id; a start numbers them by position, a reload keeps running ids.
+    let dir = Scratch::new("renumber");
+    std::fs::write(dir.path("pass.wasm"), plugin_that_faults_after(u32::MAX)).unwrap();
+    let port = |n: &str, plugin: bool| {
+        let chain = if plugin { "    plugins:\n      - { name: pass, path: pass.wasm }\n" } else { "" };
+        format!("  - name: {n}\n    driver: sim\n{chain}")
+    };
+    let yaml = |ports: &[String]| format!("workers:\n  - idle: sleep\nports:\n{}", ports.concat());
+    let sw = Switch::start(&dir.write(&yaml(&[port("p0", false), port("p1", false), port("p2", true)]))).unwrap();
+    dir.write(&yaml(&[port("p0", false), port("p2", true)]));
+    let r = reload_ok(&sw, "p1 removed");
+    assert!(r.contains("`p2` runs as 2, a restart numbers it 1"), "{r}");
+    // Put back at the end, p1 takes the lowest free id, 1, at position 2: both said.
+    dir.write(&yaml(&[port("p0", false), port("p2", true), port("p1", false)]));
+    let r = reload_ok(&sw, "p1 added at the end");
+    assert!(r.contains("`p2` runs as 2, a restart numbers it 1, `p1` runs as 1, a restart numbers it 2"), "{r}");
+    // Back in the file's order: nothing to say.
+    dir.write(&yaml(&[port("p0", false), port("p1", false), port("p2", true)]));
+    let r = reload_ok(&sw, "the start's order");
+    assert!(!r.contains("note:"), "{r}");
+    sw.dataplane.stop_shared().expect("every frame is back");
+}
