@@ -194,6 +194,14 @@ fn main() -> ExitCode {
         });
     }
     logger.init();
+    // Rust ignores SIGPIPE, so `wasmswitch fdb | head -1` would panic on its next line. A
+    // command that only prints dies quietly on a closed pipe, as Unix tools do; `run` and
+    // `demo` keep ignoring it (a closed log pipe must not kill a switch, or skip a lab's
+    // cleanup).
+    if !matches!(cli.command, Command::Run { .. } | Command::Demo { .. }) {
+        // SAFETY: restores the default disposition of one signal before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let ask = |a: ClientArgs, ask: Ask| {
         Target::new(a.config.as_deref(), a.addr, a.token_file.as_deref()).and_then(|t| client::run(&t, ask, a.json))
     };

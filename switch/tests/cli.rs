@@ -248,3 +248,23 @@ fn check_warns_of_an_interface_this_machine_lacks() {
     assert!(o.status.success(), "{o:?}");
     assert!(err.contains("warning: port `p0`: interface wsnosuch9 does not exist here"), "{err}");
 }
+
+#[test]
+fn a_command_that_prints_into_a_closed_pipe_dies_quietly() {
+    // `wasmswitch fdb | head -1`: the reader goes, the next line hits a closed pipe. That is
+    // SIGPIPE's default, a quiet end, not a panic with a backtrace.
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    let dir = Scratch::new("pipe");
+    let cfg = dir.write("ports:\n  - name: p0\n    driver: sim\n");
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a writable array of two descriptors; both are owned below.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fresh descriptors from pipe(2), owned by nothing else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let out = Command::new(bin()).args(["check", "-c"]).arg(&cfg).stdout(Stdio::from(write)).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
+}
