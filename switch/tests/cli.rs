@@ -54,6 +54,14 @@ fn client_commands_show_a_running_daemon_and_reload_it_with_its_token() {
     let ports: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(ports["ports"].as_array().unwrap().len(), 3);
     assert!(ports["ports"][0]["rx_packets"].as_u64().unwrap() > 0, "{ports}");
+    // The shipped example's ports all speak in their VLAN: none of their traffic is filtered.
+    let (_, metrics) = http(port, "GET", "/metrics").unwrap();
+    let filtered: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("wasmswitch_port_drops_total{") && l.contains("reason=\"vlan_filtered\""))
+        .filter(|l| !l.ends_with(" 0"))
+        .collect();
+    assert!(filtered.is_empty(), "{filtered:?}");
 
     let o = cli(&["fdb", "-c", cfg]);
     let out = stdout(&o);
