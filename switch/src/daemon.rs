@@ -422,6 +422,10 @@ impl Switch {
         // VLANs, storm limits and mirrors of the ports that stay (added and reopened ones got
         // theirs when opened): every worker gets the new settings of each port they changed for.
         let old_id_of = |n: &str| dp.ports.id_of(n);
+        // Ports whose VLANs changed: their learned entries go once the workers have the new
+        // settings (as the bridge flushes a port's entries of a VLAN it leaves); until they
+        // age out, entries in a VLAN the port no longer carries would send its frames nowhere.
+        let mut relearn = Vec::new();
         for name in new.ports.iter().map(|p| &p.name.value).chain(new.host.as_ref().map(|h| &h.name.value)) {
             let j = named(&new, name);
             if j.is_some_and(|j| added.contains(&j) || replaced.contains(&j)) {
@@ -436,12 +440,22 @@ impl Switch {
                 for cmds in &mut extra {
                     cmds.push(Command::SetL2(id, b.clone()));
                 }
-                applied.push(format!("port `{name}`: VLANs, storm control and mirrors as configured"));
+                let vlans = a.vlan != b.vlan;
+                if vlans {
+                    relearn.push(id);
+                }
+                applied.push(format!(
+                    "port `{name}`: VLANs, storm control and mirrors as configured{}",
+                    if vlans { " (its learned FDB entries flushed: its VLANs changed)" } else { "" }
+                ));
             }
         }
         // The port ids of the old config's statics, before a removed port's id goes.
         let gone_statics: Vec<_> = gone_statics.into_iter().map(|e| (e, dp.ports.id_of(&e.2))).collect();
         let mut late = dp.change_ports(changes, extra);
+        for id in relearn {
+            dp.fdb.get().flush_port(id);
+        }
         // Removals, the new capacity, additions: the order `statics_fit` counted in.
         for ((vlan, mac, port), id) in gone_statics {
             // Only the config's own entry: an API entry for the same address on another port

@@ -268,9 +268,10 @@ fn a_command_that_prints_into_a_closed_pipe_dies_quietly() {
     let mut fds = [0; 2];
     // SAFETY: `fds` is a writable array of two descriptors; both are owned below.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: fresh descriptors from pipe(2), owned by nothing else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    drop(read);
+    // SAFETY: a fresh descriptor from pipe(2), owned by nothing else.
+    drop(unsafe { OwnedFd::from_raw_fd(fds[0]) });
+    // SAFETY: as above, the other end.
+    let write = unsafe { OwnedFd::from_raw_fd(fds[1]) };
     let out = Command::new(bin()).args(["check", "-c"]).arg(&cfg).stdout(Stdio::from(write)).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {err}", out.status);

@@ -296,3 +296,29 @@ fn a_reload_that_would_leave_a_static_entry_outside_its_vlan_is_refused_by_name(
     sw.reload().expect("nothing left outside");
     sw.dataplane.stop_shared().expect("every frame back");
 }
+
+#[test]
+fn a_reload_that_changes_a_ports_vlans_flushes_what_it_learned_there() {
+    // As the bridge does when a VLAN leaves a port: entries in a VLAN the port no longer
+    // carries would otherwise send frames for those hosts nowhere until they aged out.
+    let dir = Scratch::new("fdb-vlan-move");
+    let yaml = |vlan: &str| {
+        format!(
+            "workers:\n  - idle: sleep\nports:\n  - name: p1\n    driver: sim\n{vlan}    sim:\n      traffic:\n        rate_pps: 2000\n        src_macs: 8\n        to: [p2]\n  - name: p2\n    driver: sim\n"
+        )
+    };
+    let sw = wasmswitch::daemon::Switch::start(&dir.write(&yaml(""))).unwrap();
+    let p1 = sw.dataplane.ports.id_of("p1").unwrap();
+    let on_p1 = |vlan: u16| sw.dataplane.fdb.get().entries(0).iter().filter(|e| e.port == p1 && e.vlan == vlan).count();
+    eventually("p1's hosts learned in VLAN 1", || on_p1(1) == 8);
+    dir.write(&yaml("    vlan: { mode: access, vid: 10 }\n"));
+    let r = sw.reload().unwrap();
+    assert!(
+        r.contains("port `p1`: VLANs, storm control and mirrors as configured (its learned FDB entries flushed"),
+        "{r}"
+    );
+    assert_eq!(on_p1(1), 0, "nothing left in the VLAN p1 left");
+    eventually("p1's hosts learned again, in VLAN 10", || on_p1(10) == 8);
+    assert_eq!(on_p1(1), 0);
+    sw.dataplane.stop_shared().expect("every frame is back");
+}
