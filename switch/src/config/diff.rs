@@ -47,17 +47,41 @@ impl fmt::Display for Change {
             Some((name, added)) => {
                 write!(f, "{}: {} (port `{name}` {})", self.at, self.key, if added { "added" } else { "removed" })
             }
-            None => write!(f, "{}: {} ({} -> {})", self.at, self.key, short(&self.old), short(&self.new)),
+            None => {
+                let (old, new) = excerpts(&self.old, &self.new);
+                write!(f, "{}: {} ({old} -> {new})", self.at, self.key)
+            }
         }
     }
 }
 
-fn short(s: &str) -> String {
-    if s.chars().count() > 40 {
-        format!("{}...", s.chars().take(37).collect::<String>())
-    } else {
-        s.to_string()
+/// `old` and `new` short enough for one line, each cut to where they differ (with a little of
+/// what they share around it, `...` where something was left out), so that the change shows
+/// even in a long value.
+fn excerpts(old: &str, new: &str) -> (String, String) {
+    const CONTEXT: usize = 12;
+    const MAX: usize = 40;
+    let (a, b): (Vec<char>, Vec<char>) = (old.chars().collect(), new.chars().collect());
+    if a.len() <= MAX && b.len() <= MAX {
+        return (old.to_string(), new.to_string());
     }
+    let prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let rest = a.len().min(b.len()) - prefix;
+    let suffix = a.iter().rev().zip(b.iter().rev()).take(rest).take_while(|(x, y)| x == y).count();
+    let start = prefix.saturating_sub(CONTEXT);
+    let cut = |s: &[char]| {
+        let end = (s.len() - suffix + CONTEXT).min(s.len()).min(start + MAX);
+        let mut out = String::new();
+        if start > 0 {
+            out.push_str("...");
+        }
+        out.extend(&s[start..end]);
+        if end < s.len() {
+            out.push_str("...");
+        }
+        out
+    };
+    (cut(&a), cut(&b))
 }
 
 /// A reload, planned.
@@ -319,5 +343,34 @@ impl<'de> Deserialize<'de> for KeyString {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod excerpt_tests {
+    use super::excerpts;
+
+    #[test]
+    fn a_change_deep_in_a_long_value_shows() {
+        let old = r#""default allow\ndeny proto=udp dport=5001\ndeny proto=tcp dport=22""#;
+        let new = r#""default allow\ndeny proto=udp dport=5002\ndeny proto=tcp dport=22""#;
+        let (a, b) = excerpts(old, new);
+        assert!(a.contains("5001") && b.contains("5002"), "{a} -> {b}");
+        assert!(a.starts_with("...") && a.ends_with("...") && a.chars().count() <= 46, "{a}");
+        let (a, b) =
+            excerpts(r#"{"mode":"access","native":null,"vid":1}"#, r#"{"mode":"access","native":null,"vid":10}"#);
+        assert!(a.ends_with(r#""vid":1}"#) && b.ends_with(r#""vid":10}"#), "{a} -> {b}");
+    }
+
+    #[test]
+    fn short_values_stay_whole_and_any_lengths_are_safe() {
+        assert_eq!(excerpts("1", "2"), ("1".to_string(), "2".to_string()));
+        let long = "x".repeat(100);
+        for (a, b) in
+            [(long.as_str(), ""), ("", long.as_str()), (long.as_str(), long.as_str()), ("é".repeat(50).as_str(), "e")]
+        {
+            let (x, y) = excerpts(a, b);
+            assert!(x.chars().count() <= 46 && y.chars().count() <= 46, "{x} / {y}");
+        }
     }
 }
