@@ -161,11 +161,42 @@ pub struct PluginBench {
     compiled: std::cell::OnceCell<std::sync::Arc<wasmswitch_plugin_host::PluginFactory>>,
     /// The same for `l2+plugin-no-deadline`, by an engine without deadline checks.
     compiled_unchecked: std::cell::OnceCell<std::sync::Arc<wasmswitch_plugin_host::PluginFactory>>,
+    /// The counters of the instances the last [`PluginBench::stages`] made: a scenario whose
+    /// plugin faulted measured its `on_error` policy, not the plugin.
+    seen: std::cell::RefCell<Vec<std::sync::Arc<wasmswitch_plugin_host::PluginStats>>>,
 }
 
 impl PluginBench {
     pub fn new(path: std::path::PathBuf, config: String, header_bytes: u16) -> Self {
-        Self { path, config, header_bytes, compiled: Default::default(), compiled_unchecked: Default::default() }
+        Self {
+            path,
+            config,
+            header_bytes,
+            compiled: Default::default(),
+            compiled_unchecked: Default::default(),
+            seen: Default::default(),
+        }
+    }
+
+    /// An error naming the faults of the instances of the last scenario, if they had any.
+    fn faulted(&self, scenario: &str) -> Result<()> {
+        let seen = self.seen.borrow();
+        let faults: u64 = seen.iter().map(|s| s.faults_total()).sum();
+        if faults == 0 {
+            return Ok(());
+        }
+        let reasons: Vec<String> = wasmswitch_plugin_host::FaultReason::ALL
+            .iter()
+            .filter_map(|&r| {
+                let n: u64 = seen.iter().map(|s| s.faults(r).get()).sum();
+                (n > 0).then(|| format!("{} {n}", r.as_str()))
+            })
+            .collect();
+        bail!(
+            "scenario `{scenario}`: the plugin faulted {faults} times ({}), so the figures would measure its on_error \
+             policy, not the plugin; `wasmswitch check` runs it on test frames and names the fault",
+            reasons.join(", ")
+        )
     }
 
     fn name(&self) -> String {
@@ -192,12 +223,16 @@ impl PluginBench {
                     let _ = cell.set(engine.compile(&spec)?);
                 }
                 let factory = cell.get().expect("compiled above");
+                let mut seen = self.seen.borrow_mut();
+                seen.clear();
                 (0..ports)
                     .map(|_| {
                         let stage = factory.instantiate(0)?;
+                        seen.push(stage.stats().clone());
                         Ok(if kind == Stage::WasmShadow {
-                            let live = vec![stage];
-                            Box::new(crate::plugins::ChainStage::new("bench", live, vec![factory.instantiate(0)?]))
+                            let shadow = factory.instantiate(0)?;
+                            seen.push(shadow.stats().clone());
+                            Box::new(crate::plugins::ChainStage::new("bench", vec![stage], vec![shadow]))
                                 as Box<dyn VerdictStage>
                         } else {
                             Box::new(stage)
@@ -616,6 +651,9 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
                     measure_workers(s.name, pipes, opts.seconds, opts.frame_size, progress)
                 })?
             };
+            if let (Some(p), Stage::Wasm | Stage::WasmShadow | Stage::WasmNoDeadline) = (&opts.plugin, s.stage) {
+                p.faulted(s.name)?;
+            }
             if opts.json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {

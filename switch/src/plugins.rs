@@ -688,8 +688,16 @@ impl MetricsSource for PluginMetrics {
         };
         type Pick = fn(&PluginStats) -> u64;
         let counters: [(&str, &str, Pick); 7] = [
-            ("wasmswitch_plugin_batches", "Plugin batch calls.", |s| s.batches.get()),
-            ("wasmswitch_plugin_packets", "Packets in plugin batch calls.", |s| s.packets.get()),
+            (
+                "wasmswitch_plugin_batches",
+                "Batches the plugin answered for, itself or (faulted, quarantined) by its on_error policy.",
+                |s| s.batches.get(),
+            ),
+            (
+                "wasmswitch_plugin_packets",
+                "Packets the plugin answered for; those its on_error policy answered are in policy_packets.",
+                |s| s.packets.get(),
+            ),
             (
                 "wasmswitch_plugin_policy_packets",
                 "Packets whose verdict came from the on_error policy (fault or quarantine).",
@@ -731,7 +739,12 @@ impl MetricsSource for PluginMetrics {
                 verdicts.push((l, c.get()));
             }
         }
-        counter_family(e, "wasmswitch_plugin_verdicts", "Verdicts returned by plugins, by kind.", &verdicts)?;
+        counter_family(
+            e,
+            "wasmswitch_plugin_verdicts",
+            "Verdicts by kind, the plugin's own and its on_error policy's (policy_packets counts those).",
+            &verdicts,
+        )?;
         let mut faults = Vec::new();
         for r in table {
             for f in FaultReason::ALL {

@@ -270,6 +270,22 @@ fn bench_plugin_scenarios_say_what_they_need() {
 }
 
 #[test]
+fn bench_refuses_figures_of_a_plugin_that_faulted() {
+    // Quarantined, it is never called: the figures would be its on_error policy's.
+    let dir = Scratch::new("bench-trap");
+    let trap = dir.path("trap.wasm");
+    std::fs::write(&trap, plugin_with_process("")).unwrap();
+    let out = Command::new(bin())
+        .args(["bench", "--seconds", "0.2", "--scenario", "l2+plugin", "--plugin"])
+        .arg(&trap)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("scenario `l2+plugin`: the plugin faulted") && err.contains("(trap "), "{err}");
+}
+
+#[test]
 fn acl_plugin_runs_in_the_daemon_datapath() {
     let path = repo("configs/acl.yaml");
     if example_plugin("acl").is_none() {
