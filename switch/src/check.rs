@@ -29,8 +29,10 @@ impl Smoke {
 
 /// Runs every plugin of `chains` (compiled from `cfg`), live and shadow, over the built-in
 /// frames; all of them, so one check names every plugin that faults. A fault names the port,
-/// the plugin, the frame and why; a shadow plugin's fault is a warning. A redirect to a port the config does not have is a warning: the switch would drop
-/// those packets (`bad_redirect`), which may be what a plugin written for another config does.
+/// the plugin, the frame and why; a shadow plugin's fault is a warning. A redirect to a port the
+/// config does not have is a warning: the switch would drop those packets (`bad_redirect`),
+/// which may be what a plugin written for another config does; so is a `host` or `host-copy`
+/// verdict in a config without a host port.
 pub fn smoke(cfg: &Config, chains: &CompiledChains) -> Smoke {
     let mut out = Smoke::default();
     // Ports a redirect may name: the configured ones, then the host port.
@@ -62,6 +64,14 @@ pub fn smoke(cfg: &Config, chains: &CompiledChains) -> Smoke {
                         ports.saturating_sub(1)
                     ));
                 }
+            }
+            // Without a host port: `host` frames are dropped (no_egress), `host_copy` ones
+            // forward without their copy.
+            if cfg.host.is_none() && report.host + report.host_copy > 0 {
+                out.warnings.push(format!(
+                    "{at}, plugin `{name}`: answers `host` or `host-copy` ({} and {} of the test frames), but the config has no host port: the switch drops `host` packets (no_egress) and forwards `host-copy` ones without a copy",
+                    report.host, report.host_copy
+                ));
             }
             out.ok.push(format!("{at}, plugin `{name}`: {report}"));
         }

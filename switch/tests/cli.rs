@@ -172,6 +172,8 @@ fn check_runs_each_plugin_on_built_in_frames() {
     std::fs::write(dir.path("pass.wasm"), plugin_with_process(&answer(0))).unwrap();
     // Redirect (kind 2) to port 9.
     std::fs::write(dir.path("away.wasm"), plugin_with_process(&answer(0x0009_0002))).unwrap();
+    // Host-copy (kind 4), in a config without a host port.
+    std::fs::write(dir.path("copy.wasm"), plugin_with_process(&answer(4))).unwrap();
     // Traps when the first packet's ethertype (metadata offset 6) is ARP.
     let arp = format!(
         "(if (i32.eq (i32.load16_u offset=22 (local.get 0)) (i32.const 0x0806)) (then unreachable)) {}",
@@ -201,6 +203,10 @@ fn check_runs_each_plugin_on_built_in_frames() {
         ),
         "{err}"
     );
+
+    let (ok, out, err) = check(&config("pass", "copy"), &[]);
+    assert!(ok && out.contains(&format!("plugin `copy`: ok on {n} frames (host-copy {n})")), "{out}{err}");
+    assert!(err.contains(&format!("warning: port `p1`, plugin `copy`: answers `host` or `host-copy` (0 and {n} of the test frames), but the config has no host port")), "{err}");
 
     let cfg = config("pass", "arp");
     let (ok, out, err) = check(&cfg, &[]);
