@@ -93,7 +93,7 @@ pub enum Learned {
 pub enum StaticError {
     /// Every slot of the entry's bucket already holds a static entry.
     BucketFull,
-    /// A group (multicast) address cannot be a station.
+    /// A group (multicast) or all-zero address cannot be a station.
     GroupAddress,
 }
 
@@ -101,7 +101,7 @@ impl std::fmt::Display for StaticError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             StaticError::BucketFull => "its hash bucket is full of static entries (raise fdb.capacity)",
-            StaticError::GroupAddress => "a multicast or broadcast address cannot be an FDB entry",
+            StaticError::GroupAddress => "a multicast, broadcast or all-zero address cannot be an FDB entry",
         })
     }
 }
@@ -347,7 +347,7 @@ impl Fdb {
 
     /// Adds (or replaces) a static entry: never aged, never moved by learning or evicted.
     pub fn add_static(&self, vlan: u16, mac: MacAddr, port: PortId) -> Result<(), StaticError> {
-        if mac.is_group() {
+        if !mac.is_station() {
             return Err(StaticError::GroupAddress);
         }
         let k = key(vlan, mac);
@@ -403,7 +403,7 @@ impl Fdb {
             *per_bucket.entry(bucket(k)).or_default() += 1;
         }
         for &(vlan, mac, _) in add {
-            if mac.is_group() {
+            if !mac.is_station() {
                 return Err(format!("{mac} in VLAN {vlan}: {}", StaticError::GroupAddress));
             }
             let k = key(vlan, mac);
@@ -653,6 +653,7 @@ mod tests {
         assert_eq!(f.flush(Flush { statics: true, ..Flush::default() }), 1);
         assert!(f.is_empty());
         assert_eq!(f.add_static(1, MacAddr::BROADCAST, 1), Err(StaticError::GroupAddress));
+        assert_eq!(f.add_static(1, MacAddr([0; 6]), 1), Err(StaticError::GroupAddress), "all zeros is no station");
         f.add_static(1, mac(9), 1).unwrap();
         f.add_static(1, mac(9), 2).unwrap();
         assert_eq!(f.lookup(1, mac(9)), Some(2), "adding again replaces");

@@ -334,8 +334,11 @@ pub fn check(cfg: &Config, err: &impl Fn(Location, String) -> ConfigError) -> Re
     for e in &cfg.fdb.statics {
         let v = vid(err, "fdb.static vlan", &e.vlan)?;
         let at = or_loc(e.mac.referenced, e.port.referenced);
-        if e.mac.value.0.is_group() {
-            return Err(err(at, format!("fdb.static: {} is a group address, not a station", e.mac.value.0)));
+        if !e.mac.value.0.is_station() {
+            return Err(err(
+                at,
+                format!("fdb.static: {} is a group or all-zero address, not a station", e.mac.value.0),
+            ));
         }
         let port = &e.port.value;
         let Some(members) = vlans.get(port) else {

@@ -1074,6 +1074,13 @@ impl Config {
         }
         if let Some(h) = &self.host {
             let name = &h.name.value;
+            // It is a port like the others: in metrics labels, the API and plugin logs.
+            if !is_name(name) {
+                return Err(err(
+                    h.name.referenced,
+                    format!("host port name `{name}` is not valid: expected 1-32 letters, digits, `-`, `_` or `.`"),
+                ));
+            }
             if let Some(first) = names.get(name.as_str()) {
                 return Err(err(
                     h.name.referenced,

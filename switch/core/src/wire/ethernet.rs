@@ -31,6 +31,12 @@ impl MacAddr {
         self.0[0] & 1 != 0
     }
 
+    /// An address a station can have: neither a group address nor all zeros (the bridge's
+    /// `is_valid_ether_addr`).
+    pub fn is_station(&self) -> bool {
+        !self.is_group() && self.0 != [0; 6]
+    }
+
     /// IEEE 802.1D link-local group address (01:80:C2:00:00:00 to 0F: STP, LACP, LLDP, 802.1X,
     /// pause): never forwarded by a bridge.
     #[inline]
