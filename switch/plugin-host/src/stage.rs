@@ -69,7 +69,12 @@ impl PluginFactory {
         let spec = &self.spec;
         let now = Instant::now();
         let tick = self.engine.opts.epoch_tick;
-        let init_ticks = deadline_ticks(init_bound, tick);
+        // A spinning call is stopped at the second expiry after using half its budget since the
+        // first: twice the period. The batch deadline is that period (and documented as up to
+        // twice it); the init bound off the data path is what the error message promises, so
+        // its period is half of it.
+        let period = if init_bound >= INIT_DEADLINE { init_bound / 2 } else { init_bound };
+        let init_ticks = deadline_ticks(period, tick);
         let state = HostState {
             name: spec.label().into(),
             worker,
