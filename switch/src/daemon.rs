@@ -710,7 +710,9 @@ fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, jobs: mpsc::Rec
                 let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.shadow(&port, op)))
                     .unwrap_or_else(|_| Err("it panicked (see the log)".into()));
                 if let Err(e) = &result {
-                    log::error!("port `{port}`: shadow {op:?} refused: {e}");
+                    // A refusal changed nothing: the client's to act on, not a fault.
+                    let op = if matches!(op, ShadowOp::Promote) { "promote" } else { "discard" };
+                    log::warn!("port `{port}`: shadow {op} refused: {e}");
                 }
                 reloading.store(false, Ordering::Release);
                 let _ = reply.send(result);
@@ -722,7 +724,10 @@ fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, jobs: mpsc::Rec
             .unwrap_or_else(|_| Err("reload refused: it panicked (see the log); nothing was changed".into()));
         match &result {
             Ok(s) => log::info!("reload: {s}"),
-            Err(e) => log::error!("{e}"),
+            // Applied, but not everywhere in time: the switch's own trouble.
+            Err(e) if e.starts_with("reload applied late") => log::error!("{e}"),
+            // Refused, nothing changed: the file's to fix.
+            Err(e) => log::warn!("{e}"),
         }
         // Applied or refused, the switch runs on.
         crate::notify::notify(if result.is_ok() {

@@ -234,7 +234,14 @@ fn main() -> ExitCode {
                     smoke.result()?;
                 }
             }
-            println!("{}: ok ({} ports, {} workers, {n} plugins)", config.display(), c.ports.len(), c.workers.len());
+            let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+            println!(
+                "{}: ok ({}, {}, {})",
+                config.display(),
+                count(c.ports.len(), "port"),
+                count(c.workers.len(), "worker"),
+                count(n, "plugin")
+            );
             Ok(())
         }),
         Command::Bench(args) => args.options().and_then(|o| bench::run(&o)).map(|_| ()),

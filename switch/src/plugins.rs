@@ -217,8 +217,10 @@ pub fn stages(
     }
     if chains.is_some() {
         let kept = next.plugins.iter().filter(|r| running.keeps(r)).count();
+        // At start there is nothing to keep: the count of instances says all.
+        let kept = if running.plugins.is_empty() { String::new() } else { format!("{kept} of ") };
         log::info!(
-            "plugins loaded: {} ({kept} of {} instances kept with their state)",
+            "plugins loaded: {} ({kept}{} instances{})",
             cfg.ports
                 .iter()
                 .flat_map(|p| {
@@ -229,7 +231,8 @@ pub fn stages(
                 })
                 .collect::<Vec<_>>()
                 .join(", "),
-            next.plugins.len()
+            next.plugins.len(),
+            if running.plugins.is_empty() { "" } else { " kept with their state" }
         );
     }
     Ok((stages, next))
