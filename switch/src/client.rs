@@ -224,6 +224,8 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
                     packets: u64,
                     faults: u64,
                     quarantined: u64,
+                    /// Verdicts: pass, drop, and the rest (redirect, host, host-copy).
+                    verdicts: [u64; 3],
                 }
                 let mut rows: Vec<Row> = Vec::new();
                 for p in plugins["plugins"].as_array().into_iter().flatten() {
@@ -241,6 +243,7 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
                                 packets: 0,
                                 faults: 0,
                                 quarantined: 0,
+                                verdicts: [0; 3],
                             });
                             rows.len() - 1
                         }
@@ -251,15 +254,31 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
                     r.packets += n(&p["packets"]);
                     r.faults += n(&p["faults"]);
                     r.quarantined += u64::from(p["quarantined"].as_bool().unwrap_or(false));
+                    let v = &p["verdicts"];
+                    r.verdicts[0] += n(&v["pass"]);
+                    r.verdicts[1] += n(&v["drop"]);
+                    r.verdicts[2] += n(&v["redirect"]) + n(&v["host"]) + n(&v["host_copy"]);
                 }
                 println!(
-                    "{:<16} {:<6} {:<16} {:<12} {:>7} {:>12} {:>14} {:>8} {:>11}",
-                    "port", "chain", "plugin", "component", "workers", "batches", "packets", "faults", "quarantined"
+                    "{:<16} {:<6} {:<16} {:<12} {:>7} {:>12} {:>14} {:>8} {:>11} {:>14} {:>14} {:>14}",
+                    "port",
+                    "chain",
+                    "plugin",
+                    "component",
+                    "workers",
+                    "batches",
+                    "packets",
+                    "faults",
+                    "quarantined",
+                    "pass",
+                    "drop",
+                    "other"
                 );
                 for r in rows {
                     let (port, chain, plugin) = &r.key;
+                    let [pass, drop, other] = r.verdicts;
                     println!(
-                        "{port:<16} {chain:<6} {plugin:<16} {:<12} {:>7} {:>12} {:>14} {:>8} {:>11}",
+                        "{port:<16} {chain:<6} {plugin:<16} {:<12} {:>7} {:>12} {:>14} {:>8} {:>11} {pass:>14} {drop:>14} {other:>14}",
                         r.component,
                         r.workers,
                         r.batches,

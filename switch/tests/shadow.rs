@@ -145,6 +145,12 @@ fn a_shadow_chain_is_compared_never_applied_then_promoted_or_discarded() {
         row(&["p0", "live", "acl", hash]) && row(&["p0", "shadow", "acl", hash]) && row(&["p1", "shadow", "trap"]),
         "{out}"
     );
+    // The verdicts, last: pass, drop, other. The live acl passes p0's traffic so far.
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header[header.len() - 3..], ["pass", "drop", "other"], "{out}");
+    let live = out.lines().find(|l| l.split_whitespace().take(2).eq(["p0", "live"])).unwrap();
+    let cells: Vec<u64> = live.split_whitespace().rev().take(3).map(|c| c.parse().unwrap()).collect();
+    assert!(cells[2] > 0, "pass, in {live}");
 
     // Promote p0's shadow through the CLI: its verdicts apply from the next batch on, and the
     // live series of `acl` carries on from where it was.
