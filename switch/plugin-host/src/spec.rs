@@ -120,7 +120,9 @@ pub(crate) fn err(spec: &PluginSpec, kind: ErrorKind, message: impl Into<String>
     PluginError { plugin: spec.name.clone(), kind, message: message.into() }
 }
 
-/// `wasmtime::Error` is not `std::error::Error`; flatten it (with its causes) into text.
+/// `wasmtime::Error` is not `std::error::Error`; flatten it (with its causes) into text, on
+/// one line: wasmparser's messages can carry pretty-printed arrays (a bad magic number's bytes,
+/// one per line), and an error answers a reload and goes into a log line.
 pub(crate) fn wt(e: &wasmtime::Error) -> String {
-    format!("{e:#}")
+    format!("{e:#}").lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }

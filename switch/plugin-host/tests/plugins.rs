@@ -534,6 +534,12 @@ fn a_component_of_another_world_gets_a_clear_error() {
         .err()
         .expect("refused");
     assert_eq!(e.kind, ErrorKind::Compile, "{e}");
+
+    // Not WebAssembly at all: one line, however the parser prints its bytes.
+    let e =
+        engine().compile(&spec("junk", write("junk.wasm", &[0xff, 0x12, 0x49, 0xca, 0, 0, 0, 0]), "")).err().unwrap();
+    assert_eq!(e.kind, ErrorKind::Compile, "{e}");
+    assert!(!e.to_string().contains('\n') && e.to_string().contains("magic"), "{e}");
 }
 
 #[test]
