@@ -36,6 +36,12 @@ def svg() -> str:
 
 
 if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) > 1:
+        # It takes no options: anything given (--help included) gets the usage, nothing written.
+        print(__doc__.strip())
+        sys.exit(0 if sys.argv[1] in ("-h", "--help") else 2)
     path = Path(__file__).with_name("veth.svg")
     path.write_text(svg())
     print(path)

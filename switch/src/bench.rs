@@ -1,4 +1,4 @@
-//! `wasmswitch bench`: drives the sim datapath on one worker and measures it.
+//! `wasmswitch bench`: drives the sim datapath on one worker (or `--workers N`) and measures it.
 //!
 //! Every scenario is measured in the same process, one after the other, so ratios between
 //! them are meaningful even on a noisy machine.
@@ -8,7 +8,7 @@
 //! [`NativeFactory`] from the binary that has them (`wasmswitch-bench-native`, in
 //! `benches/native`), through [`run_with`].
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -628,8 +628,13 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
                 Some(p) => p.stages(s.stage, 4 * opts.workers, native)?,
                 None => Vec::new(),
             };
+            // A terminal gets a line redrawn in place; a pipe or file one line per scenario.
+            let tty = !opts.json && std::io::stderr().is_terminal();
+            if !opts.json && !tty {
+                eprintln!("[round {round}/{rounds}, {}/{total}] {} for {:.1}s", i + 1, s.name, opts.seconds);
+            }
             let progress = |t: f64| {
-                if !opts.json {
+                if tty {
                     eprint!(
                         "\r[round {round}/{rounds}, {}/{total}] {:<21} {t:4.1}s / {:.1}s",
                         i + 1,
@@ -656,7 +661,7 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
             }
             if opts.json {
                 println!("{}", serde_json::to_string(&r)?);
-            } else {
+            } else if tty {
                 eprint!("\r{:70}\r", "");
             }
             let mut seen = results[i].as_ref().map(|b| b.rounds_mpps.clone()).unwrap_or_default();

@@ -60,7 +60,7 @@ enum Command {
         #[arg(long)]
         no_smoke: bool,
     },
-    /// Measure the sim datapath on one worker: Mpps, ns/packet, cycles/packet, loss.
+    /// Measure the sim datapath (one worker, or --workers N): Mpps, ns/packet, cycles/packet, loss.
     Bench(bench::BenchArgs),
     /// Ask a running daemon whether it is healthy, with its ports.
     Status(ClientArgs),

@@ -191,6 +191,9 @@ fn bench_rounds_interleave_and_report_the_best_of_each() {
     assert!(out.status.success() && text.contains("the best of 2 interleaved rounds"), "{text}");
     assert!(text.lines().next().is_some_and(|h| h.trim_end().ends_with("spread")), "a spread column: {text}");
     assert_eq!(text.lines().filter(|l| l.starts_with("l2 ")).count(), 1, "one row per scenario: {text}");
+    // Progress into a pipe: a line per scenario and round, nothing redrawn.
+    let progress = String::from_utf8_lossy(&out.stderr);
+    assert!(progress.contains("[round 2/2, 1/1] l2 for 0.1s") && !progress.contains('\r'), "{progress}");
     let out = Command::new(bin()).args(["bench", "--rounds", "0", "--scenario", "l2"]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--rounds must be at least 1"));
 }

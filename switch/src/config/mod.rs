@@ -1124,11 +1124,17 @@ impl Config {
         l2::check(self, &err)?;
         let needed = self.frames_needed();
         if u64::from(self.pool.frames.value) < needed {
+            let all_queues = self.ports.iter().any(|p| p.afxdp.as_ref().is_some_and(|a| a.value.queues.is_none()));
             return Err(err(
                 self.pool.frames.referenced,
                 format!(
-                    "pool.frames {} is too small for these ports and workers: at least {needed} are needed (an afxdp port without `queues:` counts every queue of its interface)",
-                    self.pool.frames.value
+                    "pool.frames {} is too small for these ports and workers: at least {needed} are needed{}",
+                    self.pool.frames.value,
+                    if all_queues {
+                        " (an afxdp port without `queues:` counts every queue of its interface)"
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }
