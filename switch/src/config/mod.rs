@@ -1291,6 +1291,26 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64, column: u64) ->
         .map(|k| k.trim().trim_start_matches("- ").to_string())
         .filter(|k| !k.is_empty());
     if let Some(ty) = msg.strip_prefix("invalid ") {
+        // A whole number too large for its type is out of range, not of the wrong type.
+        let max: Option<u128> = match ty {
+            "u8" => Some(u8::MAX.into()),
+            "u16" => Some(u16::MAX.into()),
+            "u32" => Some(u32::MAX.into()),
+            "u64" | "usize" => Some(u64::MAX.into()),
+            _ => None,
+        };
+        let value = text.lines().nth(line.saturating_sub(1) as usize).and_then(|l| {
+            let at: String = l.chars().skip(column.saturating_sub(1) as usize).collect();
+            at.split(|c: char| c.is_whitespace() || ",}]#".contains(c)).next()?.parse::<u128>().ok()
+        });
+        if let (Some(max), Some(v)) = (max, value) {
+            if v > max {
+                return match &key {
+                    Some(k) => format!("`{k}` {v} is out of range: expected 0-{max}"),
+                    None => format!("{v} is out of range: expected 0-{max}"),
+                };
+            }
+        }
         let expected = match ty {
             "u8" | "u16" | "u32" | "u64" | "usize" => "a non-negative integer",
             "i8" | "i16" | "i32" | "i64" => "an integer",

@@ -35,6 +35,12 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "wrong type for `frames`: expected a non-negative integer",
     ),
     (
+        "a whole number too large for its type",
+        "ports:\n  - name: p0\n    driver: sim\n    sim:\n      traffic: { dst_port: 65536 }\n",
+        "5:28",
+        "`dst_port` 65536 is out of range: expected 0-65535",
+    ),
+    (
         "wrong type in an inline mapping",
         "ports:\n  - name: p0\n    driver: sim\n    sim: { ring_size: 1024, queues: -1 }\n",
         "4:37",
