@@ -122,6 +122,9 @@ fn tcp_summary(client: std::process::Child) -> String {
     };
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     if let Some(e) = j.get("error") {
+        if e.as_str().is_some_and(|e| e.starts_with("interrupt")) {
+            return "TCP: stopped by Ctrl-C".to_string();
+        }
         return format!("TCP: iperf3 failed: {e}");
     }
     let s = &j["end"]["sum_sent"];
@@ -237,6 +240,12 @@ pub fn run(seconds: Option<u64>, sim: bool) -> Result<()> {
         let allowed = tcp(&tcp_secs)?;
         println!("TCP {} -> {}:5201 for {tcp_secs} s, now allowed:", h1.name, h2.ip);
         interrupted = print_rates(&sw.dataplane, Some(tcp_secs.parse().unwrap_or(5)), &verdicts)?;
+        if interrupted {
+            // Ctrl-C: the client stops now (SIGINT makes iperf3 report what it had), not at
+            // the end of its run.
+            // SAFETY: kill on a child we own and have not waited for.
+            unsafe { libc::kill(allowed.id() as i32, libc::SIGINT) };
+        }
         println!("{}", tcp_summary(allowed));
         if !interrupted && seconds.is_none() {
             println!("\nlive until Ctrl-C:");
