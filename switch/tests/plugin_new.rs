@@ -114,7 +114,7 @@ fn scaffolded_plugin_tests_builds_and_loads() {
     std::fs::write(crate_dir.join("switch.yaml"), yaml).unwrap();
     let o = wasmswitch(&["check", "-c", crate_dir.join("switch.yaml").to_str().unwrap()], root);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("1 plugins"), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("1 plugin)"), "{}", text(&o));
 
     // Through the plugin host: UDP to the port is dropped and counted; other traffic passes.
     let mut stage = wasmswitch_plugin_host::stage_from_file(&wasm, "dport=5001", 64).unwrap();

@@ -274,6 +274,12 @@ pub fn preflight(spec: &PortSpec) -> Result<Decision, AfXdpError> {
     let iface = spec.iface.as_str();
     let ifindex = sys::ifindex(iface).ok_or_else(|| AfXdpError::InterfaceMissing { iface: iface.into() })?;
     let decision = decide(spec);
+    refusal(iface, ifindex, &decision)?;
+    Ok(decision)
+}
+
+/// What [`preflight`] checks of a decision for `iface`.
+fn refusal(iface: &str, ifindex: u32, decision: &Decision) -> Result<(), AfXdpError> {
     if let Some(&q) = decision.queues.iter().find(|&&q| q >= decision.channels) {
         return Err(AfXdpError::QueueOutOfRange { iface: iface.into(), queue: q, channels: decision.channels });
     }
@@ -296,7 +302,7 @@ pub fn preflight(spec: &PortSpec) -> Result<Decision, AfXdpError> {
             Err(e) => log::debug!("{iface}: the netdev family's dev-get failed ({e}); the bind will tell"),
         }
     }
-    Ok(decision)
+    Ok(())
 }
 
 fn check_ring(iface: &str, ring: &'static str, size: u32) -> Result<(), AfXdpError> {
@@ -339,8 +345,10 @@ impl AfXdpPort {
         if !(2048..=4096).contains(&fs) {
             return Err(AfXdpError::BadFrameSize(fs));
         }
-        let decision = preflight(spec)?;
+        let decision = decide(spec);
+        // The UMEM's own rule first: it holds whatever the interface offers.
         reg.check_mode(iface, decision.bind)?;
+        refusal(iface, ifindex, &decision)?;
 
         // Someone else's program on the hook: say so before creating anything.
         let att = sys::xdp_attached(ifindex)

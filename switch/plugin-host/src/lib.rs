@@ -76,7 +76,7 @@ mod tests {
 
     #[test]
     fn deadline_watch_tells_a_stall_from_a_spin() {
-        let mut w = DeadlineWatch { ticks: 3, cpu_budget: Duration::from_millis(10), cpu_mark: None, extensions: 0 };
+        let mut w = DeadlineWatch::for_calls(3, Duration::from_millis(10));
         w.arm();
         assert!(matches!(w.expired(), UpdateDeadline::Continue(3)), "the first expiry only notes the CPU clock");
         std::thread::sleep(Duration::from_millis(30)); // descheduled: wall time passes, no CPU

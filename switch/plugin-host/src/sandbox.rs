@@ -49,15 +49,43 @@ pub(crate) struct DeadlineWatch {
     /// Thread CPU time at the first expiry in the current call.
     pub(crate) cpu_mark: Option<Duration>,
     pub(crate) extensions: u32,
+    /// Note the CPU time when armed rather than at the first expiry: for `init`, whose bound
+    /// is a promise ("may use 1000 ms"), checked every quarter of it (see
+    /// [`DeadlineWatch::for_init`]).
+    pub(crate) mark_at_arm: bool,
 }
 
 pub(crate) const MAX_STALL_EXTENSIONS: u32 = 16;
 
 impl DeadlineWatch {
-    /// Called before every call (two stores).
+    /// A watch for batch calls under `ticks` (the deadline as enforced) and `deadline`.
+    pub(crate) fn for_calls(ticks: u64, deadline: Duration) -> Self {
+        Self { ticks, cpu_budget: deadline, cpu_mark: None, extensions: 0, mark_at_arm: false }
+    }
+
+    /// A watch for instantiation and `init` under `bound` of CPU: the CPU clock is noted when
+    /// armed and checked every quarter of the bound, so a spinning init is stopped after
+    /// `bound` to 1.25 × `bound` of CPU (a batch call's watch, noting at the first expiry,
+    /// allows up to twice its deadline).
+    pub(crate) fn for_init(bound: Duration, tick: Duration) -> Self {
+        let ticks = crate::stage::deadline_ticks(bound / 4, tick);
+        // `expired` interrupts at half the budget since the mark.
+        Self { ticks, cpu_budget: bound * 2, cpu_mark: None, extensions: 0, mark_at_arm: true }
+    }
+
+    /// The CPU time a call may use, as error messages state it.
+    pub(crate) fn bound(&self) -> Duration {
+        if self.mark_at_arm {
+            self.cpu_budget / 2
+        } else {
+            self.cpu_budget
+        }
+    }
+
+    /// Called before every call (two stores, and a branch never taken on batch calls).
     #[inline]
     pub(crate) fn arm(&mut self) {
-        self.cpu_mark = None;
+        self.cpu_mark = if self.mark_at_arm { Some(thread_cpu_time()) } else { None };
         self.extensions = 0;
     }
 

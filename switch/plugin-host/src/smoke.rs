@@ -195,7 +195,7 @@ impl PluginFactory {
             verdicts.clear();
             verdicts.resize(idx.len(), Verdict::Pass);
             // Every check call is measured in CPU time too: nothing here is per packet.
-            let watch = Some(crate::stage::CpuWatch::start(spec.deadline));
+            let watch = Some(crate::stage::CpuWatch::start(self.engine.opts.epoch_tick * ticks as u32));
             if let Err((reason, why)) = live.process(ticks, &buf, &mut verdicts, &stats, watch) {
                 let limit = match reason {
                     FaultReason::Deadline => format!(" (deadline_us {})", spec.deadline.as_micros()),

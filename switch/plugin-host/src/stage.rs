@@ -69,12 +69,14 @@ impl PluginFactory {
         let spec = &self.spec;
         let now = Instant::now();
         let tick = self.engine.opts.epoch_tick;
-        // A spinning call is stopped at the second expiry after using half its budget since the
-        // first: twice the period. The batch deadline is that period (and documented as up to
-        // twice it); the init bound off the data path is what the error message promises, so
-        // its period is half of it.
-        let period = if init_bound >= INIT_DEADLINE { init_bound / 2 } else { init_bound };
-        let init_ticks = deadline_ticks(period, tick);
+        // Off the data path, the init bound is a promise the error message states; the fresh
+        // instance made on the worker after a fault is under the batch deadline, as a call.
+        let watch = if init_bound >= INIT_DEADLINE {
+            DeadlineWatch::for_init(init_bound, tick)
+        } else {
+            DeadlineWatch::for_calls(deadline_ticks(init_bound, tick), init_bound)
+        };
+        let init_ticks = watch.ticks;
         let state = HostState {
             name: spec.label().into(),
             worker,
@@ -82,7 +84,7 @@ impl PluginFactory {
             limiter: Limiter::new(spec.memory_limit),
             log: *log,
             clock_base: now,
-            deadline: DeadlineWatch { ticks: init_ticks, cpu_budget: init_bound, cpu_mark: None, extensions: 0 },
+            deadline: watch,
         };
         let mut store = Store::new(self.engine.engine(), state);
         store.limiter(|s| &mut s.limiter);
@@ -98,15 +100,14 @@ impl PluginFactory {
         // From here on, batch calls: the plugin's own deadline.
         let st = store.data_mut();
         st.limiter.denied = None;
-        st.deadline.ticks = deadline_ticks(spec.deadline, tick);
-        st.deadline.cpu_budget = spec.deadline;
+        st.deadline = DeadlineWatch::for_calls(deadline_ticks(spec.deadline, tick), spec.deadline);
         Ok(Live { store, process })
     }
 
     /// Instantiates in `store` and runs `init`; the `process` export.
     fn start(&self, store: &mut Store<HostState>) -> Result<Func, PluginError> {
         let spec = &self.spec;
-        let (init_ticks, bound) = (store.data().deadline.ticks, store.data().deadline.cpu_budget);
+        let (init_ticks, bound) = (store.data().deadline.ticks, store.data().deadline.bound());
         let (cpu0, wall0) = (thread_cpu_time(), Instant::now());
         // Microseconds under a millisecond: a 10 µs deadline must not read "0 ms".
         let time = |d: Duration| {
@@ -416,7 +417,7 @@ impl WasmStage {
         let clock = &self.factory.engine.ticks;
         let watch = (self.cpu_watch > 0).then(|| {
             self.cpu_watch -= 1;
-            CpuWatch::start(self.factory.spec.deadline)
+            CpuWatch::start(self.factory.engine.opts.epoch_tick * self.ticks as u32)
         });
         let start = clock.load(Ordering::Relaxed);
         let result = live.process(self.ticks, &self.buf, verdicts, &self.stats, watch);
@@ -467,14 +468,15 @@ impl Live {
 /// A call measured in thread CPU time (see [`CPU_WATCH_CALLS`]).
 pub(crate) struct CpuWatch {
     start: Duration,
-    /// Twice the deadline: what an epoch-interrupted call can use at most.
+    /// Twice the deadline as enforced: the most an epoch-interrupted call can use.
     cap: Duration,
 }
 
 impl CpuWatch {
-    /// Starts measuring a call under `deadline`.
-    pub(crate) fn start(deadline: Duration) -> Self {
-        Self { start: thread_cpu_time(), cap: deadline * 2 }
+    /// Starts measuring a call whose deadline, as enforced (whole epoch ticks, see
+    /// [`crate::deadline_as_enforced`]), is `enforced`.
+    pub(crate) fn start(enforced: Duration) -> Self {
+        Self { start: thread_cpu_time(), cap: enforced * 2 }
     }
 
     fn check(&self) -> Result<(), (FaultReason, String)> {
@@ -485,7 +487,7 @@ impl CpuWatch {
         Err((
             FaultReason::Deadline,
             format!(
-                "the call used {} µs of CPU, more than twice its deadline ({} µs), in code no epoch check stops (one bulk memory instruction over a large memory?)",
+                "the call used {} µs of CPU, more than twice its deadline as enforced ({} µs), in code no epoch check stops (one bulk memory instruction over a large memory?)",
                 used.as_micros(),
                 self.cap.as_micros() / 2
             ),
