@@ -101,6 +101,16 @@ impl Collector for SwitchCollector {
         let e = &mut enc;
         // One snapshot per scrape: a reload may add or remove ports meanwhile.
         let ports = self.ports.snapshot();
+        // Drops read before the packets received: a worker counts a batch's packets before it
+        // drops any of them, so one scrape never shows a port dropping more of what it received
+        // than it received (`tx_ring_full` counts at the egress port, of others' packets).
+        let mut drops = Vec::new();
+        for (p, info) in &ports {
+            for r in DropReason::ALL {
+                let v: u64 = self.workers.iter().map(|w| w.ports[*p as usize].drops[r as usize].get()).sum();
+                drops.push((vec![("port", info.name.clone()), ("reason", r.label().to_string())], v));
+            }
+        }
         counter_family(
             e,
             "wasmswitch_port_rx_packets",
@@ -143,13 +153,6 @@ impl Collector for SwitchCollector {
             "Frames received with the host port's MAC as source (not on the host port): forwarded, never learned.",
             &self.port_samples(&ports, |s| s.own_address.get()),
         )?;
-        let mut drops = Vec::new();
-        for (p, info) in &ports {
-            for r in DropReason::ALL {
-                let v: u64 = self.workers.iter().map(|w| w.ports[*p as usize].drops[r as usize].get()).sum();
-                drops.push((vec![("port", info.name.clone()), ("reason", r.label().to_string())], v));
-            }
-        }
         counter_family(
             e,
             "wasmswitch_port_drops",
