@@ -8,7 +8,7 @@
 # anything the other core does.
 #
 #   benches/count.sh [--bin PATH] [--against PATH] [--seconds S] [--scenario NAME]...
-#                    [--plugin WASM --plugin-config FILE]
+#                    [--plugin WASM --plugin-config FILE] [--batch N]
 #
 # --against adds a second build's counts and the change from it to --bin, scenario by scenario.
 # Default: floor, passthrough, l2, l2-vlan, l2-parse-all (and l2+plugin with --plugin), 0.5 s
@@ -27,7 +27,7 @@ while [[ $# -gt 0 ]]; do
         --against) against="$2"; shift 2 ;;
         --seconds) seconds="$2"; shift 2 ;;
         --scenario) scenarios+=("$2"); shift 2 ;;
-        --plugin | --plugin-config) plugin_args+=("$1" "$2"); shift 2 ;;
+        --plugin | --plugin-config | --batch) plugin_args+=("$1" "$2"); shift 2 ;;
         -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "count.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac

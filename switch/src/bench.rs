@@ -29,6 +29,8 @@ struct Scenario {
     mode: &'static str,
     variant: Variant,
     stage: Stage,
+    /// RX batch (`switch.batch`): `None` for the run's `--batch`.
+    batch: Option<usize>,
     about: &'static str,
 }
 
@@ -59,6 +61,7 @@ const SCENARIOS: &[Scenario] = &[
         mode: "l2",
         variant: DEFAULT,
         stage: Stage::Floor,
+        batch: None,
         about: "least work: template copy, two MACs, FxHashMap learn + lookup, batch 64; no rings, parse or counters",
     },
     Scenario {
@@ -66,6 +69,7 @@ const SCENARIOS: &[Scenario] = &[
         mode: "passthrough",
         variant: DEFAULT,
         stage: Stage::None,
+        batch: None,
         about: "RX -> TX on the same port, no parsing or lookup (the ceiling)",
     },
     Scenario {
@@ -73,13 +77,23 @@ const SCENARIOS: &[Scenario] = &[
         mode: "l2",
         variant: DEFAULT,
         stage: Stage::None,
+        batch: None,
         about: "learning switch, 4 ports, 1024 source MACs, 5% broadcast",
+    },
+    Scenario {
+        name: "l2-batch256",
+        mode: "l2",
+        variant: DEFAULT,
+        stage: Stage::None,
+        batch: Some(256),
+        about: "l2 taking up to 256 packets per RX burst (switch.batch: 256) instead of --batch",
     },
     Scenario {
         name: "l2-parse-all",
         mode: "l2",
         variant: Variant { parse_all: true, ..DEFAULT },
         stage: Stage::None,
+        batch: None,
         about: "l2 parsing every frame down to L4, as a port with plugins does (l2 stops after the tags)",
     },
     Scenario {
@@ -87,6 +101,7 @@ const SCENARIOS: &[Scenario] = &[
         mode: "l2-vlan",
         variant: DEFAULT,
         stage: Stage::None,
+        batch: None,
         about: "l2 with 4 trunk ports carrying VLANs 10-13, every frame tagged, learning per VLAN",
     },
     Scenario {
@@ -94,6 +109,7 @@ const SCENARIOS: &[Scenario] = &[
         mode: "l2-two-umem",
         variant: DEFAULT,
         stage: Stage::None,
+        batch: None,
         about: "l2 with ports p2, p3 in a second UMEM group: frames between the groups are copied",
     },
     Scenario {
@@ -101,6 +117,7 @@ const SCENARIOS: &[Scenario] = &[
         mode: "l2",
         variant: Variant { bulk_return: false, ..DEFAULT },
         stage: Stage::None,
+        batch: None,
         about: "l2, TX completions returned one at a time",
     },
     Scenario {
@@ -108,6 +125,7 @@ const SCENARIOS: &[Scenario] = &[
         mode: "l2",
         variant: Variant { alloc: AllocMode::SharedLocked, ..DEFAULT },
         stage: Stage::None,
+        batch: None,
         about: "l2, every frame from/to a shared locked allocator, no per-worker cache",
     },
     Scenario {
@@ -115,13 +133,23 @@ const SCENARIOS: &[Scenario] = &[
         mode: "l2",
         variant: DEFAULT,
         stage: Stage::Wasm,
+        batch: None,
         about: "l2 with --plugin on every port's ingress, through wasmtime",
+    },
+    Scenario {
+        name: "l2+plugin-batch256",
+        mode: "l2",
+        variant: DEFAULT,
+        stage: Stage::Wasm,
+        batch: Some(256),
+        about: "l2+plugin with batches of up to 256 packets: a quarter of the plugin calls",
     },
     Scenario {
         name: "l2+plugin+shadow",
         mode: "l2",
         variant: DEFAULT,
         stage: Stage::WasmShadow,
+        batch: None,
         about: "l2+plugin with a second instance of --plugin in shadow on every port (verdicts compared, not applied)",
     },
     Scenario {
@@ -129,6 +157,7 @@ const SCENARIOS: &[Scenario] = &[
         mode: "l2",
         variant: DEFAULT,
         stage: Stage::WasmNoDeadline,
+        batch: None,
         about:
             "l2+plugin compiled without the epoch checks of the CPU-time deadline (what they cost; never the daemon's)",
     },
@@ -137,6 +166,7 @@ const SCENARIOS: &[Scenario] = &[
         mode: "l2",
         variant: DEFAULT,
         stage: Stage::Native,
+        batch: None,
         about: "l2 with the same plugin's logic compiled natively (example plugins only)",
     },
 ];
@@ -294,10 +324,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Scenario(s) to run (default: all that the other options allow): floor (with --workers
-    /// N, N copies of the loop that share nothing), passthrough, l2, l2-parse-all, l2-vlan,
-    /// l2-two-umem, l2-single-return, l2-no-recycle, l2+plugin (needs --plugin),
-    /// l2+plugin+shadow (needs --plugin), l2+plugin-no-deadline (needs --plugin; by name
-    /// only), l2+native (needs --plugin; only in wasmswitch-bench-native).
+    /// N, N copies of the loop that share nothing), passthrough, l2, l2-batch256,
+    /// l2-parse-all, l2-vlan, l2-two-umem, l2-single-return, l2-no-recycle, l2+plugin (needs
+    /// --plugin), l2+plugin-batch256 (needs --plugin), l2+plugin+shadow (needs --plugin),
+    /// l2+plugin-no-deadline (needs --plugin; by name only), l2+native (needs --plugin; only
+    /// in wasmswitch-bench-native).
     #[arg(long = "scenario")]
     pub scenarios: Vec<String>,
     /// Measured seconds per scenario (after a 0.2 s warm-up).
@@ -325,13 +356,27 @@ pub struct BenchArgs {
     /// there are), polling its own queue of every port; the rows are their sums.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
+    /// Most packets per RX burst, i.e. per batch and plugin call (`switch.batch`), 1-256, for
+    /// every scenario but those named `-batch256`.
+    #[arg(long, default_value_t = wasmswitch_core::DEFAULT_BATCH)]
+    pub batch: usize,
 }
 
 impl BenchArgs {
     /// The options [`run_with`] takes: reads the `--plugin-config` file.
     pub fn options(self) -> Result<BenchOptions> {
-        let BenchArgs { json, scenarios, seconds, frame_size, rounds, plugin, plugin_config, header_bytes, workers } =
-            self;
+        let BenchArgs {
+            json,
+            scenarios,
+            seconds,
+            frame_size,
+            rounds,
+            plugin,
+            plugin_config,
+            header_bytes,
+            workers,
+            batch,
+        } = self;
         let plugin = match plugin {
             Some(path) => {
                 let config = match plugin_config {
@@ -343,7 +388,7 @@ impl BenchArgs {
             }
             None => None,
         };
-        Ok(BenchOptions { json, scenarios, seconds, frame_size, rounds, plugin, workers })
+        Ok(BenchOptions { json, scenarios, seconds, frame_size, rounds, plugin, workers, batch })
     }
 }
 
@@ -357,6 +402,8 @@ pub struct BenchOptions {
     pub plugin: Option<PluginBench>,
     /// Pinned workers per scenario (see [`BenchArgs::workers`]).
     pub workers: usize,
+    /// RX batch of the scenarios without their own (see [`BenchArgs::batch`]).
+    pub batch: usize,
 }
 
 /// Most `--workers`.
@@ -366,7 +413,7 @@ pub const MAX_WORKERS: usize = 64;
 /// queue per port per worker. Mode `l2-vlan` is `l2` with every port a trunk of VLANs 10-13 and
 /// the traffic spread over them; mode `l2-two-umem` is `l2` with p2 and p3 in a second UMEM
 /// group.
-pub fn topology_yaml(mode: &str, frame_size: usize, workers: usize) -> String {
+pub fn topology_yaml(mode: &str, frame_size: usize, workers: usize, batch: usize) -> String {
     let two_umem = mode == "l2-two-umem";
     let (mode, vlan) = match mode {
         "l2-vlan" => ("l2", "        vlan: [\"10-13\"]\n    vlan: { mode: trunk, allowed: [\"10-13\"] }\n"),
@@ -375,7 +422,7 @@ pub fn topology_yaml(mode: &str, frame_size: usize, workers: usize) -> String {
     };
     let second = |p: usize| if two_umem && p >= 2 { "    umem: second\n" } else { "" };
     let frames = 16384 * workers;
-    let mut y = format!("switch:\n  mode: {mode}\npool:\n  frames: {frames}\nworkers:\n");
+    let mut y = format!("switch:\n  mode: {mode}\n  batch: {batch}\npool:\n  frames: {frames}\nworkers:\n");
     for _ in 0..workers {
         y += "  - idle: poll\n";
     }
@@ -546,10 +593,11 @@ fn with_stages(
     frame_size: usize,
     variant: Variant,
     workers: usize,
+    batch: usize,
     stages: Vec<Box<dyn VerdictStage>>,
     run: impl FnOnce(&mut [Pipeline]) -> BenchResult,
 ) -> Result<BenchResult> {
-    let cfg = Config::parse(&topology_yaml(mode, frame_size, workers), Path::new("<bench>"))?;
+    let cfg = Config::parse(&topology_yaml(mode, frame_size, workers, batch), Path::new("<bench>"))?;
     let Built { groups, mut pipelines, .. } = build(&cfg, variant)?;
     let mut stages = stages.into_iter();
     for pipe in &mut pipelines {
@@ -616,6 +664,9 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
     if opts.rounds == 0 {
         bail!("--rounds must be at least 1");
     }
+    if !(1..=wasmswitch_core::BATCH_SIZE).contains(&opts.batch) {
+        bail!("--batch {} is out of range: expected 1-{}", opts.batch, wasmswitch_core::BATCH_SIZE);
+    }
     if !(1..=MAX_WORKERS).contains(&opts.workers) {
         bail!("--workers {} is out of range: expected 1-{MAX_WORKERS}", opts.workers);
     }
@@ -652,9 +703,15 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
                 // the ceiling for any switch's scaling here.
                 summed("floor", frame_size, pinned(0..opts.workers, |_| floor(seconds, frame_size, |_| {})))
             } else {
-                with_stages(s.mode, opts.frame_size, s.variant, opts.workers, stages, |pipes| {
-                    measure_workers(s.name, pipes, opts.seconds, opts.frame_size, progress)
-                })?
+                with_stages(
+                    s.mode,
+                    opts.frame_size,
+                    s.variant,
+                    opts.workers,
+                    s.batch.unwrap_or(opts.batch),
+                    stages,
+                    |pipes| measure_workers(s.name, pipes, opts.seconds, opts.frame_size, progress),
+                )?
             };
             if let (Some(p), Stage::Wasm | Stage::WasmShadow | Stage::WasmNoDeadline) = (&opts.plugin, s.stage) {
                 p.faulted(s.name)?;
@@ -800,6 +857,12 @@ fn print_table(results: &[BenchResult], plugin: Option<&str>) {
             copied * 100.0,
             (r.ns_per_pkt - l2_ns) / copied.max(f64::MIN_POSITIVE)
         );
+    }
+    if let (Some(l2), Some(b)) = (get("l2"), get("l2-batch256")) {
+        println!("batch 256 gain, l2        = {:+.1}%", (b / l2 - 1.0) * 100.0);
+    }
+    if let (Some(w), Some(b)) = (get("l2+plugin"), get("l2+plugin-batch256")) {
+        println!("batch 256 gain, l2+plugin = {:+.1}%", (b / w - 1.0) * 100.0);
     }
     if let (Some(l2), Some(s)) = (get("l2"), get("l2-single-return")) {
         println!("bulk return gain          = {:+.1}%", (l2 / s - 1.0) * 100.0);

@@ -43,7 +43,7 @@ pub fn smoke(cfg: &Config, chains: &CompiledChains) -> Smoke {
         let all = chains.live.iter().map(|f| (&live, f, false)).chain(chains.shadow.iter().map(|f| (&shadow, f, true)));
         for (at, f, is_shadow) in all {
             let name = &f.spec().name;
-            let report = match f.smoke(index as u16) {
+            let report = match f.smoke_batch(index as u16, cfg.switch.batch.value) {
                 Ok(r) => r,
                 // A shadow plugin's verdicts are never applied, so its fault costs traffic
                 // nothing: a warning (it is what a shadow run is there to show, and a candidate

@@ -436,7 +436,7 @@ pub fn build(cfg: &Config, variant: Variant) -> Result<Built> {
         let stats = Arc::new(WorkerStats::new(w, MAX_PORT_IDS, pool_stats));
         let ports = opened.iter_mut().map(|o| slot(o, w, None)).collect();
         let host_mac = cfg.host.as_ref().map(|h| h.mac.value.0);
-        let opts = PipelineOptions { mode, bulk_return, host_port, host_mac, parse_all };
+        let opts = PipelineOptions { mode, bulk_return, host_port, host_mac, parse_all, batch: cfg.switch.batch.value };
         pipelines.push(Pipeline::with_pools(ports, caches, fdb.clone(), stats, opts));
     }
     let table = PortTable::default();

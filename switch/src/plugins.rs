@@ -199,7 +199,7 @@ pub fn stages(
             })
         };
         for f in c.live.iter().filter(|f| !running_as_is(f)) {
-            f.smoke(index as u16)
+            f.smoke_batch(index as u16, cfg.switch.batch.value)
                 .map_err(|e| anyhow::anyhow!("port `{name}`: {e} (the smoke run of `wasmswitch check`)"))?;
         }
     }

@@ -14,7 +14,7 @@ use wasmswitch::dataplane::Dataplane;
 /// (range, values just and far outside it) of each knob, in `Knobs` order. Upper ends are kept
 /// small where a big accepted value would only make the run slow (the real upper bounds are
 /// checked by the unit tests).
-const RANGES: [(u64, u64); 13] = [
+const RANGES: [(u64, u64); 14] = [
     (1024, 1 << 16), // frames
     (16, 4096),      // cache
     (16, 1 << 20),   // ring
@@ -28,9 +28,10 @@ const RANGES: [(u64, u64); 13] = [
     (1, 1 << 20),    // src_macs
     (1, 1 << 20),    // flows
     (2048, 2048),    // frame_size (4096 and 3000 below)
+    (1, 256),        // batch
 ];
 
-type Knobs = [u64; 13];
+type Knobs = [u64; 14];
 
 /// Every knob inside its range, then (most of the time) one knob pushed to an edge or beyond:
 /// the edges must be accepted and run, anything beyond refused by name.
@@ -59,17 +60,17 @@ fn knobs() -> impl Strategy<Value = Knobs> {
                 k[i] = [2048, 4096, 3000, 0, 1 << 40, 4097][e as usize];
             }
         }
-        let mut out = [0; 13];
+        let mut out = [0; 14];
         out.copy_from_slice(&k);
         out
     })
 }
 
 fn yaml(k: &Knobs) -> String {
-    let [frames, cache, ring, fdb_capacity, aging, workers, mtu, queues, sim_ring, rate, src_macs, flows, frame_size] =
+    let [frames, cache, ring, fdb_capacity, aging, workers, mtu, queues, sim_ring, rate, src_macs, flows, frame_size, batch] =
         *k;
     let mut y = format!(
-        "pool:\n  frames: {frames}\n  frame_size: {frame_size}\n  cache: {cache}\n  ring: {ring}\nfdb:\n  capacity: {fdb_capacity}\n  aging_seconds: {aging}\nworkers:\n"
+        "switch:\n  batch: {batch}\npool:\n  frames: {frames}\n  frame_size: {frame_size}\n  cache: {cache}\n  ring: {ring}\nfdb:\n  capacity: {fdb_capacity}\n  aging_seconds: {aging}\nworkers:\n"
     );
     for _ in 0..workers.min(70) {
         y += "  - idle: sleep\n";

@@ -257,6 +257,32 @@ fn bench_workers_each_forward_and_add_up() {
 }
 
 #[test]
+fn bench_batch_sizes_run_clean_and_their_range_is_checked() {
+    let run = |args: &[&str]| Command::new(bin()).args(["bench", "--seconds", "0.1"]).args(args).output().unwrap();
+    // Batches of one (--batch 1) beside batches of 256, every frame back.
+    let out = run(&["--json", "--batch", "1", "--scenario", "l2", "--scenario", "l2-batch256"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let r: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert!(r["packets"].as_u64().unwrap() > 0 && r["frames_leaked"] == 0, "{r}");
+    }
+    let out = run(&["--scenario", "l2", "--scenario", "l2-batch256"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("batch 256 gain, l2  "), "{text}");
+    if let Some(acl) = example_plugin("acl") {
+        let out =
+            run(&["--scenario", "l2+plugin", "--scenario", "l2+plugin-batch256", "--plugin", acl.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("batch 256 gain, l2+plugin"), "{text}");
+    }
+    for (arg, want) in [("0", "--batch 0 is out of range: expected 1-256"), ("257", "--batch 257 is out of range")] {
+        let out = run(&["--batch", arg, "--scenario", "l2"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "--batch {arg}: {err}");
+    }
+}
+
+#[test]
 fn bench_plugin_scenarios_say_what_they_need() {
     for s in ["l2+plugin", "l2+plugin-no-deadline"] {
         let out = Command::new(bin()).args(["bench", "--seconds", "0.2", "--scenario", s]).output().unwrap();

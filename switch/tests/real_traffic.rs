@@ -320,9 +320,29 @@ fn acl_plugin_denies_one_tcp_port_with_real_connections() {
     if !require_lab("acl_plugin_denies_one_tcp_port_with_real_connections") {
         return;
     }
+    acl_denies_one_tcp_port("c", None);
+}
+
+/// `switch.batch` at both ends of its range carries real TCP and applies plugin verdicts; with
+/// batches of one, every burst is one packet (so the setting reaches the workers).
+#[test]
+fn batches_of_one_and_of_256_carry_tcp_and_apply_plugin_verdicts() {
+    if !require_lab("batches_of_one_and_of_256_carry_tcp_and_apply_plugin_verdicts") {
+        return;
+    }
+    let (packets, batches) = acl_denies_one_tcp_port("b1", Some(1));
+    assert!(packets > 1000, "{packets} packets");
+    assert_eq!(packets, batches, "with switch.batch 1 every burst is one packet");
+    let (packets, batches) = acl_denies_one_tcp_port("b256", Some(256));
+    assert!(packets > 1000 && batches <= packets, "{packets} packets in {batches} batches");
+}
+
+/// `acl` on h1's port denying TCP to port 5202: 5201 connects and moves data, 5202 does not
+/// and its SYNs are counted as policy drops. Returns the packets and batches the workers saw.
+fn acl_denies_one_tcp_port(tag: &str, batch: Option<usize>) -> (u64, u64) {
     let wasm = repo("plugins/out/acl.wasm");
     assert!(wasm.exists(), "{} missing: scripts/test.sh builds the plugins first", wasm.display());
-    let lab = Lab::create(&prefix("c"), 2, 1, 33).unwrap();
+    let lab = Lab::create(&prefix(tag), 2, 1, 33).unwrap();
     let (h1, h2) = (&lab.hosts[0], &lab.hosts[1]);
     let plugin = format!(
         "    plugins:\n      - name: acl\n        path: {}\n        on_error: drop\n        config: |\n          default allow\n          deny proto=tcp dport=5202\n",
@@ -331,6 +351,9 @@ fn acl_plugin_denies_one_tcp_port_with_real_connections() {
     let mut yaml = lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep");
     let first_port_end = yaml.find("  - name: h2").unwrap();
     yaml.insert_str(first_port_end, &plugin);
+    if let Some(b) = batch {
+        yaml.insert_str(0, &format!("switch:\n  batch: {b}\n"));
+    }
     let cfg = Config::parse(&yaml, &repo("switch/tests/real_traffic.yaml")).unwrap();
     let mut dp = Dataplane::start_with_plugins(&cfg, None).unwrap();
     let (_allowed, _denied) = (Iperf3Server::start(h2, 5201), Iperf3Server::start(h2, 5202));
@@ -342,7 +365,10 @@ fn acl_plugin_denies_one_tcp_port_with_real_connections() {
     assert!(drops(&dp, DropReason::Policy) > policy_before, "the denied SYNs are counted as policy drops");
     // The verdict is per port, not per host: the allowed port still works afterwards.
     tcp(h1, &h2.ip, 5201).unwrap_or_else(|e| panic!("TCP to 5201 after the denied attempt: {e}"));
+    let seen = |f: fn(&wasmswitch_core::stats::WorkerStats) -> u64| dp.workers.iter().map(|w| f(&w.stats)).sum::<u64>();
+    let counts = (seen(|s| s.packets.get()), seen(|s| s.batches.get()));
     dp.stop().expect("no frame leaked");
+    counts
 }
 
 fn gro_on(ifname: &str) -> bool {

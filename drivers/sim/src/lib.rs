@@ -114,11 +114,12 @@ impl SimQueue {
         }
     }
 
-    /// The driver's half of RX: keep the fill ring stocked, in bulk, once a burst's worth (or a
-    /// quarter of a small ring) is free.
+    /// The driver's half of RX: keep the fill ring stocked, in bulk, once a default burst's
+    /// worth (or a quarter of a small ring) is free. Not the largest burst: a refill of more
+    /// frames than the pool's per-worker cache holds would go to its shared ring every time.
     fn refill(&mut self, pool: &mut PoolCache) {
         let free = self.rings.fill - self.fill.len();
-        if free >= (self.rings.fill / 4).min(wasmswitch_core::BATCH_SIZE) {
+        if free >= (self.rings.fill / 4).min(wasmswitch_core::DEFAULT_BATCH) {
             let n = pool.alloc_bulk(&mut self.refill_buf[..free]);
             self.fill.extend(&self.refill_buf[..n]);
         }

@@ -4,8 +4,12 @@ use crate::fdb::Place;
 use crate::verdict::Verdict;
 use crate::wire::{MacAddr, PacketMeta};
 
-/// Packets per RX burst and per pipeline batch.
-pub const BATCH_SIZE: usize = 64;
+/// Most packets in one batch: what a batch's arrays hold. A pipeline takes up to its
+/// [`crate::pipeline::PipelineOptions::batch`] of them per RX burst (VPP's vectors are 256).
+pub const BATCH_SIZE: usize = 256;
+
+/// Packets per RX burst unless configured otherwise (`switch.batch`).
+pub const DEFAULT_BATCH: usize = 64;
 
 /// A frame descriptor: where a packet lies in the UMEM. Same shape as the kernel's `xdp_desc`.
 #[repr(C)]

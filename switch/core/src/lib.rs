@@ -17,7 +17,7 @@ pub mod verdict;
 pub mod vlan;
 pub mod wire;
 
-pub use batch::{Batch, Desc, BATCH_SIZE};
+pub use batch::{Batch, Desc, BATCH_SIZE, DEFAULT_BATCH};
 pub use pool::{BulkReturn, PoolCache, PoolStats, SharedPool};
 pub use port::{PortId, PortQueue};
 pub use umem::Umem;

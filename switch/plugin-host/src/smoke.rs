@@ -10,7 +10,7 @@ use wasmswitch_core::batch::Desc;
 use wasmswitch_core::wire::build::{ethernet_frame, insert_vlan, ipv4_frame, l4_frame, tcp_flags, IpPair, L4};
 use wasmswitch_core::wire::checksum::checksum;
 use wasmswitch_core::wire::{self, ethertype, ipproto, MacAddr, PacketMeta};
-use wasmswitch_core::{Umem, BATCH_SIZE};
+use wasmswitch_core::{Umem, BATCH_SIZE, DEFAULT_BATCH};
 
 use crate::stage::deadline_ticks;
 
@@ -165,13 +165,20 @@ impl Frames {
 }
 
 impl PluginFactory {
+    /// [`PluginFactory::smoke_batch`] with batches of [`DEFAULT_BATCH`] packets.
+    pub fn smoke(&self, in_port: PortId) -> Result<SmokeReport, PluginError> {
+        self.smoke_batch(in_port, DEFAULT_BATCH)
+    }
+
     /// The smoke run (`wasmswitch check`): a fresh instance, made as a worker's would be,
-    /// classifies each of [`smoke_frames`] alone and in a batch of [`BATCH_SIZE`] copies, then
-    /// all of them mixed in one full batch, as packets of port `in_port`. Each call runs
+    /// classifies each of [`smoke_frames`] alone and in a batch of `batch` copies (the
+    /// switch's `switch.batch`, clamped to 1..=[`BATCH_SIZE`]), then all of them mixed in one
+    /// such batch, as packets of port `in_port`. Each call runs
     /// under the plugin's deadline and memory limit. The first fault (trap or panic, deadline,
     /// memory, malformed verdicts) is an error of kind [`ErrorKind::Smoke`] in one line:
     /// which frame, which batch, why.
-    pub fn smoke(&self, in_port: PortId) -> Result<SmokeReport, PluginError> {
+    pub fn smoke_batch(&self, in_port: PortId, batch: usize) -> Result<SmokeReport, PluginError> {
+        let batch = batch.clamp(1, BATCH_SIZE);
         let spec = &self.spec;
         let frames = Frames::new(&smoke_frames()).map_err(|m| err(spec, ErrorKind::Smoke, m))?;
         let stats = Arc::new(PluginStats::default());
@@ -184,9 +191,9 @@ impl PluginFactory {
         let mut batches: Vec<(Vec<usize>, String)> = Vec::new();
         for i in 0..n {
             batches.push((vec![i], format!("frame `{}` (batch of 1)", frames.what[i])));
-            batches.push((vec![i; BATCH_SIZE], format!("frame `{}` (batch of {BATCH_SIZE} copies)", frames.what[i])));
+            batches.push((vec![i; batch], format!("frame `{}` (batch of {batch} copies)", frames.what[i])));
         }
-        batches.push(((0..BATCH_SIZE).map(|k| k % n).collect(), format!("a batch of {BATCH_SIZE} mixed frames")));
+        batches.push(((0..batch).map(|k| k % n).collect(), format!("a batch of {batch} mixed frames")));
         for (idx, what) in &batches {
             let descs: Vec<Desc> = idx.iter().map(|&i| frames.descs[i]).collect();
             let meta: Vec<PacketMeta> = idx.iter().map(|&i| frames.meta[i]).collect();

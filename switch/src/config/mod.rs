@@ -48,11 +48,24 @@ pub enum Mode {
     Cross,
 }
 
-#[derive(Deserialize, Serialize, Debug, Clone, Default)]
+#[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct SwitchSection {
     #[serde(default)]
     pub mode: Mode,
+    /// Most packets a worker takes from one queue per poll: one batch, one call per plugin.
+    #[serde(default = "default_batch")]
+    pub batch: Spanned<usize>,
+}
+
+fn default_batch() -> Spanned<usize> {
+    unknown(wasmswitch_core::DEFAULT_BATCH)
+}
+
+impl Default for SwitchSection {
+    fn default() -> Self {
+        Self { mode: Mode::default(), batch: default_batch() }
+    }
 }
 
 #[derive(Deserialize, Serialize, Debug, Clone)]
@@ -637,6 +650,7 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// Ranges of the numeric keys (inclusive). The README's configuration reference lists them;
 /// within them every product `frames_needed` forms fits easily in a u64, and `run` starts.
 pub mod range {
+    pub const BATCH: (usize, usize) = (1, wasmswitch_core::BATCH_SIZE);
     pub const FRAMES: (u32, u32) = (1024, 1 << 20);
     pub const CACHE: (usize, usize) = (16, 4096);
     pub const RING: (usize, usize) = (16, 1 << 20);
@@ -805,6 +819,7 @@ impl Config {
                 format!("pool.frame_size {fs} is not supported: expected 2048 or 4096"),
             ));
         }
+        within(&err, "switch.batch", &self.switch.batch, range::BATCH)?;
         within(&err, "pool.frames", &self.pool.frames, range::FRAMES)?;
         within(&err, "pool.cache", &self.pool.cache, range::CACHE)?;
         within(&err, "pool.ring", &self.pool.ring, range::RING)?;

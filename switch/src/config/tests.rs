@@ -22,6 +22,7 @@ fn minimal_config_gets_defaults() {
     assert_eq!(c.listen_addr().to_string(), "127.0.0.1:9187");
     assert_eq!(c.workers.len(), 1);
     assert_eq!(c.switch.mode, Mode::L2);
+    assert_eq!(c.switch.batch.value, 64);
 }
 
 /// Each broken config: (what, yaml, expected line:col, a fragment of the message).
@@ -99,6 +100,13 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "2:10",
         "pool.cache 18446744073709551599 is out of range: expected 16-4096",
     ),
+    (
+        "a batch of none",
+        "switch:\n  batch: 0\nports:\n  - name: p0\n    driver: sim\n",
+        "2:10",
+        "switch.batch 0 is out of range: expected 1-256",
+    ),
+    ("a batch past the arrays", "switch:\n  batch: 257\nports:\n  - name: p0\n    driver: sim\n", "2:10", "expected 1-256"),
     (
         "pool.ring from the issue",
         "pool:\n  ring: 4611686018427387904\nports:\n  - name: p0\n    driver: sim\n",
@@ -599,6 +607,13 @@ fn the_plan_sorts_keys_into_live_and_restart() {
     // Writing a default out is not a change.
     let plan = diff::plan(&parse(GOOD).unwrap(), &parse(&format!("fdb:\n  capacity: 16384\n{GOOD}")).unwrap());
     assert!(plan.live.is_empty() && plan.restart.is_empty(), "{plan:?}");
+    // The RX batch is set when the workers start: a restart key, named where it is.
+    let plan = diff::plan(&parse(GOOD).unwrap(), &parse(&format!("switch:\n  batch: 256\n{GOOD}")).unwrap());
+    assert_eq!(
+        plan.restart.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+        ["test.yaml:2:10: switch.batch (64 -> 256)"]
+    );
+    assert!(plan.live.is_empty(), "{plan:?}");
 }
 
 #[test]
