@@ -1249,7 +1249,9 @@ impl Config {
     pub fn frames_needed(&self) -> u64 {
         let m = |a: u64, b: u64| a.saturating_mul(b);
         let workers = self.workers.len() as u64;
-        let mut n = m(workers, (self.pool.cache.value as u64).saturating_add(16)).saturating_add(1024);
+        // Flooding room: a batch's copies to 16 ports (1024 frames at the default batch).
+        let flood = (self.switch.batch.value as u64).saturating_mul(16).max(1024);
+        let mut n = m(workers, (self.pool.cache.value as u64).saturating_add(16)).saturating_add(flood);
         for p in &self.ports {
             n = n.saturating_add(match (&p.sim, &p.afxdp) {
                 (Some(s), _) => m(m(s.value.queues.value as u64, s.value.ring_size.value as u64), 2),

@@ -23,6 +23,9 @@ fn minimal_config_gets_defaults() {
     assert_eq!(c.workers.len(), 1);
     assert_eq!(c.switch.mode, Mode::L2);
     assert_eq!(c.switch.batch.value, 64);
+    // Bigger batches flood more copies at once: the pool check counts room for them.
+    let big = parse(&format!("switch:\n  batch: 256\n{GOOD}")).unwrap();
+    assert_eq!(big.frames_needed() - c.frames_needed(), 256 * 16 - 1024);
 }
 
 /// Each broken config: (what, yaml, expected line:col, a fragment of the message).
