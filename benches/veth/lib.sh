@@ -1,12 +1,14 @@
 # Shared by run.sh and tcp.sh: start and stop each switch between the veths swa and swb of the
 # namespace $NS_SW. The caller sets NS_SW, TMP, METRICS, WASMSWITCH and defines in_sw().
 # ---- switches ------------------------------------------------------------------------------
-# WS_XDP_MODE (native), WS_POOL_FRAMES and WS_AFXDP (extra keys of both ports' afxdp sections, e.g. "ring_size: 2048")
-# change the daemon's config for experiments.
-start_wasmswitch() { # mode [umem of port b]
+# WS_XDP_MODE (native), WS_POOL_FRAMES, WS_BATCH (switch.batch, default 64) and WS_AFXDP (extra
+# keys of both ports' afxdp sections, e.g. "ring_size: 2048") change the daemon's config for
+# experiments.
+start_wasmswitch() { # mode [umem of port b] [batch]
   cat > "$TMP/ws.yaml" <<EOF
 switch:
   mode: $1
+  batch: ${3:-${WS_BATCH:-64}}
 pool:
   frames: ${WS_POOL_FRAMES:-32768}
 metrics:
@@ -92,6 +94,7 @@ start_switch() {
     ws-l2) start_wasmswitch l2 ;;
     # Port b in a second copy-mode UMEM (standing in for a zero-copy NIC's): every frame copied.
     ws-l2-2umem) start_wasmswitch l2 second ;;
+    ws-l2-b256) start_wasmswitch l2 "" 256 ;;
     ovs) start_ovs ;;
     bridge) start_bridge ;;
   esac

@@ -8,6 +8,7 @@
 #              the two-port equivalent of `passthrough`, which would send frames back out of
 #              the ingress port), AF_XDP native + copy on the switch-side veth ends
 #   ws-l2      wasmswitch daemon, `switch.mode: l2` (parse, learn, FDB lookup)
+#   ws-l2-b256 (only with --only) ws-l2 with `switch.batch: 256` (64 otherwise)
 #   ws-l2-2umem  (only with --only) ws-l2 with port b in a second UMEM group: every frame is
 #              copied between the groups, as between a zero-copy NIC and a copy-mode veth
 #   ovs        Open vSwitch userspace datapath (netdev), type=afxdp ports, xdp-mode=native, NORMAL
@@ -194,7 +195,7 @@ if awk -v b="$BG_BUSY" 'BEGIN{exit !(b > 0.05)}'; then
 fi
 IFS=, read -r -a SWITCHES <<<"$ONLY"
 for sw in "${SWITCHES[@]}"; do
-  case $sw in ws-cross|ws-l2|ws-l2-2umem|ovs|bridge) ;; *) echo "--only: unknown switch $sw (ws-cross, ws-l2, ws-l2-2umem, ovs, bridge)" >&2; exit 2 ;; esac
+  case $sw in ws-cross|ws-l2|ws-l2-b256|ws-l2-2umem|ovs|bridge) ;; *) echo "--only: unknown switch $sw (ws-cross, ws-l2, ws-l2-b256, ws-l2-2umem, ovs, bridge)" >&2; exit 2 ;; esac
 done
 log "switches: ${SWITCHES[*]}; TSC $(printf %.0f "$TSC_HZ") Hz; quick=$QUICK; runs=$RUNS; search step repeats=$STEP_REPEATS"
 declare -A SAT LOAD BS
@@ -270,7 +271,7 @@ $PY - "$RESULTS" "$OUT" "$COMMON" "$ZL_TOL" "$QUICK" "$TSC_HZ" "$BG_BUSY" "$RUNS
 import json, sys, os, platform, datetime, statistics
 res_path, out, common, tol, quick, tsc, bg, runs = sys.argv[1:]
 rows = [json.loads(l) for l in open(res_path)]
-names = {"ws-cross": "wasmswitch cross", "ws-l2": "wasmswitch l2", "ws-l2-2umem": "wasmswitch l2, 2 UMEMs",
+names = {"ws-cross": "wasmswitch cross", "ws-l2": "wasmswitch l2", "ws-l2-b256": "wasmswitch l2, batch 256", "ws-l2-2umem": "wasmswitch l2, 2 UMEMs",
          "ovs": "OVS afxdp", "bridge": "Linux bridge"}
 switches = list(dict.fromkeys(r["switch"] for r in rows))
 # Each figure over the runs: median, spread = (max - min) / median, min, max; None if missing.
@@ -329,6 +330,11 @@ for other, what in (("ws-cross", "wasmswitch cross"), ("ovs", "OVS afxdp")):
             lines.append(f"wasmswitch l2 / {what} ({phase}, medians): delivered {ratio(med('ws-l2', p + '_delivered_pps'), med(other, p + '_delivered_pps'))}, "
                          f"cycles/pkt {ratio(med('ws-l2', p + '_cycles_per_pkt'), med(other, p + '_cycles_per_pkt'))}")
         lines.append(f"wasmswitch l2 / {what} (zero-loss rate, medians): {ratio(med('ws-l2', 'zero_loss_pps'), med(other, 'zero_loss_pps'))}")
+if "ws-l2" in summary and "ws-l2-b256" in summary:
+    for phase, p in (("saturation", "sat"), ("same load", "load")):
+        lines.append(f"batch 256 / batch 64 ({phase}, medians): delivered {ratio(med('ws-l2-b256', p + '_delivered_pps'), med('ws-l2', p + '_delivered_pps'))}, "
+                     f"cycles/pkt {ratio(med('ws-l2-b256', p + '_cycles_per_pkt'), med('ws-l2', p + '_cycles_per_pkt'))}")
+    lines.append(f"batch 256 / batch 64 (zero-loss rate, medians): {ratio(med('ws-l2-b256', 'zero_loss_pps'), med('ws-l2', 'zero_loss_pps'))}")
 if "ws-l2" in summary and "ws-l2-2umem" in summary:
     for phase, p in (("saturation", "sat"), ("common_load", "load")):
         lines.append(f"2 UMEMs / 1 UMEM ({phase}, medians): delivered {ratio(med('ws-l2-2umem', p + '_delivered_pps'), med('ws-l2', p + '_delivered_pps'))}, "
