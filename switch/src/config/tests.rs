@@ -303,26 +303,42 @@ fn cross_mode_parses() {
     assert_eq!(c.switch.mode, Mode::Cross);
 }
 
-/// A token file with `mode` holding `text`, in a folder of this test process.
-fn token_file(name: &str, text: &str, mode: u32) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("wasmswitch-config-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
-    p
+/// A folder of token files for one test, removed when the test ends (also when it fails).
+struct TokenDir(PathBuf);
+
+impl TokenDir {
+    fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("wasmswitch-config-tests-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TokenDir(dir)
+    }
+
+    /// A token file with `mode` holding `text`.
+    fn file(&self, name: &str, text: &str, mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    }
+}
+
+impl Drop for TokenDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 #[test]
 fn the_token_is_read_trimmed_and_never_shown() {
-    let f = token_file("good", "  s3cret-token==\n", 0o600);
+    let dir = TokenDir::new("trimmed");
+    let f = dir.file("good", "  s3cret-token==\n", 0o600);
     let c = parse(&format!("control:\n  token_file: {}\n{GOOD}", f.display())).unwrap();
     assert_eq!(c.control.token.as_ref().unwrap().as_bytes(), b"s3cret-token==");
     assert!(!format!("{c:?}").contains("s3cret"), "Debug shows the token");
     assert!(!serde_json::to_string(&c).unwrap().contains("s3cret"), "the served config shows the token");
     // Another token file is applied by a reload.
-    let g = token_file("other", "t2", 0o600);
+    let g = dir.file("other", "t2", 0o600);
     let d = parse(&format!("control:\n  token_file: {}\n{GOOD}", g.display())).unwrap();
     let plan = diff::plan(&c, &d);
     assert!(plan.restart.is_empty() && plan.live.len() == 1, "{plan:?}");
@@ -331,13 +347,14 @@ fn the_token_is_read_trimmed_and_never_shown() {
 
 #[test]
 fn a_token_file_that_is_not_private_small_and_filled_is_refused_at_its_key() {
+    let dir = TokenDir::new("refused");
     let big = "x".repeat(5000);
     let cases = [
-        (token_file("group", "tok", 0o640), "mode 0640", "chmod 600"),
-        (token_file("world", "tok", 0o604), "mode 0604", "chmod 600"),
-        (token_file("empty", " \n", 0o600), "is empty", ""),
-        (token_file("big", &big, 0o600), "5000 bytes: at most 4096", ""),
-        (token_file("spaces", "two words", 0o600), "printable ASCII", ""),
+        (dir.file("group", "tok", 0o640), "mode 0640", "chmod 600"),
+        (dir.file("world", "tok", 0o604), "mode 0604", "chmod 600"),
+        (dir.file("empty", " \n", 0o600), "is empty", ""),
+        (dir.file("big", &big, 0o600), "5000 bytes: at most 4096", ""),
+        (dir.file("spaces", "two words", 0o600), "printable ASCII", ""),
         (PathBuf::from("/dev/null"), "not a regular file", ""),
         (PathBuf::from("/nonexistent/token"), "cannot read /nonexistent/token", ""),
     ];
@@ -352,22 +369,23 @@ fn a_token_file_that_is_not_private_small_and_filled_is_refused_at_its_key() {
 
 #[test]
 fn a_non_loopback_listen_needs_a_token() {
+    let dir = TokenDir::new("listen");
     let yaml = format!("metrics:\n  listen: 0.0.0.0:9187\n{GOOD}");
     let e = parse(&yaml).unwrap_err();
     assert_eq!((e.line, e.column), (2, 11), "{e}");
     assert!(e.message.contains("metrics.listen 0.0.0.0:9187 is not a loopback address"), "{e}");
     assert!(e.message.contains("control.token_file"), "{e}");
-    let f = token_file("remote", "tok", 0o400);
+    let f = dir.file("remote", "tok", 0o400);
     parse(&format!("{yaml}control:\n  token_file: {}\n", f.display())).unwrap();
     parse(&format!("metrics:\n  listen: \"[::1]:9187\"\n{GOOD}")).unwrap();
 }
 
 /// Every key written out, none left to a default.
-fn full_yaml() -> String {
+/// Its token file is written into `dir`, the calling test's own.
+fn full_yaml(dir: &TokenDir) -> String {
     let plugin = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
-    // Written once: tests run in parallel, and a rewrite would be empty for a moment.
-    static TOKEN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    let token = TOKEN.get_or_init(|| token_file("full", "tok", 0o600)).display();
+    let token = dir.file("full", "tok", 0o600);
+    let token = token.display();
     format!(
         "switch:
   mode: l2
@@ -540,7 +558,8 @@ fn mutate(path: &str, v: &serde_json::Value) -> serde_json::Value {
 /// position. Never a silent success.
 #[test]
 fn every_key_changed_in_a_reload_is_named() {
-    let base = parse(&full_yaml()).unwrap();
+    let dir = TokenDir::new("every-key");
+    let base = parse(&full_yaml(&dir)).unwrap();
     let value = serde_json::to_value(&base).unwrap();
     let mut keys = Vec::new();
     leaves(&value, String::new(), &mut keys);
@@ -599,8 +618,9 @@ fn every_key_changed_in_a_reload_is_named() {
 
 #[test]
 fn the_plan_sorts_keys_into_live_and_restart() {
-    let base = parse(&full_yaml()).unwrap();
-    let text = full_yaml().replace("    idle: poll", "    idle: sleep").replace("cache: 128", "cache: 256");
+    let dir = TokenDir::new("plan");
+    let base = parse(&full_yaml(&dir)).unwrap();
+    let text = full_yaml(&dir).replace("    idle: poll", "    idle: sleep").replace("cache: 128", "cache: 256");
     let plan = diff::plan(&base, &parse(&text).unwrap());
     let keys = |v: &[diff::Change]| v.iter().map(|c| c.key.clone()).collect::<Vec<_>>();
     assert_eq!(keys(&plan.live), ["workers[0].idle"]);
