@@ -664,8 +664,9 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
     if opts.rounds == 0 {
         bail!("--rounds must be at least 1");
     }
-    if !(1..=wasmswitch_core::BATCH_SIZE).contains(&opts.batch) {
-        bail!("--batch {} is out of range: expected 1-{}", opts.batch, wasmswitch_core::BATCH_SIZE);
+    let (lo, hi) = crate::config::range::BATCH;
+    if !(lo..=hi).contains(&opts.batch) {
+        bail!("--batch {} is out of range: expected {lo}-{hi}", opts.batch);
     }
     if !(1..=MAX_WORKERS).contains(&opts.workers) {
         bail!("--workers {} is out of range: expected 1-{MAX_WORKERS}", opts.workers);
