@@ -2,7 +2,7 @@
 
 use crate::fdb::Place;
 use crate::verdict::Verdict;
-use crate::wire::{MacAddr, PacketMeta};
+use crate::wire::PacketMeta;
 
 /// Most packets in one batch: what a batch's arrays hold. A pipeline takes up to its
 /// [`crate::pipeline::PipelineOptions::batch`] of them per RX burst (VPP's vectors are 256).
@@ -30,8 +30,10 @@ pub struct Desc {
 /// from L2 on every pass.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct L2Header {
-    pub dst: MacAddr,
-    pub src: MacAddr,
+    /// The destination and source MACs as [`crate::wire::MacAddr::to_u64`] gives them: the form the FDB
+    /// hashes, read from the header with one load each ([`crate::wire::ethernet::addr_bits`]).
+    pub dst: u64,
+    pub src: u64,
     pub vlan: u16,
     /// The VID of the 802.1Q tag it arrived with (0 for a priority tag); `None` untagged.
     pub tag: Option<u16>,

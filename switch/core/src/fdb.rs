@@ -65,6 +65,12 @@ impl Place {
         self.key & MAC_MASK
     }
 
+    /// True for a group (multicast or broadcast) address.
+    #[inline]
+    pub fn is_group(self) -> bool {
+        self.key & GROUP_BIT != 0
+    }
+
     /// True when the address is a station's: not a group address and not all zeros. What a
     /// source must be.
     #[inline]
@@ -149,7 +155,14 @@ impl std::fmt::Debug for Fdb {
 
 #[inline]
 fn key(vlan: u16, mac: MacAddr) -> u64 {
-    LIVE | ((vlan as u64 & 0xfff) << VID_SHIFT) | mac.to_u64()
+    key_bits(vlan, mac.to_u64())
+}
+
+/// [`key`] of a MAC as [`MacAddr::to_u64`] gives it (48 bits).
+#[inline]
+fn key_bits(vlan: u16, mac: u64) -> u64 {
+    debug_assert!(mac <= MAC_MASK, "a MAC is 48 bits");
+    LIVE | ((vlan as u64 & 0xfff) << VID_SHIFT) | mac
 }
 
 #[inline]
@@ -217,7 +230,13 @@ impl Fdb {
     /// of a packet, in its prefetch pass, and hands it to the learn and the lookup.
     #[inline]
     pub fn place(&self, vlan: u16, mac: MacAddr) -> Place {
-        let key = key(vlan, mac);
+        self.place_bits(vlan, mac.to_u64())
+    }
+
+    /// [`Fdb::place`] of a MAC as [`MacAddr::to_u64`] gives it (as the parser reads it).
+    #[inline]
+    pub fn place_bits(&self, vlan: u16, mac: u64) -> Place {
+        let key = key_bits(vlan, mac);
         Place { key, bucket: self.bucket_of(key) as u32 }
     }
 

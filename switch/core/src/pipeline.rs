@@ -495,15 +495,12 @@ impl Pipeline {
             let parsed = parsed.and_then(|()| {
                 let m = &mut b.meta[kept];
                 let tag = (m.flags & flags::CTAG != 0).then_some(m.vlan);
+                // Always there once the header parsed.
+                let (dst, src) = ethernet::addr_bits(bytes).ok_or(DropReason::Runt)?;
                 match l2.vlan.classify(tag) {
                     Some(v) => {
                         m.vlan = v;
-                        b.l2[kept] = L2Header {
-                            dst: MacAddr::from_bytes(&bytes[ethernet::field::DST]),
-                            src: MacAddr::from_bytes(&bytes[ethernet::field::SRC]),
-                            vlan: v,
-                            tag,
-                        };
+                        b.l2[kept] = L2Header { dst, src, vlan: v, tag };
                         Ok(())
                     }
                     None if l2.mirror_destination => Err(DropReason::MirrorDestination),
@@ -555,7 +552,7 @@ impl Pipeline {
         let fdb = &*self.fdb;
         let b = &mut self.batch;
         for (h, at) in b.l2[..b.len].iter().zip(&mut b.places) {
-            *at = FdbPlaces { src: fdb.place(h.vlan, h.src), dst: fdb.place(h.vlan, h.dst) };
+            *at = FdbPlaces { src: fdb.place_bits(h.vlan, h.src), dst: fdb.place_bits(h.vlan, h.dst) };
             fdb.prefetch(at.dst);
             fdb.prefetch(at.src);
         }
@@ -593,9 +590,9 @@ impl Pipeline {
                         // No host to copy to: the original still forwards, nothing is lost.
                         _ => {}
                     }
-                    self.l2_lookup(p, &h, at, &mut last_src)
+                    self.l2_lookup(p, at, &mut last_src)
                 }
-                Verdict::Pass => self.l2_lookup(p, &h, at, &mut last_src),
+                Verdict::Pass => self.l2_lookup(p, at, &mut last_src),
             };
             match egress {
                 Egress::Drop(reason) => self.drop_frame(pi, g, d.addr, reason),
@@ -622,10 +619,9 @@ impl Pipeline {
         }
     }
 
-    /// Learns the source of `h` in its VLAN and looks its destination up.
+    /// Learns the source at `at.src` and looks the destination at `at.dst` up.
     #[inline]
-    fn l2_lookup(&mut self, p: PortId, h: &L2Header, at: FdbPlaces, last_src: &mut Place) -> Egress {
-        let dst = h.dst;
+    fn l2_lookup(&mut self, p: PortId, at: FdbPlaces, last_src: &mut Place) -> Egress {
         // Consecutive packets of one flow share a source and VLAN: learn once per run of them.
         if !at.src.same_address(*last_src) {
             // The bridge's `is_valid_ether_addr`: a group or all-zero source is no station;
@@ -651,12 +647,13 @@ impl Pipeline {
                 }
             }
         }
-        if !dst.is_group() {
+        if !at.dst.is_group() {
             return match self.fdb.lookup_at(at.dst) {
                 Some(q) => Egress::Port(q),
                 None => Egress::Flood(FloodClass::UnknownUnicast),
             };
         }
+        let dst = MacAddr::from_u64(at.dst.mac_bits());
         if dst == MacAddr::BROADCAST {
             Egress::Flood(FloodClass::Broadcast)
         } else if dst.is_link_local() {

@@ -98,6 +98,18 @@ impl std::str::FromStr for MacAddr {
     }
 }
 
+/// The destination and source addresses of `frame` as [`MacAddr::to_u64`] gives them (the form
+/// the FDB hashes and compares), each read with one 8-byte load: 8 bytes from either address's
+/// start lie inside a whole header. `None` when `frame` is shorter than a header.
+#[inline]
+pub fn addr_bits(frame: &[u8]) -> Option<(u64, u64)> {
+    let at = |start: usize| -> Option<u64> {
+        let b: [u8; 8] = frame.get(start..start + 8)?.try_into().ok()?;
+        Some(u64::from_be_bytes(b) >> 16)
+    };
+    Some((at(field::DST.start)?, at(field::SRC.start)?))
+}
+
 /// The frame was shorter than the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Truncated;
@@ -189,6 +201,16 @@ mod tests {
         assert_eq!(&buf[TAG_LEN..], &frame[..]);
         assert!(!push_tag(&mut [0u8; 17], 1), "too short: nothing changes");
         assert!(!pop_tag(&mut [0u8; 17]));
+    }
+
+    #[test]
+    fn addr_bits_are_the_two_addresses_as_to_u64_gives_them() {
+        let frame: Vec<u8> = (1..=HEADER_LEN as u8).collect();
+        let eth = EthernetFrame::new_checked(&frame).unwrap();
+        assert_eq!(addr_bits(&frame), Some((eth.dst().to_u64(), eth.src().to_u64())));
+        assert_eq!(addr_bits(&frame), Some((0x0102_0304_0506, 0x0708_090a_0b0c)));
+        assert_eq!(addr_bits(&frame[..HEADER_LEN - 1]), None, "one byte short of a header");
+        assert_eq!(addr_bits(&[]), None);
     }
 
     #[test]
