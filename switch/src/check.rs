@@ -32,7 +32,8 @@ impl Smoke {
 /// the plugin, the frame and why; a shadow plugin's fault is a warning. A redirect to a port the
 /// config does not have is a warning: the switch would drop those packets (`bad_redirect`),
 /// which may be what a plugin written for another config does; so is a `host` or `host-copy`
-/// verdict in a config without a host port.
+/// verdict in a config without a host port; so is a plugin whose costliest batch of
+/// `switch.batch` test frames used half its deadline or more.
 pub fn smoke(cfg: &Config, chains: &CompiledChains) -> Smoke {
     let mut out = Smoke::default();
     // Ports a redirect may name: the configured ones, then the host port.
@@ -73,7 +74,10 @@ pub fn smoke(cfg: &Config, chains: &CompiledChains) -> Smoke {
                     report.host, report.host_copy
                 ));
             }
-            out.ok.push(format!("{at}, plugin `{name}`: {report}"));
+            if let Some(w) = report.near_deadline() {
+                out.warnings.push(format!("{at}, plugin `{name}`: {w}"));
+            }
+            out.ok.push(format!("{at}, plugin `{name}`: {report}; {}", report.timing()));
         }
     }
     out

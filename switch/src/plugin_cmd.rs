@@ -297,7 +297,10 @@ fn check(name: &str, path: &Path, config: &str) -> Result<()> {
     spec.config = config.to_string();
     let f = engine.compile(&spec).map_err(|e| anyhow::anyhow!("the built component does not load: {e}"))?;
     let report = f.smoke(0).map_err(|e| anyhow::anyhow!("the built component faults on a test frame: {e}"))?;
-    eprintln!("smoke run: {report}");
+    eprintln!("smoke run: {report}; {}", report.timing());
+    if let Some(w) = report.near_deadline() {
+        eprintln!("warning: {w}");
+    }
     Ok(())
 }
 

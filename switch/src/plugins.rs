@@ -199,8 +199,12 @@ pub fn stages(
             })
         };
         for f in c.live.iter().filter(|f| !running_as_is(f)) {
-            f.smoke_batch(index as u16, cfg.switch.batch.value)
+            let report = f
+                .smoke_batch(index as u16, cfg.switch.batch.value)
                 .map_err(|e| anyhow::anyhow!("port `{name}`: {e} (the smoke run of `wasmswitch check`)"))?;
+            if let Some(w) = report.near_deadline() {
+                log::warn!("port `{name}`, plugin `{}`: {w}", f.spec().name);
+            }
         }
     }
     let mut stages: Stages = (0..workers).map(|_| Vec::new()).collect();

@@ -195,8 +195,15 @@ fn check_runs_each_plugin_on_built_in_frames() {
 
     let (ok, out, err) = check(&config("pass", "away"), &[]);
     assert!(ok, "{err}");
-    assert!(out.contains(&format!("port `p0`, plugin `pass`: ok on {n} frames (pass {n})\n")), "{out}");
-    assert!(out.contains(&format!("port `p1`, plugin `away`: ok on {n} frames (redirect {n})\n")), "{out}");
+    assert!(out.contains(&format!("port `p0`, plugin `pass`: ok on {n} frames (pass {n}); slowest batch: ")), "{out}");
+    assert!(
+        out.contains(&format!("port `p1`, plugin `away`: ok on {n} frames (redirect {n}); slowest batch: ")),
+        "{out}"
+    );
+    // The costliest batch of 64 (the default `switch.batch`), against the default deadline.
+    assert!(out.contains("(batch of 64 copies), ") || out.contains("a batch of 64 mixed frames, "), "{out}");
+    assert!(out.contains(" µs of CPU, ") && out.contains(" % of deadline_us 5000\n"), "{out}");
+    assert!(!err.contains("deadline"), "no deadline warning: {err}");
     assert!(
         err.contains(
             "warning: port `p1`, plugin `away`: redirects `ARP request` to port 9, but the config has ports 0-1"

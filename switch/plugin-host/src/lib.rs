@@ -52,7 +52,7 @@ use wasmswitch_plugin_sdk::abi;
 pub use codec::{decode_verdicts, encode_batch, NativeStage};
 pub use engine::{deadline_as_enforced, read_regular_file, EngineOptions, PluginEngine, EPOCH_TICK, MAX_PLUGIN_BYTES};
 pub use sandbox::HostState;
-pub use smoke::{smoke_frames, SmokeFrame, SmokeReport};
+pub use smoke::{smoke_frames, SlowestBatch, SmokeFrame, SmokeReport, NEAR_DEADLINE};
 pub use spec::{Bytes, ErrorKind, OnError, PluginError, PluginSpec};
 pub use stage::{stage_from_file, PluginFactory, WasmStage, INIT_DEADLINE};
 // The modules see each other's crate-visible items through `use super::*` (the public ones

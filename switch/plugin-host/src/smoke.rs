@@ -105,7 +105,8 @@ pub fn smoke_frames() -> Vec<SmokeFrame> {
 }
 
 /// What a plugin answered in its smoke run: the kinds of verdicts it gave the frames (one
-/// each, from the batches of one) and every redirect it asked for in any batch.
+/// each, from the batches of one), every redirect it asked for in any batch, and how much of
+/// its deadline its costliest full batch used.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SmokeReport {
     pub frames: usize,
@@ -116,6 +117,63 @@ pub struct SmokeReport {
     pub host_copy: usize,
     /// (frame, port) for each frame redirected: the caller knows which ports exist.
     pub redirects: Vec<(&'static str, PortId)>,
+    /// The full-size batch (`switch.batch` packets) that took the most CPU time.
+    pub slowest: SlowestBatch,
+    /// The plugin's `deadline_us`.
+    pub deadline: Duration,
+    /// The CPU time a call always gets before its deadline fires: the deadline rounded up to
+    /// whole epoch ticks (at least one), see [`crate::deadline_as_enforced`].
+    pub allowed: Duration,
+}
+
+/// The costliest full-size batch of a smoke run: which one, and its CPU time (the least of
+/// three calls of it, so a first call's page faults or a busy moment do not count).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlowestBatch {
+    pub what: String,
+    pub cpu: Duration,
+}
+
+/// Share of its deadline a plugin's costliest smoke batch may use before `check` warns: the
+/// built-in frames are not the traffic it will meet (more rules may match, its memory will be
+/// colder), and a busy core runs the same code slower.
+pub const NEAR_DEADLINE: f64 = 0.5;
+
+impl SmokeReport {
+    /// `slowest batch: frame `IPv4 UDP` (batch of 64 copies), 41 µs of CPU, 1 % of deadline_us
+    /// 5000`, and where the deadline is enforced as longer than set, as what.
+    pub fn timing(&self) -> String {
+        let of = if self.allowed == self.deadline {
+            format!("deadline_us {}", self.deadline.as_micros())
+        } else {
+            format!(
+                "its deadline (deadline_us {}, enforced in whole epoch ticks: {} µs)",
+                self.deadline.as_micros(),
+                self.allowed.as_micros()
+            )
+        };
+        format!(
+            "slowest batch: {}, {} µs of CPU, {:.0} % of {of}",
+            self.slowest.what,
+            self.slowest.cpu.as_micros(),
+            self.deadline_share() * 100.0,
+        )
+    }
+
+    /// The slowest batch's CPU time as a share of the time a call always gets.
+    pub fn deadline_share(&self) -> f64 {
+        self.slowest.cpu.as_secs_f64() / self.allowed.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    /// A warning when the slowest batch used [`NEAR_DEADLINE`] of its deadline or more.
+    pub fn near_deadline(&self) -> Option<String> {
+        (self.deadline_share() >= NEAR_DEADLINE).then(|| {
+            format!(
+                "its {}: real traffic may run past the deadline and fault (raise deadline_us, or lower switch.batch: the deadline is per batch)",
+                self.timing()
+            )
+        })
+    }
 }
 
 impl fmt::Display for SmokeReport {
@@ -184,7 +242,12 @@ impl PluginFactory {
         let stats = Arc::new(PluginStats::default());
         let mut live = self.new_instance(usize::MAX, stats.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
         let ticks = deadline_ticks(spec.deadline, self.engine.opts.epoch_tick);
-        let mut report = SmokeReport { frames: frames.descs.len(), ..Default::default() };
+        let allowed = self.engine.opts.epoch_tick * (ticks - 1) as u32;
+        let mut report =
+            SmokeReport { frames: frames.descs.len(), deadline: spec.deadline, allowed, ..Default::default() };
+        // The costliest full-size batch so far: (CPU time, index into `batches`). Each full-size
+        // batch runs three times and counts its least CPU time.
+        let mut slowest: Option<(Duration, usize)> = None;
         let (mut buf, mut verdicts) = (Vec::new(), Vec::new());
         let n = frames.descs.len();
         // (frame indices, what the batch is called in an error)
@@ -194,7 +257,8 @@ impl PluginFactory {
             batches.push((vec![i; batch], format!("frame `{}` (batch of {batch} copies)", frames.what[i])));
         }
         batches.push(((0..batch).map(|k| k % n).collect(), format!("a batch of {batch} mixed frames")));
-        for (idx, what) in &batches {
+        // One call of batch `idx`: its CPU time, or the fault in one line.
+        let mut call = |idx: &[usize], what: &str, verdicts: &mut Vec<Verdict>| -> Result<Duration, PluginError> {
             let descs: Vec<Desc> = idx.iter().map(|&i| frames.descs[i]).collect();
             let meta: Vec<PacketMeta> = idx.iter().map(|&i| frames.meta[i]).collect();
             let view = BatchView { in_port, queue: 0, umem: &frames.umem, descs: &descs, meta: &meta };
@@ -203,7 +267,8 @@ impl PluginFactory {
             verdicts.resize(idx.len(), Verdict::Pass);
             // Every check call is measured in CPU time too: nothing here is per packet.
             let watch = Some(crate::stage::CpuWatch::start(self.engine.opts.epoch_tick * ticks as u32));
-            if let Err((reason, why)) = live.process(ticks, &buf, &mut verdicts, &stats, watch) {
+            let start = thread_cpu_time();
+            if let Err((reason, why)) = live.process(ticks, &buf, verdicts, &stats, watch) {
                 let limit = match reason {
                     FaultReason::Deadline => format!(" (deadline_us {})", spec.deadline.as_micros()),
                     _ => String::new(),
@@ -213,6 +278,18 @@ impl PluginFactory {
                     ErrorKind::Smoke,
                     format!("smoke run: {} on {what}: {why}{limit}", reason.as_str()),
                 ));
+            }
+            Ok(thread_cpu_time().saturating_sub(start))
+        };
+        for (k, (idx, what)) in batches.iter().enumerate() {
+            let mut cpu = call(idx, what, &mut verdicts)?;
+            if idx.len() == batch {
+                for _ in 0..2 {
+                    cpu = cpu.min(call(idx, what, &mut verdicts)?);
+                }
+                if slowest.is_none_or(|(most, _)| cpu > most) {
+                    slowest = Some((cpu, k));
+                }
             }
             for (&i, v) in idx.iter().zip(&verdicts) {
                 if let Verdict::Redirect(port) = *v {
@@ -231,6 +308,43 @@ impl PluginFactory {
                 }
             }
         }
+        if let Some((cpu, k)) = slowest {
+            report.slowest = SlowestBatch { what: batches[k].1.clone(), cpu };
+        }
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warns_from_half_the_deadline_on() {
+        let report = |cpu_us: u64, deadline_us: u64| SmokeReport {
+            slowest: SlowestBatch { what: "a batch of 64 mixed frames".into(), cpu: Duration::from_micros(cpu_us) },
+            deadline: Duration::from_micros(deadline_us),
+            allowed: Duration::from_micros(deadline_us),
+            ..Default::default()
+        };
+        assert_eq!(report(249, 500).near_deadline(), None);
+        let w = report(250, 500).near_deadline().expect("half is near");
+        assert_eq!(
+            w,
+            "its slowest batch: a batch of 64 mixed frames, 250 µs of CPU, 50 % of deadline_us 500: real traffic may run past the deadline and fault (raise deadline_us, or lower switch.batch: the deadline is per batch)"
+        );
+        assert!(report(600, 500).near_deadline().is_some());
+        assert_eq!(
+            report(0, 500).timing(),
+            "slowest batch: a batch of 64 mixed frames, 0 µs of CPU, 0 % of deadline_us 500"
+        );
+        // Enforced in whole ticks: measured against what a call always gets.
+        let rounded = SmokeReport { allowed: Duration::from_millis(1), ..report(400, 10) };
+        assert_eq!(rounded.near_deadline(), None, "{}", rounded.timing());
+        assert_eq!(
+            rounded.timing(),
+            "slowest batch: a batch of 64 mixed frames, 400 µs of CPU, 40 % of its deadline (deadline_us 10, enforced in whole epoch ticks: 1000 µs)"
+        );
+        assert!(SmokeReport { allowed: Duration::from_millis(1), ..report(500, 10) }.near_deadline().is_some());
     }
 }

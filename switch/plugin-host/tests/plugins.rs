@@ -836,6 +836,33 @@ fn smoke_run_stops_a_spinning_or_allocating_plugin_by_its_limits() {
 }
 
 #[test]
+fn smoke_run_warns_of_a_plugin_whose_full_batch_nears_its_deadline() {
+    // Work in proportion to the packets of a batch: 40,000 turns of a loop per packet.
+    let body = "(local.set $len (i32.mul (i32.load16_u offset=2 (local.get $p)) (i32.const 40000))) (loop $l (local.set $len (i32.sub (local.get $len) (i32.const 1))) (br_if $l (local.get $len))) (call $ok (local.get $p))";
+    let mut s = spec("per-packet", write("smoke-per-packet.wasm", &component(&guest(body), None)), "");
+    s.deadline = Duration::from_secs(10);
+    let at = |s: &PluginSpec, batch: usize| engine().compile(s).unwrap().smoke_batch(0, batch).unwrap();
+    let full = at(&s, 256);
+    eprintln!("{}", full.timing());
+    assert!(full.slowest.what.contains("256"), "a batch of 256: {:?}", full.slowest);
+    let one = at(&s, 1);
+    assert!(["of 1)", "of 1 "].iter().any(|k| one.slowest.what.contains(k)), "a batch of one: {:?}", one.slowest);
+    assert!(full.slowest.cpu > one.slowest.cpu * 16, "256 packets cost more than one: {full:?} {one:?}");
+    assert!(full.near_deadline().is_none(), "a 10 s deadline is far: {}", full.timing());
+    // A deadline under twice what the batch of 256 took (whole milliseconds, so that it is
+    // enforced as set): check warns, and says how to fix it.
+    assert!(full.slowest.cpu >= Duration::from_millis(1), "too quick a plugin for the test: {}", full.timing());
+    s.deadline = Duration::from_millis((full.slowest.cpu.as_micros() * 9 / 5 / 1000) as u64);
+    let near = at(&s, 256);
+    let w = near.near_deadline().unwrap_or_else(|| panic!("warns: {}", near.timing()));
+    assert!(w.starts_with("its slowest batch: ") && w.contains("raise deadline_us, or lower switch.batch"), "{w}");
+    assert!(near.deadline_share() >= wasmswitch_plugin_host::NEAR_DEADLINE, "{}", near.timing());
+    // The same deadline at batches of one: far from it.
+    let small = at(&s, 1);
+    assert!(small.near_deadline().is_none(), "{}", small.timing());
+}
+
+#[test]
 fn smoke_run_reports_redirects_for_the_caller_to_judge() {
     // Redirects every packet to port 7 (verdict bytes 2, 0, 7, 0).
     let body = "(local.set $len (i32.mul (i32.load16_u offset=2 (local.get $p)) (i32.const 4))) (i32.store (i32.const 32) (i32.const 32768)) (i32.store (i32.const 36) (local.get $len)) (loop $l (local.set $len (i32.sub (local.get $len) (i32.const 4))) (i32.store offset=32768 (local.get $len) (i32.const 0x00070002)) (br_if $l (local.get $len))) (i32.const 32)";
