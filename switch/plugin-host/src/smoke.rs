@@ -250,13 +250,16 @@ impl PluginFactory {
         let mut slowest: Option<(Duration, usize)> = None;
         let (mut buf, mut verdicts) = (Vec::new(), Vec::new());
         let n = frames.descs.len();
-        // (frame indices, what the batch is called in an error)
-        let mut batches: Vec<(Vec<usize>, String)> = Vec::new();
+        // (frame indices, what the batch is called in an error, whether it is one frame alone)
+        let mut batches: Vec<(Vec<usize>, String, bool)> = Vec::new();
         for i in 0..n {
-            batches.push((vec![i], format!("frame `{}` (batch of 1)", frames.what[i])));
-            batches.push((vec![i; batch], format!("frame `{}` (batch of {batch} copies)", frames.what[i])));
+            batches.push((vec![i], format!("frame `{}` (batch of 1)", frames.what[i]), true));
+            // At a batch of one, the batch of copies is the frame alone again.
+            if batch > 1 {
+                batches.push((vec![i; batch], format!("frame `{}` (batch of {batch} copies)", frames.what[i]), false));
+            }
         }
-        batches.push(((0..batch).map(|k| k % n).collect(), format!("a batch of {batch} mixed frames")));
+        batches.push(((0..batch).map(|k| k % n).collect(), format!("a batch of {batch} mixed frames"), false));
         // One call of batch `idx`: its CPU time, or the fault in one line.
         let mut call = |idx: &[usize], what: &str, verdicts: &mut Vec<Verdict>| -> Result<Duration, PluginError> {
             let descs: Vec<Desc> = idx.iter().map(|&i| frames.descs[i]).collect();
@@ -281,16 +284,9 @@ impl PluginFactory {
             }
             Ok(thread_cpu_time().saturating_sub(start))
         };
-        for (k, (idx, what)) in batches.iter().enumerate() {
-            let mut cpu = call(idx, what, &mut verdicts)?;
-            if idx.len() == batch {
-                for _ in 0..2 {
-                    cpu = cpu.min(call(idx, what, &mut verdicts)?);
-                }
-                if slowest.is_none_or(|(most, _)| cpu > most) {
-                    slowest = Some((cpu, k));
-                }
-            }
+        for (k, (idx, what, alone)) in batches.iter().enumerate() {
+            let first = call(idx, what, &mut verdicts)?;
+            // What the report says a plugin answered is what its first call of the batch did.
             for (&i, v) in idx.iter().zip(&verdicts) {
                 if let Verdict::Redirect(port) = *v {
                     if !report.redirects.contains(&(frames.what[i], port)) {
@@ -298,13 +294,23 @@ impl PluginFactory {
                     }
                 }
             }
-            if idx.len() == 1 {
+            // One verdict per frame: from the batch of the frame alone.
+            if *alone {
                 match verdicts[0] {
                     Verdict::Pass => report.pass += 1,
                     Verdict::Drop => report.drop += 1,
                     Verdict::Redirect(_) => report.redirect += 1,
                     Verdict::Host => report.host += 1,
                     Verdict::HostCopy => report.host_copy += 1,
+                }
+            }
+            if idx.len() == batch {
+                let mut cpu = first;
+                for _ in 0..2 {
+                    cpu = cpu.min(call(idx, what, &mut verdicts)?);
+                }
+                if slowest.is_none_or(|(most, _)| cpu > most) {
+                    slowest = Some((cpu, k));
                 }
             }
         }

@@ -768,6 +768,11 @@ fn smoke_run_reports_the_verdicts_of_a_good_plugin() {
     let report = acl.smoke(1).unwrap();
     eprintln!("acl smoke run: {:?}", t.elapsed());
     assert_eq!(report.to_string(), format!("ok on {n} frames (pass {}, drop 2)", n - 2));
+    // One verdict per frame whatever the batch size (at a batch of one each frame was counted
+    // twice, and the mixed batch of one once more).
+    for batch in [1, 2, 256] {
+        assert_eq!(acl.smoke_batch(1, batch).unwrap().to_string(), report.to_string(), "batch {batch}");
+    }
     // The plugin sees `header_bytes` of each frame: with 20, no ports, so the acl passes all.
     let mut short = spec("acl-20", examples().join("acl.wasm"), "deny proto=tcp dport=80");
     short.header_bytes = 20;
