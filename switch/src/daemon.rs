@@ -29,7 +29,7 @@ use crate::config::{Config, PortSection};
 use crate::dataplane::{storm_share, AddPort, Command, Dataplane, PortChanges, ShadowOp};
 use crate::error_text::ErrorText;
 use crate::metrics::{Metrics, SwitchCollector};
-use crate::plugins::Role;
+use crate::plugins::{Role, Smoke};
 
 /// The running switch: its config and datapath.
 pub struct Switch {
@@ -260,8 +260,9 @@ impl Switch {
     /// removed one's closed once every worker has let go of it), a sim port's settings (its
     /// queues replaced), `mtu`, the plugin chains (always recompiled from their files, which
     /// may have changed even when the config did not; a plugin that stays on its port
-    /// keeps its counters and is let out of quarantine), `workers[].idle`, `fdb.capacity` (a new table with the
-    /// learned entries copied in) and `fdb.aging_seconds`.
+    /// keeps its counters and is let out of quarantine), `workers[].idle`, `switch.batch` (every
+    /// live plugin first passes the smoke run at the new size), `fdb.capacity` (a new table with
+    /// the learned entries copied in) and `fdb.aging_seconds`.
     /// Workers take every change of one reload together between two rounds, so the ports it
     /// does not touch lose no frame. Any other changed key refuses the whole reload, naming
     /// each such key with its place in the file; the running config stays.
@@ -328,7 +329,9 @@ impl Switch {
         // The running plugins' counters: a plugin that stays (same port and name) keeps
         // counting into them, so /metrics never sees a counter go backwards.
         let running = self.plugin_metrics.get();
-        let (mut stages, next) = crate::plugins::stages(&new, &id_of, &running, true).map_err(refuse)?;
+        let batch_changed = old.switch.batch.value != new.switch.batch.value;
+        let smoke = if batch_changed { Smoke::All } else { Smoke::Changed };
+        let (mut stages, next) = crate::plugins::stages(&new, &id_of, &running, smoke).map_err(refuse)?;
         let mut changes = PortChanges::default();
         for &j in added.iter().chain(&replaced) {
             let port = dp.open_port(&new, j, &id_of).map_err(refuse)?;
@@ -384,6 +387,9 @@ impl Switch {
                     }
                     None => cmds.push(Command::SetIngress(id, stage)),
                 }
+            }
+            if batch_changed {
+                cmds.push(Command::SetBatch(new.switch.batch.value));
             }
             if let (Some(a), Some(b)) = (old.workers.get(w), new.workers.get(w)) {
                 if a.idle.value != b.idle.value {
@@ -520,6 +526,12 @@ impl Switch {
             if a.idle.value != b.idle.value {
                 applied.push(format!("workers[{w}].idle = {:?}", b.idle.value).to_lowercase());
             }
+        }
+        if batch_changed {
+            applied.push(format!(
+                "switch.batch = {} (every live plugin passed the smoke run at that size)",
+                new.switch.batch.value
+            ));
         }
         if old.fdb.aging_seconds.value != new.fdb.aging_seconds.value {
             // The FDB's ticks are seconds (the workers' clock is start.elapsed() in seconds).

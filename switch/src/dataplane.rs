@@ -45,6 +45,8 @@ pub enum Command {
     /// A port removed: its frames go back to the pool and the worker drops its queues.
     DetachPort(PortId),
     SetMaxFrame(PortId, usize),
+    /// `switch.batch`: most packets per RX burst.
+    SetBatch(usize),
     /// A port's VLANs, storm limits and mirrors.
     SetL2(PortId, PortL2),
     /// A resized FDB (the entries of the old one copied in).
@@ -485,6 +487,7 @@ fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, 
                     Command::AttachPort { port, slot, fresh } => control.retire(pipe.attach_port(port, slot, fresh)),
                     Command::DetachPort(p) => control.retire(pipe.detach_port(p)),
                     Command::SetMaxFrame(p, max) => pipe.set_max_frame(p, max),
+                    Command::SetBatch(n) => pipe.set_batch(n),
                     Command::SetL2(p, l2) => pipe.set_l2(p, l2),
                     Command::SetFdb(fdb) => pipe.set_fdb(fdb),
                     Command::Pin(cpu) => pin(cpu),
@@ -731,7 +734,8 @@ impl Dataplane {
         plugin_metrics: Option<&crate::plugins::PluginMetrics>,
     ) -> Result<Dataplane> {
         let id_of = |name: &str| cfg.port_index(name).map(|i| i as PortId);
-        let (stages, table) = crate::plugins::stages(cfg, &id_of, &crate::plugins::RunningSet::default(), false)?;
+        let (stages, table) =
+            crate::plugins::stages(cfg, &id_of, &crate::plugins::RunningSet::default(), crate::plugins::Smoke::Skip)?;
         if let Some(m) = plugin_metrics {
             m.replace(table);
         }

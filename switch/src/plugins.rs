@@ -166,6 +166,18 @@ pub struct RunningSet {
     pub shadows: Vec<ShadowRunning>,
 }
 
+/// Which live plugins [`stages`] puts through the smoke run before installing them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Smoke {
+    /// None (at start: `check` ran it, or was told not to).
+    Skip,
+    /// The new and changed ones (a reload).
+    Changed,
+    /// Every one (a reload that changes `switch.batch`: a plugin running as it is has only
+    /// been called with batches of the old size).
+    All,
+}
+
 /// The one plugin-install path, for start and reload: compiles `cfg`'s plugins (off the data
 /// path; no engine at all when there are none) and instantiates every worker's stage for every
 /// configured port, addressed by id through `id_of`. Ports without plugins get `None`, which
@@ -177,28 +189,29 @@ pub struct RunningSet {
 /// with its state (the worker takes it over, see [`ChainStage`]'s `take_over`). The second
 /// value is what runs once the stages are installed.
 ///
-/// With `smoke`, a reload's: every live plugin that is not running as it is (new, or with
-/// another component, config or limits) first goes through `check`'s smoke run; one that
+/// With `smoke` ([`Smoke::Changed`], a reload's): every live plugin that is not running as it
+/// is (new, or with another component, config or limits; with [`Smoke::All`], every live
+/// plugin) first goes through `check`'s smoke run at `switch.batch`; one that
 /// faults on the built-in frames refuses the whole change, so the running one stays.
 pub fn stages(
     cfg: &Config,
     id_of: &dyn Fn(&str) -> Option<PortId>,
     running: &RunningSet,
-    smoke: bool,
+    smoke: Smoke,
 ) -> Result<(Stages, RunningSet)> {
     let workers = cfg.workers.len();
     let mut next = RunningSet::default();
     let any = cfg.ports.iter().any(|p| !p.plugins.is_empty() || !p.shadow.is_empty());
     let chains = if any { Some(compile(&engine()?, cfg)?) } else { None };
     let ported = cfg.ports.iter().zip(chains.iter().flat_map(|c| &c.chains));
-    for (index, (port, c)) in ported.enumerate().filter(|_| smoke) {
+    for (index, (port, c)) in ported.enumerate().filter(|_| smoke != Smoke::Skip) {
         let name = &port.name.value;
         let running_as_is = |f: &PluginFactory| {
             running.plugins.iter().any(|r| {
                 r.port == *name && r.role == Role::Live && r.name() == f.spec().name && r.factory.same_plugin(f)
             })
         };
-        for f in c.live.iter().filter(|f| !running_as_is(f)) {
+        for f in c.live.iter().filter(|f| smoke == Smoke::All || !running_as_is(f)) {
             let report = f
                 .smoke_batch(index as u16, cfg.switch.batch.value)
                 .map_err(|e| anyhow::anyhow!("port `{name}`: {e} (the smoke run of `wasmswitch check`)"))?;

@@ -581,3 +581,86 @@ fn answers_a_handler_refuses_are_logged_once_per_kind_not_once_per_request() {
     let lines = stderr.lines().filter(|l| l.contains("POST /api/v1/fdb: 422")).count();
     assert_eq!(lines, 1, "one line for 50 refusals of one kind:\n{stderr}");
 }
+
+/// `switch.batch` applies live: after a reload to 1, every burst a worker takes is one packet;
+/// after one to 256, bursts of several come back. Out of range, the reload is refused by name.
+#[test]
+fn reload_changes_the_batch_size_live() {
+    let (dir, cfg, port, child) = start_sim("batch");
+    let base = sim_yaml(port);
+    // (packets, bursts) of the workers, over half a second.
+    let rate = || {
+        let counts = || {
+            let (_, m) = http(port, "GET", "/metrics").unwrap();
+            let total = |name: &str| -> u64 {
+                m.lines()
+                    .filter(|l| l.starts_with(name))
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                    .sum()
+            };
+            (total("wasmswitch_worker_packets_total"), total("wasmswitch_worker_batches_total"))
+        };
+        let (p0, b0) = counts();
+        std::thread::sleep(Duration::from_millis(500));
+        let (p1, b1) = counts();
+        (p1 - p0, b1 - b0)
+    };
+    let (packets, bursts) = rate();
+    eprintln!("batch 64: {packets} packets in {bursts} bursts");
+    assert!(packets > 1000 && bursts * 10 < packets * 9, "bursts of several packets at 64: {packets} in {bursts}");
+
+    let reload = |yaml: String| {
+        std::fs::write(&cfg, yaml).unwrap();
+        http(port, "POST", "/api/v1/reload").unwrap()
+    };
+    let (st, body) = reload(base.replace("  mode: l2\n", "  mode: l2\n  batch: 1\n"));
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("applied: switch.batch = 1") && body.contains("switch.batch (64 -> 1)"), "{body}");
+    let (packets, bursts) = rate();
+    eprintln!("batch 1: {packets} packets in {bursts} bursts");
+    // The two counters are read a moment apart in one scrape: within 5 %.
+    assert!(packets > 1000 && packets.abs_diff(bursts) * 20 <= packets, "one packet per burst: {packets} in {bursts}");
+
+    let (st, body) = reload(base.replace("  mode: l2\n", "  mode: l2\n  batch: 256\n"));
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("applied: switch.batch = 256"), "{body}");
+    let (packets, bursts) = rate();
+    assert!(bursts * 10 < packets * 9, "bursts of several packets again: {packets} in {bursts}");
+
+    let (st, body) = reload(base.replace("  mode: l2\n", "  mode: l2\n  batch: 257\n"));
+    assert_eq!(st, 422, "{body}");
+    assert!(
+        body.contains("switch.batch 257 is out of range: expected 1-256") && body.contains("nothing was changed"),
+        "{body}"
+    );
+
+    // A plugin that traps on batches of more than 64 packets runs fine at 64; raising the batch
+    // puts every live plugin through the smoke run at the new size, so the reload is refused by
+    // the plugin's name and the batch stays.
+    let body = "(if (i32.gt_u (i32.load16_u offset=2 (local.get 0)) (i32.const 64)) (then unreachable))
+         (local.set 1 (i32.mul (i32.load16_u offset=2 (local.get 0)) (i32.const 4)))
+         (i32.store (i32.const 32) (i32.const 32768))
+         (i32.store (i32.const 36) (local.get 1))
+         (memory.fill (i32.const 32768) (i32.const 0) (local.get 1))
+         (return (i32.const 32))";
+    std::fs::write(dir.path("small.wasm"), plugin_with_process(body)).unwrap();
+    let with_plugin = |batch: u32| {
+        base.replace("  mode: l2\n", &format!("  mode: l2\n  batch: {batch}\n")).replace(
+            "        flows: 256\n",
+            "        flows: 256\n    plugins:\n      - name: small\n        path: small.wasm\n",
+        )
+    };
+    let (st, body) = reload(with_plugin(64));
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("switch.batch = 64 (every live plugin") && body.contains("plugins of port `p0`"), "{body}");
+    let (st, body) = reload(with_plugin(256));
+    assert_eq!(st, 422, "{body}");
+    assert!(body.contains("plugin `small`: smoke run: trap on frame `ARP request` (batch of 256 copies)"), "{body}");
+    assert!(body.contains("nothing was changed"), "{body}");
+    let (_, cfg_now) = http(port, "GET", "/api/v1/config").unwrap();
+    let cfg_now: serde_json::Value = serde_json::from_str(&cfg_now).unwrap();
+    assert_eq!(cfg_now["switch"]["batch"], 64, "the running batch stays");
+
+    let (_, ok, err) = terminate(child);
+    assert!(ok, "{err}");
+}

@@ -340,6 +340,19 @@ impl Pipeline {
         }
     }
 
+    /// Takes up to `batch` packets per RX burst from now on (clamped to 1..=[`BATCH_SIZE`]);
+    /// the staging vectors grow here, between rounds, rather than on a packet.
+    pub fn set_batch(&mut self, batch: usize) {
+        self.opts.batch = batch.clamp(1, BATCH_SIZE);
+        let n = self.ports.len().max(1);
+        for s in &mut self.staged {
+            s.reserve(self.opts.batch * n);
+        }
+        for d in &mut self.dropped {
+            d.reserve(self.opts.batch * 2);
+        }
+    }
+
     /// Frames longer than `max` bytes are dropped as oversize on `port` from now on.
     pub fn set_max_frame(&mut self, port: PortId, max: usize) {
         if let Some(p) = self.ports.get_mut(port as usize) {

@@ -105,7 +105,12 @@ pub struct Plan {
 ///   giving it traffic or taking its traffic away (that changes the others' destinations).
 pub fn applies_live(c: &Change) -> bool {
     let key = c.key.as_str();
-    if key == "fdb.aging_seconds" || key == "fdb.capacity" || key == "control.token_file" || is_l2(key) {
+    if key == "fdb.aging_seconds"
+        || key == "fdb.capacity"
+        || key == "control.token_file"
+        || key == "switch.batch"
+        || is_l2(key)
+    {
         return true;
     }
     let Some(rest) = key.strip_prefix("ports[").and_then(|r| r.split_once(']')).map(|(_, r)| r) else {

@@ -630,13 +630,13 @@ fn the_plan_sorts_keys_into_live_and_restart() {
     // Writing a default out is not a change.
     let plan = diff::plan(&parse(GOOD).unwrap(), &parse(&format!("fdb:\n  capacity: 16384\n{GOOD}")).unwrap());
     assert!(plan.live.is_empty() && plan.restart.is_empty(), "{plan:?}");
-    // The RX batch is set when the workers start: a restart key, named where it is.
+    // The RX batch applies live (each worker takes it between two rounds), named where it is.
     let plan = diff::plan(&parse(GOOD).unwrap(), &parse(&format!("switch:\n  batch: 256\n{GOOD}")).unwrap());
     assert_eq!(
-        plan.restart.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+        plan.live.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
         ["test.yaml:2:10: switch.batch (64 -> 256)"]
     );
-    assert!(plan.live.is_empty(), "{plan:?}");
+    assert!(plan.restart.is_empty(), "{plan:?}");
 }
 
 #[test]
