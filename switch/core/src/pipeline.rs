@@ -129,6 +129,11 @@ impl Default for PipelineOptions {
 }
 
 /// (port, queue index in its slot) of every queue to poll for RX.
+/// A batch size the pipeline can take: 1..=[`BATCH_SIZE`].
+fn clamp_batch(batch: usize) -> usize {
+    batch.clamp(1, BATCH_SIZE)
+}
+
 fn rx_list(ports: &[PortSlot]) -> Vec<(PortId, usize)> {
     ports
         .iter()
@@ -189,7 +194,7 @@ impl Pipeline {
         stats: Arc<WorkerStats>,
         mut opts: PipelineOptions,
     ) -> Self {
-        opts.batch = opts.batch.clamp(1, BATCH_SIZE);
+        opts.batch = clamp_batch(opts.batch);
         assert!((1..=MAX_POOLS).contains(&pools.len()), "a pipeline has 1 to {MAX_POOLS} pools");
         for (i, p) in pools.iter().enumerate() {
             assert_eq!(p.id() as usize, i, "pools must be given in pool id order");
@@ -343,7 +348,7 @@ impl Pipeline {
     /// Takes up to `batch` packets per RX burst from now on (clamped to 1..=[`BATCH_SIZE`]);
     /// the staging vectors grow here, between rounds, rather than on a packet.
     pub fn set_batch(&mut self, batch: usize) {
-        self.opts.batch = batch.clamp(1, BATCH_SIZE);
+        self.opts.batch = clamp_batch(batch);
         let n = self.ports.len().max(1);
         for s in &mut self.staged {
             s.reserve(self.opts.batch * n);
@@ -1066,6 +1071,31 @@ mod tests {
             drop(pipe);
             check_no_leak(&pool, &[]).unwrap();
         }
+    }
+
+    /// `set_batch` (a reload of `switch.batch`) bounds the next bursts, clamped like the option.
+    #[test]
+    fn the_batch_changes_between_rounds() {
+        let umem = Arc::new(Umem::new(2048, 2048).unwrap());
+        let pool = SharedPool::new(0, umem, 512);
+        let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
+        let stats = Arc::new(WorkerStats::new(0, 2, cache.stats().clone()));
+        let ports = [vec![60; 400], Vec::new()]
+            .into_iter()
+            .map(|rx| PortSlot::new(vec![Box::new(FakeQueue { rx, ..Default::default() })], 1518))
+            .collect();
+        let opts = PipelineOptions { mode: ForwardMode::Cross, ..Default::default() };
+        let mut pipe = Pipeline::new(ports, cache, Arc::new(Fdb::new(64, 300)), stats.clone(), opts);
+        assert_eq!(pipe.poll(), DEFAULT_BATCH);
+        for (batch, per_poll) in [(3, 3), (0, 1), (1000, 256), (1, 1)] {
+            pipe.set_batch(batch);
+            assert_eq!(pipe.poll(), per_poll, "set_batch({batch})");
+        }
+        while pipe.poll() > 0 {}
+        assert_eq!(stats.ports[1].tx_packets.get(), 400, "every frame forwarded");
+        pipe.shutdown();
+        drop(pipe);
+        check_no_leak(&pool, &[]).unwrap();
     }
 
     /// A queue whose transmissions never complete (the kernel still holds them).
