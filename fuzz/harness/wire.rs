@@ -4,7 +4,7 @@
 // Input: byte 0..2 pick the port's maximum frame size, the rest is the frame.
 
 use wasmswitch_core::wire::checksum::{complete_partial, fill_l4_checksum, l4_checksum_ok, Completion};
-use wasmswitch_core::wire::{flags, parse_into, parse_l2_into, PacketMeta, ParseError};
+use wasmswitch_core::wire::{flags, parse_into, parse_l2, parse_l2_into, PacketMeta, ParseError};
 
 pub fn check(data: &[u8]) {
     if data.len() < 2 {
@@ -42,9 +42,15 @@ pub fn check(data: &[u8]) {
             let l2_flags = flags::VLAN | flags::CTAG | flags::GROUP_DST;
             assert_eq!(l2.flags, m.flags & l2_flags);
             assert_eq!((l2.l3_offset, l2.l4_offset), (0, 0));
+            // What a bridge port (no metadata written) switches on: the same answer.
+            let eth = parse_l2(frame, max_len).expect("parse_l2 agrees with parse_l2_into");
+            assert_eq!((eth.l3_offset, eth.flags, eth.vlan, eth.ctag()), (l3, l2.flags, l2.vlan, l2.ctag()));
         }
         (Ok(_), Err(e)) => assert!(matches!(e, ParseError::BadL3 | ParseError::TruncatedL4), "{e:?} after L2"),
-        (Err(e), r) => assert_eq!(r, Err(e), "the L2 part decides alone"),
+        (Err(e), r) => {
+            assert_eq!(r, Err(e), "the L2 part decides alone");
+            assert_eq!(parse_l2(frame, max_len), Err(e));
+        }
     }
     match full {
         Err(ParseError::Oversize) => assert!(frame.len() > max_len),

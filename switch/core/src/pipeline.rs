@@ -23,7 +23,7 @@ use crate::stats::{DropReason, WorkerStats};
 use crate::umem::Umem;
 use crate::verdict::{BatchView, Verdict, VerdictStage};
 use crate::vlan::{FloodClass, PortL2, StormState};
-use crate::wire::{self, ethernet, flags, MacAddr};
+use crate::wire::{self, ethernet, MacAddr};
 
 /// How the worker forwards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -462,11 +462,12 @@ impl Pipeline {
 
     /// Parses the batch in place, compacting out (and counting) frames that fail to parse or
     /// that the port's VLANs do not admit, copies each parsed frame to the port's ingress
-    /// mirrors (as received), sets each frame's `meta.vlan` to the VLAN it is switched in, and
+    /// mirrors (as received), sets each frame's VLAN (in `meta.vlan` too where metadata is kept), and
     /// completes offloaded checksums where the port asks for it (before any plugin, so plugins
     /// see the frame as it will leave). Parsing stops after the Ethernet header and tags on a
     /// port without plugins or checksums to complete: nothing past them is read there, so a
-    /// malformed IP header is only dropped where something would look at it.
+    /// malformed IP header is only dropped where something would look at it, and no metadata
+    /// is written (the L2 stage takes the addresses, the VLAN and the tag, in `Batch::l2`).
     fn parse_batch(&mut self, p: PortId) {
         let pi = p as usize;
         let slot = &self.ports[pi];
@@ -488,14 +489,20 @@ impl Pipeline {
             // SAFETY: the descriptor came from this worker's RX burst, so the worker holds the
             // frame and nothing else reads or writes it while this slice lives.
             let bytes = unsafe { umem.bytes_mut(d.addr, d.len as usize) };
-            // A length beyond the frame reads as an empty slice, i.e. a runt.
-            let m = &mut b.meta[kept];
+            // A length beyond the frame reads as an empty slice, i.e. a runt. Metadata is only
+            // kept where something reads it (`deep`); the L2 stage needs the outer C-tag only.
             let parsed = if d.len as usize > max {
                 Err(DropReason::Oversize)
             } else {
-                wire::parse_l2_into(bytes, max, m)
-                    .and_then(|l3| if deep { wire::parse_l3_into(bytes, l3, m) } else { Ok(()) })
-                    .map_err(DropReason::from)
+                if deep {
+                    let m = &mut b.meta[kept];
+                    wire::parse_l2_into(bytes, max, m)
+                        .and_then(|l3| wire::parse_l3_into(bytes, l3, m))
+                        .map(|()| m.ctag())
+                } else {
+                    wire::parse_l2(bytes, max).map(|eth| eth.ctag())
+                }
+                .map_err(DropReason::from)
             };
             if mirrors && parsed.is_ok() {
                 for &m in &l2.mirror_ingress {
@@ -510,14 +517,14 @@ impl Pipeline {
                     }
                 }
             }
-            let parsed = parsed.and_then(|()| {
-                let m = &mut b.meta[kept];
-                let tag = (m.flags & flags::CTAG != 0).then_some(m.vlan);
+            let parsed = parsed.and_then(|tag| {
                 // Always there once the header parsed.
                 let (dst, src) = ethernet::addr_bits(bytes).ok_or(DropReason::Runt)?;
                 match l2.vlan.classify(tag) {
                     Some(v) => {
-                        m.vlan = v;
+                        if deep {
+                            b.meta[kept].vlan = v;
+                        }
                         b.l2[kept] = L2Header { dst, src, vlan: v, tag };
                         Ok(())
                     }

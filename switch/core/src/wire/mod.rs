@@ -87,6 +87,12 @@ impl PacketMeta {
         self.flags & flag != 0
     }
 
+    /// As [`L2Info::ctag`], from the metadata [`parse_l2_into`] wrote.
+    #[inline]
+    pub fn ctag(&self) -> Option<u16> {
+        self.has(flags::CTAG).then_some(self.vlan)
+    }
+
     /// The TCP/UDP (source, destination) ports of `frame`, the frame this was parsed from;
     /// `None` when they were not parsed ([`flags::L4_PORTS`]).
     pub fn ports(&self, frame: &[u8]) -> Option<(u16, u16)> {
@@ -110,6 +116,20 @@ impl PacketMeta {
         } else {
             None
         }
+    }
+}
+
+impl PacketMeta {
+    /// The Ethernet part of the metadata of a frame of `len` bytes, from [`parse_l2`]; the L3
+    /// and L4 offsets are reset to 0 for [`parse_l3_into`] to fill.
+    #[inline]
+    pub fn set_l2(&mut self, len: usize, l2: &L2Info) {
+        self.len = len as u16;
+        self.flags = l2.flags;
+        self.vlan = l2.vlan;
+        self.ethertype = l2.ethertype;
+        self.l3_offset = 0;
+        self.l4_offset = 0;
     }
 }
 
@@ -137,12 +157,33 @@ pub fn parse_into(frame: &[u8], max_len: usize, m: &mut PacketMeta) -> Result<()
     parse_l3_into(frame, l3, m)
 }
 
+/// What the Ethernet header and its tags say: [`parse_l2`]'s answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct L2Info {
+    /// [`flags::GROUP_DST`], [`flags::VLAN`] and [`flags::CTAG`], as they apply.
+    pub flags: u16,
+    /// The outer tag's VLAN id; 0 untagged.
+    pub vlan: u16,
+    /// The ethertype after the tags.
+    pub ethertype: u16,
+    /// Where the L3 header starts.
+    pub l3_offset: usize,
+}
+
+impl L2Info {
+    /// The VID of an outer 802.1Q tag (0 for a priority tag); `None` untagged, or when the
+    /// outer tag is 802.1ad's.
+    #[inline]
+    pub fn ctag(&self) -> Option<u16> {
+        (self.flags & flags::CTAG != 0).then_some(self.vlan)
+    }
+}
+
 /// The Ethernet part of [`parse_into`]: length, up to two VLAN tags and the ethertype after
-/// them; returns where the L3 header starts. Writes only `len`, `flags`, `vlan`, `ethertype`,
-/// `l3_offset` and `l4_offset` (the first 12 bytes of `m`): a port nobody inspects past L2
-/// (no plugin, no checksum to complete) stops here and leaves the rest of `m` as it was.
+/// them. Writes no metadata: a port nobody inspects past L2 (no plugin, no checksum to
+/// complete) needs only this.
 #[inline]
-pub fn parse_l2_into(frame: &[u8], max_len: usize, m: &mut PacketMeta) -> Result<usize, ParseError> {
+pub fn parse_l2(frame: &[u8], max_len: usize) -> Result<L2Info, ParseError> {
     if frame.len() > max_len {
         return Err(ParseError::Oversize);
     }
@@ -167,13 +208,17 @@ pub fn parse_l2_into(frame: &[u8], max_len: usize, m: &mut PacketMeta) -> Result
         ethertype = u16::from_be_bytes([tag[2], tag[3]]);
         off += 4;
     }
-    m.len = frame.len() as u16;
-    m.flags = flags;
-    m.vlan = vlan;
-    m.ethertype = ethertype;
-    m.l3_offset = 0;
-    m.l4_offset = 0;
-    Ok(off)
+    Ok(L2Info { flags, vlan, ethertype, l3_offset: off })
+}
+
+/// [`parse_l2`] into `m`; returns where the L3 header starts. Writes only `len`, `flags`,
+/// `vlan`, `ethertype`, `l3_offset` and `l4_offset` (the first 12 bytes of `m`), see
+/// [`PacketMeta::set_l2`].
+#[inline]
+pub fn parse_l2_into(frame: &[u8], max_len: usize, m: &mut PacketMeta) -> Result<usize, ParseError> {
+    let l2 = parse_l2(frame, max_len)?;
+    m.set_l2(frame.len(), &l2);
+    Ok(l2.l3_offset)
 }
 
 /// The IP and TCP/UDP part of [`parse_into`], for a frame whose L3 header starts at `off`
@@ -253,6 +298,26 @@ mod tests {
         assert_eq!(m.vlan, 42);
         assert_eq!(m.l3_offset, 18);
         assert_eq!(m.ports(&f), Some((1, 2)));
+    }
+
+    #[test]
+    fn the_l2_parse_alone_says_what_the_metadata_says() {
+        let untagged =
+            udp4_frame(MacAddr::BROADCAST, MacAddr([2, 0, 0, 0, 0, 2]), [1, 1, 1, 1], [2, 2, 2, 2], 1, 2, 64);
+        let mut ctagged = untagged.clone();
+        insert_vlan(&mut ctagged, 42);
+        let mut stagged = ctagged.clone();
+        stagged[12..14].copy_from_slice(&0x88a8u16.to_be_bytes());
+        for (f, ctag) in [(&untagged, None), (&ctagged, Some(42)), (&stagged, None)] {
+            let l2 = parse_l2(f, 1522).unwrap();
+            let mut m = PacketMeta { ip_proto: 9, ..Default::default() };
+            assert_eq!(parse_l2_into(f, 1522, &mut m), Ok(l2.l3_offset));
+            assert_eq!((l2.ctag(), m.ctag()), (ctag, ctag));
+            assert_eq!((m.flags, m.vlan, m.ethertype, m.len as usize), (l2.flags, l2.vlan, l2.ethertype, f.len()));
+            // Only the Ethernet part is written.
+            assert_eq!((m.l3_offset, m.ip_proto), (0, 9));
+        }
+        assert_eq!(parse_l2(&untagged, 63), Err(ParseError::Oversize));
     }
 
     #[test]
