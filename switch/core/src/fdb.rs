@@ -1,8 +1,10 @@
 //! The forwarding database: (VLAN, MAC) → port, learned from traffic, aged out when silent.
 //!
 //! Lock-free and shared by all workers. The table is an array of 128-byte buckets of eight
-//! entries. An entry's key (MAC, VLAN, static flag) is one `AtomicU64`; its port shares an
-//! `AtomicU32` with a 16-bit generation that every rewrite of the slot advances. A writer that
+//! 16-byte entries. An entry's key (MAC, VLAN, static flag) is one `AtomicU64`; its port shares
+//! an `AtomicU32` with a 16-bit generation that every rewrite of the slot advances, and its
+//! last-seen tick is the other `AtomicU32`: key, port and tick in one cache line, so a learn or
+//! a lookup whose entry is among its bucket's first four touches one line, not two. A writer that
 //! changes a slot's key parks it on `CLAIMED`, writes the port word (next generation), then
 //! publishes the key; a lookup reads the port word, the key and the port word again, and takes
 //! the port only when both reads agree, so it never pairs a key with the port of another entry
@@ -34,13 +36,60 @@ const STATIC: u64 = 1 << 62;
 /// A slot being (re)written: no lookup matches it, no other writer takes it.
 const CLAIMED: u64 = LIVE | (0xfff << VID_SHIFT) | MAC_MASK;
 
-/// Eight entries, their ports and last-seen ticks: two adjacent cache lines, prefetched together.
-#[repr(align(128))]
-struct Bucket {
-    keys: [AtomicU64; SLOTS],
-    seen: [AtomicU32; SLOTS],
+/// One entry: its key and, in the same 16 bytes, its port word and last-seen tick, so a learn
+/// or lookup that finds its key in one of a bucket's first four slots touches one cache line.
+#[repr(C)]
+#[derive(Default)]
+struct Slot {
+    key: AtomicU64,
     /// Generation (high 16 bits) and port + 1 (low 16 bits; 0 before the first claim).
-    ports: [AtomicU32; SLOTS],
+    port: AtomicU32,
+    seen: AtomicU32,
+}
+
+/// Eight entries: two adjacent cache lines, prefetched together.
+#[repr(align(128))]
+#[derive(Default)]
+struct Bucket {
+    slots: [Slot; SLOTS],
+}
+
+// Four slots to a cache line, a bucket two lines: what the prefetch and the module's cache
+// figures assume.
+const _: () = assert!(std::mem::size_of::<Slot>() == 16 && std::mem::size_of::<Bucket>() == 128);
+
+impl Slot {
+    /// The slot's (key, port), read consistently: port word, key, port word; `None` if the
+    /// slot was rewritten in between (then a lookup floods, once) or never held an entry.
+    #[inline]
+    fn read(&self) -> Option<(u64, PortId)> {
+        let w1 = self.port.load(Ordering::Acquire);
+        let v = self.key.load(Ordering::Acquire);
+        let w2 = self.port.load(Ordering::Acquire);
+        (w1 == w2 && port_of(w1) != 0).then(|| (v, port_of(w1) - 1))
+    }
+}
+
+impl Bucket {
+    #[inline]
+    fn key(&self, i: usize) -> &AtomicU64 {
+        &self.slots[i].key
+    }
+
+    #[inline]
+    fn port(&self, i: usize) -> &AtomicU32 {
+        &self.slots[i].port
+    }
+
+    #[inline]
+    fn seen(&self, i: usize) -> &AtomicU32 {
+        &self.slots[i].seen
+    }
+
+    #[inline]
+    fn keys(&self) -> impl Iterator<Item = &AtomicU64> {
+        self.slots.iter().map(|s| &s.key)
+    }
 }
 
 /// Where one (VLAN, MAC) lives in one table: its key and bucket, from [`Fdb::place`]. A
@@ -198,9 +247,7 @@ impl Fdb {
     pub fn new(capacity: usize, aging_ticks: u32) -> Self {
         let buckets = buckets_for(capacity);
         Self {
-            buckets: (0..buckets)
-                .map(|_| Bucket { keys: Default::default(), seen: Default::default(), ports: Default::default() })
-                .collect(),
+            buckets: (0..buckets).map(|_| Bucket::default()).collect(),
             mask: buckets - 1,
             aging_ticks: AtomicU32::new(aging_ticks),
             stats: FdbStats::default(),
@@ -270,22 +317,12 @@ impl Fdb {
     pub fn lookup_at(&self, at: Place) -> Option<PortId> {
         let k = at.key;
         let b = &self.buckets[at.bucket as usize];
-        for (i, s) in b.keys.iter().enumerate() {
-            if same_entry(s.load(Ordering::Relaxed), k) {
-                return Self::read(b, i).filter(|&(v, _)| same_entry(v, k)).map(|(_, p)| p);
+        for s in &b.slots {
+            if same_entry(s.key.load(Ordering::Relaxed), k) {
+                return s.read().filter(|&(v, _)| same_entry(v, k)).map(|(_, p)| p);
             }
         }
         None
-    }
-
-    /// Slot `i`'s (key, port), read consistently: port word, key, port word; `None` if the
-    /// slot was rewritten in between (then a lookup floods, once) or never held an entry.
-    #[inline]
-    fn read(b: &Bucket, i: usize) -> Option<(u64, PortId)> {
-        let w1 = b.ports[i].load(Ordering::Acquire);
-        let v = b.keys[i].load(Ordering::Acquire);
-        let w2 = b.ports[i].load(Ordering::Acquire);
-        (w1 == w2 && port_of(w1) != 0).then(|| (v, port_of(w1) - 1))
     }
 
     /// Records that `mac` was seen in `vlan` on `port` at tick `now`.
@@ -301,8 +338,8 @@ impl Fdb {
         let b = &self.buckets[bi];
         let want = port + 1;
         let mut empty = None;
-        for (i, s) in b.keys.iter().enumerate() {
-            let v = s.load(Ordering::Acquire);
+        for (i, s) in b.slots.iter().enumerate() {
+            let v = s.key.load(Ordering::Acquire);
             if v == 0 {
                 empty.get_or_insert(i);
                 continue;
@@ -311,18 +348,17 @@ impl Fdb {
                 if v & STATIC != 0 {
                     return Learned::Known;
                 }
-                let seen = &b.seen[i];
-                if seen.load(Ordering::Relaxed) != now {
-                    seen.store(now, Ordering::Relaxed);
+                if s.seen.load(Ordering::Relaxed) != now {
+                    s.seen.store(now, Ordering::Relaxed);
                 }
-                let w = b.ports[i].load(Ordering::Relaxed);
+                let w = s.port.load(Ordering::Relaxed);
                 if port_of(w) == want {
                     return Learned::Known;
                 }
                 // Moved (same key and generation; a lookup in between sees the two port words
                 // differ and floods once): last writer wins if two workers see it on two ports
                 // at once.
-                b.ports[i].store((w & 0xffff_0000) | want as u32, Ordering::Release);
+                s.port.store((w & 0xffff_0000) | want as u32, Ordering::Release);
                 return Learned::Moved;
             }
         }
@@ -339,10 +375,10 @@ impl Fdb {
         }
         // Bucket full (or lost a race for the empty slot): evict the stalest learned entry.
         let oldest = (0..SLOTS)
-            .filter(|&i| b.keys[i].load(Ordering::Relaxed) & STATIC == 0)
-            .max_by_key(|&i| now.wrapping_sub(b.seen[i].load(Ordering::Relaxed)));
+            .filter(|&i| b.key(i).load(Ordering::Relaxed) & STATIC == 0)
+            .max_by_key(|&i| now.wrapping_sub(b.seen(i).load(Ordering::Relaxed)));
         let Some(i) = oldest else { return Learned::Full };
-        let v = b.keys[i].load(Ordering::Acquire);
+        let v = b.key(i).load(Ordering::Acquire);
         if v != CLAIMED && v & STATIC == 0 && self.put(b, i, v, k, want, now) {
             Learned::Evicted
         } else {
@@ -353,14 +389,14 @@ impl Fdb {
 
     /// Rewrites slot `i` from key `old` to key `k` on port `want - 1`: claim, port, publish.
     fn put(&self, b: &Bucket, i: usize, old: u64, k: u64, want: u16, now: u32) -> bool {
-        if b.keys[i].compare_exchange(old, CLAIMED, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if b.key(i).compare_exchange(old, CLAIMED, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return false;
         }
         // Tick first so the aging sweep never sees the new entry with a stale time.
-        b.seen[i].store(now, Ordering::Relaxed);
-        let generation = (b.ports[i].load(Ordering::Relaxed) >> 16).wrapping_add(1) & 0xffff;
-        b.ports[i].store(generation << 16 | want as u32, Ordering::Release);
-        b.keys[i].store(k, Ordering::Release);
+        b.seen(i).store(now, Ordering::Relaxed);
+        let generation = (b.port(i).load(Ordering::Relaxed) >> 16).wrapping_add(1) & 0xffff;
+        b.port(i).store(generation << 16 | want as u32, Ordering::Release);
+        b.key(i).store(k, Ordering::Release);
         true
     }
 
@@ -374,13 +410,13 @@ impl Fdb {
         loop {
             // The entry itself, learned or static, first; then an empty slot; then the stalest
             // learned entry.
-            let keys: Vec<u64> = b.keys.iter().map(|s| s.load(Ordering::Acquire)).collect();
+            let keys: Vec<u64> = b.keys().map(|s| s.load(Ordering::Acquire)).collect();
             let slot =
                 keys.iter().position(|&v| same_entry(v, k)).or_else(|| keys.iter().position(|&v| v == 0)).or_else(
                     || {
                         (0..SLOTS)
                             .filter(|&i| keys[i] & STATIC == 0 && keys[i] != CLAIMED)
-                            .min_by_key(|&i| b.seen[i].load(Ordering::Relaxed))
+                            .min_by_key(|&i| b.seen(i).load(Ordering::Relaxed))
                     },
                 );
             let Some(i) = slot else { return Err(StaticError::BucketFull) };
@@ -405,12 +441,12 @@ impl Fdb {
         let bucket = |k: u64| bucket_index(k, mask);
         let mut statics: std::collections::HashSet<u64> = std::collections::HashSet::new();
         for b in self.buckets.iter() {
-            for (i, s) in b.keys.iter().enumerate() {
+            for (i, s) in b.keys().enumerate() {
                 let v = s.load(Ordering::Acquire);
                 if v == CLAIMED || v & STATIC == 0 {
                     continue;
                 }
-                let port = port_of(b.ports[i].load(Ordering::Acquire)).wrapping_sub(1);
+                let port = port_of(b.port(i).load(Ordering::Acquire)).wrapping_sub(1);
                 let (vlan, mac, _) = unpack(v);
                 if !remove.contains(&(vlan, mac, port)) && !gone_ports.contains(&port) {
                     statics.insert(v & !STATIC);
@@ -451,11 +487,11 @@ impl Fdb {
     pub fn remove_static(&self, vlan: u16, mac: MacAddr, port: PortId) -> bool {
         let k = key(vlan, mac);
         let b = &self.buckets[self.bucket_of(k)];
-        b.keys.iter().enumerate().any(|(i, s)| {
+        b.keys().enumerate().any(|(i, s)| {
             let v = s.load(Ordering::Acquire);
             same_entry(v, k)
                 && v & STATIC != 0
-                && port_of(b.ports[i].load(Ordering::Acquire)).wrapping_sub(1) == port
+                && port_of(b.port(i).load(Ordering::Acquire)).wrapping_sub(1) == port
                 && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         })
     }
@@ -464,7 +500,7 @@ impl Fdb {
     pub fn remove(&self, vlan: u16, mac: MacAddr) -> bool {
         let k = key(vlan, mac);
         let b = &self.buckets[self.bucket_of(k)];
-        b.keys.iter().any(|s| {
+        b.keys().any(|s| {
             let v = s.load(Ordering::Acquire);
             same_entry(v, k) && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         })
@@ -474,13 +510,13 @@ impl Fdb {
     pub fn flush(&self, what: Flush) -> usize {
         let mut n = 0;
         for b in self.buckets.iter() {
-            for (i, s) in b.keys.iter().enumerate() {
+            for (i, s) in b.keys().enumerate() {
                 let v = s.load(Ordering::Acquire);
                 if v == 0 || v == CLAIMED || (v & STATIC != 0 && !what.statics) {
                     continue;
                 }
                 let (vlan, _, _) = unpack(v);
-                let port = port_of(b.ports[i].load(Ordering::Acquire)).wrapping_sub(1);
+                let port = port_of(b.port(i).load(Ordering::Acquire)).wrapping_sub(1);
                 if what.vlan.is_some_and(|x| x != vlan) || what.port.is_some_and(|x| x != port) {
                     continue;
                 }
@@ -498,12 +534,12 @@ impl Fdb {
         let mut aged = 0;
         let aging_ticks = self.aging_ticks();
         for b in self.buckets.iter() {
-            for (i, s) in b.keys.iter().enumerate() {
+            for (i, s) in b.keys().enumerate() {
                 let v = s.load(Ordering::Acquire);
                 if v == 0 || v == CLAIMED || v & STATIC != 0 {
                     continue;
                 }
-                let seen = b.seen[i].load(Ordering::Relaxed);
+                let seen = b.seen(i).load(Ordering::Relaxed);
                 if now.wrapping_sub(seen) > aging_ticks
                     && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
                 {
@@ -525,12 +561,12 @@ impl Fdb {
         let mut out = Vec::new();
         for b in self.buckets.iter() {
             for i in 0..SLOTS {
-                let Some((v, port)) = Self::read(b, i) else { continue };
+                let Some((v, port)) = b.slots[i].read() else { continue };
                 if v == 0 || v == CLAIMED {
                     continue;
                 }
                 let (vlan, mac, is_static) = unpack(v);
-                let age = if is_static { 0 } else { now.wrapping_sub(b.seen[i].load(Ordering::Relaxed)) };
+                let age = if is_static { 0 } else { now.wrapping_sub(b.seen(i).load(Ordering::Relaxed)) };
                 out.push(Entry { vlan, mac, port, age, is_static });
             }
         }
@@ -540,11 +576,7 @@ impl Fdb {
 
     /// Number of entries (walks the table: for metrics, not the data path).
     pub fn len(&self) -> usize {
-        self.buckets
-            .iter()
-            .flat_map(|b| b.keys.iter())
-            .filter(|s| !matches!(s.load(Ordering::Relaxed), 0 | CLAIMED))
-            .count()
+        self.buckets.iter().flat_map(|b| b.keys()).filter(|s| !matches!(s.load(Ordering::Relaxed), 0 | CLAIMED)).count()
     }
 
     pub fn is_empty(&self) -> bool {
