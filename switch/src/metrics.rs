@@ -489,6 +489,12 @@ impl Collector for SwitchCollector {
         )?;
         counter_family(
             e,
+            "wasmswitch_fdb_not_learned",
+            "Frames whose source was not learned: its FDB bucket was all static entries, or another worker was rewriting the entry at that instant (a later frame learns it).",
+            &self.worker_samples(|w| w.fdb_not_learned.get()),
+        )?;
+        counter_family(
+            e,
             "wasmswitch_fdb_aged",
             "Entries removed by aging.",
             &[(vec![], self.fdb.get().stats.aged.get())],

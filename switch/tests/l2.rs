@@ -243,6 +243,26 @@ fn learning_is_per_vlan() {
 }
 
 #[test]
+fn a_source_with_no_room_to_be_learned_is_counted_and_still_forwarded() {
+    let mut r = rig(2, 512, 300);
+    // A table of one bucket, full of static entries: nothing more can be learned.
+    let fdb = Arc::new(Fdb::new(8, 300));
+    for i in 0..8 {
+        fdb.add_static(1, mac(100 + i), 1).unwrap();
+    }
+    r.pipe.set_fdb(fdb.clone());
+    let f = frame(MacAddr::BROADCAST, mac(1));
+    for n in 1..=2 {
+        r.send(0, f.clone());
+        assert_eq!(r.take()[1], vec![f.clone()], "forwarded all the same");
+        assert_eq!(r.pipe.stats().fdb_not_learned.get(), n);
+    }
+    assert_eq!(fdb.lookup(1, mac(1)), None);
+    assert_eq!(r.pipe.stats().fdb_learned.get(), 0);
+    r.finish();
+}
+
+#[test]
 fn link_local_frames_go_to_the_host_port_never_forwarded() {
     let ll = |last: u8| frame(MacAddr([0x01, 0x80, 0xc2, 0, 0, last]), mac(1));
     // Port 2 is the host port.

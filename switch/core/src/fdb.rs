@@ -141,6 +141,9 @@ pub enum Learned {
     Evicted,
     /// Nowhere to put it: the bucket is all static entries.
     Full,
+    /// Not learned from this frame: another writer was rewriting the entry's slot (or
+    /// inserting the same address) at that instant. A later frame learns it.
+    Busy,
 }
 
 /// Why a static entry was refused.
@@ -351,14 +354,22 @@ impl Fdb {
                 if s.seen.load(Ordering::Relaxed) != now {
                     s.seen.store(now, Ordering::Relaxed);
                 }
-                let w = s.port.load(Ordering::Relaxed);
+                let w = s.port.load(Ordering::Acquire);
                 if port_of(w) == want {
                     return Learned::Known;
                 }
                 // Moved (same key and generation; a lookup in between sees the two port words
                 // differ and floods once): last writer wins if two workers see it on two ports
-                // at once.
-                s.port.store((w & 0xffff_0000) | want as u32, Ordering::Release);
+                // at once. The slot may have been emptied and given to another address since
+                // its key was read: only a slot that still holds this key, and whose port word
+                // nobody rewrote since `w` (a new entry advances the generation), takes the port.
+                if s.key.load(Ordering::Acquire) != v
+                    || s.port
+                        .compare_exchange(w, (w & 0xffff_0000) | want as u32, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_err()
+                {
+                    return Learned::Busy;
+                }
                 return Learned::Moved;
             }
         }
@@ -368,23 +379,41 @@ impl Fdb {
     #[cold]
     fn learn_slow(&self, bi: usize, k: u64, want: u16, now: u32, empty: Option<usize>) -> Learned {
         let b = &self.buckets[bi];
-        if let Some(i) = empty {
-            if self.put(b, i, 0, k, want, now) {
-                return Learned::New;
+        // Two workers that see a new address at once both get here: one address must never
+        // take two slots (a remove would take one and leave the other forwarding). So a bucket
+        // with a slot being rewritten is left alone, and whoever loses the race for a slot
+        // stops there instead of evicting another entry.
+        if b.slots.iter().any(|s| s.key.load(Ordering::Acquire) == CLAIMED) {
+            return Learned::Busy;
+        }
+        let (i, old, learned) = match empty {
+            Some(i) => (i, 0, Learned::New),
+            None => {
+                // Bucket full: evict the stalest learned entry.
+                let oldest = (0..SLOTS)
+                    .filter(|&i| b.key(i).load(Ordering::Relaxed) & STATIC == 0)
+                    .max_by_key(|&i| now.wrapping_sub(b.seen(i).load(Ordering::Relaxed)));
+                let Some(i) = oldest else { return Learned::Full };
+                let v = b.key(i).load(Ordering::Acquire);
+                if v == CLAIMED || v & STATIC != 0 {
+                    return Learned::Busy;
+                }
+                (i, v, Learned::Evicted)
             }
+        };
+        if !self.put(b, i, old, k, want, now) {
+            return Learned::Busy;
         }
-        // Bucket full (or lost a race for the empty slot): evict the stalest learned entry.
-        let oldest = (0..SLOTS)
-            .filter(|&i| b.key(i).load(Ordering::Relaxed) & STATIC == 0)
-            .max_by_key(|&i| now.wrapping_sub(b.seen(i).load(Ordering::Relaxed)));
-        let Some(i) = oldest else { return Learned::Full };
-        let v = b.key(i).load(Ordering::Acquire);
-        if v != CLAIMED && v & STATIC == 0 && self.put(b, i, v, k, want, now) {
-            Learned::Evicted
-        } else {
-            // Another writer is on that slot this instant; the next frame learns it.
-            Learned::Full
+        // Two writers that both saw no claim can still put the address into two different
+        // slots. Each looks for the other's copy after publishing its own (the fence makes sure
+        // at least one of the two sees the other) and withdraws its own when it finds one.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let doubled = b.slots.iter().enumerate().any(|(j, s)| j != i && same_entry(s.key.load(Ordering::Acquire), k));
+        if doubled {
+            let _ = b.key(i).compare_exchange(k, 0, Ordering::AcqRel, Ordering::Relaxed);
+            return Learned::Busy;
         }
+        learned
     }
 
     /// Rewrites slot `i` from key `old` to key `k` on port `want - 1`: claim, port, publish.
@@ -500,9 +529,11 @@ impl Fdb {
     pub fn remove(&self, vlan: u16, mac: MacAddr) -> bool {
         let k = key(vlan, mac);
         let b = &self.buckets[self.bucket_of(k)];
-        b.keys().any(|s| {
+        // Every slot, not the first match: the address leaves the table whatever a racing
+        // learn did.
+        b.keys().fold(false, |removed, s| {
             let v = s.load(Ordering::Acquire);
-            same_entry(v, k) && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            (same_entry(v, k) && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()) || removed
         })
     }
 
@@ -773,6 +804,86 @@ mod tests {
         }
         stop.store(true, Ordering::Relaxed);
         writer.join().unwrap();
+    }
+
+    #[test]
+    fn a_move_never_lands_on_the_entry_that_took_the_slot_since() {
+        // One bucket. A mover flips M between ports 1 and 2 while the main thread removes M and
+        // learns X (on 5) in the slot M just left: X must never be found on the mover's port.
+        let f = std::sync::Arc::new(Fdb::new(8, 300));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (m, x) = (mac(1), mac(2));
+        let mover = {
+            let (f, stop) = (f.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut p = 1;
+                while !stop.load(Ordering::Relaxed) {
+                    f.learn(1, m, p, 0);
+                    p = 3 - p;
+                }
+            })
+        };
+        let mut wrong = 0;
+        for _ in 0..300_000 {
+            f.remove(1, m);
+            f.learn(1, x, 5, 0);
+            for _ in 0..50 {
+                std::hint::spin_loop();
+            }
+            if !matches!(f.lookup(1, x), Some(5) | None) {
+                wrong += 1;
+            }
+            f.remove(1, x);
+        }
+        stop.store(true, Ordering::Relaxed);
+        mover.join().unwrap();
+        assert_eq!(wrong, 0, "X was found on the port of the MAC that moved");
+    }
+
+    #[test]
+    fn two_workers_learning_one_new_address_leave_one_entry() {
+        // Two threads learn the same new address into a half-full bucket at once: it must end
+        // in one slot at most (never evicting a live entry for a second copy), and a remove must
+        // take it out of the table.
+        use std::sync::{Arc, Barrier};
+        let f = Arc::new(Fdb::new(8, 300));
+        let k = mac(0xaa);
+        let rounds = 20_000;
+        let (go, done) = (Arc::new(Barrier::new(3)), Arc::new(Barrier::new(3)));
+        let workers: Vec<_> = (1..=2u16)
+            .map(|p| {
+                let (f, go, done) = (f.clone(), go.clone(), done.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..rounds {
+                        go.wait();
+                        f.learn(1, k, p, 7);
+                        done.wait();
+                    }
+                })
+            })
+            .collect();
+        let (mut doubled, mut evicted, mut left) = (0, 0, 0);
+        for _ in 0..rounds {
+            f.flush(Flush { statics: true, ..Flush::default() });
+            for i in 1..=4 {
+                f.learn(1, mac(0x100 + i), 9, 7);
+            }
+            go.wait();
+            done.wait();
+            let e = f.entries(7);
+            doubled += usize::from(e.iter().filter(|x| x.mac == k).count() > 1);
+            evicted += usize::from(e.iter().filter(|x| x.mac != k).count() < 4);
+            f.remove(1, k);
+            left += usize::from(f.lookup(1, k).is_some());
+        }
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(
+            (doubled, evicted, left),
+            (0, 0, 0),
+            "(rounds with two copies, with an entry evicted, still found after remove)"
+        );
     }
 
     #[test]

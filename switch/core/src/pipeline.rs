@@ -662,7 +662,8 @@ impl Pipeline {
             } else {
                 *last_src = at.src;
                 match self.fdb.learn_at(at.src, p, self.now) {
-                    Learned::Known | Learned::Full => {}
+                    Learned::Known => {}
+                    Learned::Full | Learned::Busy => self.stats.fdb_not_learned.inc(),
                     Learned::New => self.stats.fdb_learned.inc(),
                     Learned::Moved => self.stats.fdb_moved.inc(),
                     Learned::Evicted => {

@@ -165,6 +165,9 @@ pub struct WorkerStats {
     pub fdb_learned: Counter,
     pub fdb_moved: Counter,
     pub fdb_evicted: Counter,
+    /// Sources not learned from a frame: their bucket was all static entries, or another
+    /// worker was rewriting the slot at that instant ([`crate::fdb::Learned::Busy`]).
+    pub fdb_not_learned: Counter,
     /// Extra copies made by flooding.
     pub flood_copies: Counter,
     /// Copies made for port mirrors.
@@ -187,6 +190,7 @@ impl WorkerStats {
             fdb_learned: Counter::default(),
             fdb_moved: Counter::default(),
             fdb_evicted: Counter::default(),
+            fdb_not_learned: Counter::default(),
             flood_copies: Counter::default(),
             mirror_copies: Counter::default(),
             umem_copies: Counter::default(),
