@@ -70,28 +70,6 @@ impl Slot {
     }
 }
 
-impl Bucket {
-    #[inline]
-    fn key(&self, i: usize) -> &AtomicU64 {
-        &self.slots[i].key
-    }
-
-    #[inline]
-    fn port(&self, i: usize) -> &AtomicU32 {
-        &self.slots[i].port
-    }
-
-    #[inline]
-    fn seen(&self, i: usize) -> &AtomicU32 {
-        &self.slots[i].seen
-    }
-
-    #[inline]
-    fn keys(&self) -> impl Iterator<Item = &AtomicU64> {
-        self.slots.iter().map(|s| &s.key)
-    }
-}
-
 /// Where one (VLAN, MAC) lives in one table: its key and bucket, from [`Fdb::place`]. A
 /// resized table is a new `Fdb`; a place is only ever used with the table that made it, within
 /// one batch. `Place::default()` is the place of no address (a live key is never 0).
@@ -391,10 +369,10 @@ impl Fdb {
             None => {
                 // Bucket full: evict the stalest learned entry.
                 let oldest = (0..SLOTS)
-                    .filter(|&i| b.key(i).load(Ordering::Relaxed) & STATIC == 0)
-                    .max_by_key(|&i| now.wrapping_sub(b.seen(i).load(Ordering::Relaxed)));
+                    .filter(|&i| b.slots[i].key.load(Ordering::Relaxed) & STATIC == 0)
+                    .max_by_key(|&i| now.wrapping_sub(b.slots[i].seen.load(Ordering::Relaxed)));
                 let Some(i) = oldest else { return Learned::Full };
-                let v = b.key(i).load(Ordering::Acquire);
+                let v = b.slots[i].key.load(Ordering::Acquire);
                 if v == CLAIMED || v & STATIC != 0 {
                     return Learned::Busy;
                 }
@@ -410,7 +388,7 @@ impl Fdb {
         std::sync::atomic::fence(Ordering::SeqCst);
         let doubled = b.slots.iter().enumerate().any(|(j, s)| j != i && same_entry(s.key.load(Ordering::Acquire), k));
         if doubled {
-            let _ = b.key(i).compare_exchange(k, 0, Ordering::AcqRel, Ordering::Relaxed);
+            let _ = b.slots[i].key.compare_exchange(k, 0, Ordering::AcqRel, Ordering::Relaxed);
             return Learned::Busy;
         }
         learned
@@ -418,14 +396,14 @@ impl Fdb {
 
     /// Rewrites slot `i` from key `old` to key `k` on port `want - 1`: claim, port, publish.
     fn put(&self, b: &Bucket, i: usize, old: u64, k: u64, want: u16, now: u32) -> bool {
-        if b.key(i).compare_exchange(old, CLAIMED, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if b.slots[i].key.compare_exchange(old, CLAIMED, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return false;
         }
         // Tick first so the aging sweep never sees the new entry with a stale time.
-        b.seen(i).store(now, Ordering::Relaxed);
-        let generation = (b.port(i).load(Ordering::Relaxed) >> 16).wrapping_add(1) & 0xffff;
-        b.port(i).store(generation << 16 | want as u32, Ordering::Release);
-        b.key(i).store(k, Ordering::Release);
+        b.slots[i].seen.store(now, Ordering::Relaxed);
+        let generation = (b.slots[i].port.load(Ordering::Relaxed) >> 16).wrapping_add(1) & 0xffff;
+        b.slots[i].port.store(generation << 16 | want as u32, Ordering::Release);
+        b.slots[i].key.store(k, Ordering::Release);
         true
     }
 
@@ -439,13 +417,13 @@ impl Fdb {
         loop {
             // The entry itself, learned or static, first; then an empty slot; then the stalest
             // learned entry.
-            let keys: Vec<u64> = b.keys().map(|s| s.load(Ordering::Acquire)).collect();
+            let keys: Vec<u64> = b.slots.iter().map(|s| s.key.load(Ordering::Acquire)).collect();
             let slot =
                 keys.iter().position(|&v| same_entry(v, k)).or_else(|| keys.iter().position(|&v| v == 0)).or_else(
                     || {
                         (0..SLOTS)
                             .filter(|&i| keys[i] & STATIC == 0 && keys[i] != CLAIMED)
-                            .min_by_key(|&i| b.seen(i).load(Ordering::Relaxed))
+                            .min_by_key(|&i| b.slots[i].seen.load(Ordering::Relaxed))
                     },
                 );
             let Some(i) = slot else { return Err(StaticError::BucketFull) };
@@ -470,12 +448,12 @@ impl Fdb {
         let bucket = |k: u64| bucket_index(k, mask);
         let mut statics: std::collections::HashSet<u64> = std::collections::HashSet::new();
         for b in self.buckets.iter() {
-            for (i, s) in b.keys().enumerate() {
-                let v = s.load(Ordering::Acquire);
+            for s in &b.slots {
+                let v = s.key.load(Ordering::Acquire);
                 if v == CLAIMED || v & STATIC == 0 {
                     continue;
                 }
-                let port = port_of(b.port(i).load(Ordering::Acquire)).wrapping_sub(1);
+                let port = port_of(s.port.load(Ordering::Acquire)).wrapping_sub(1);
                 let (vlan, mac, _) = unpack(v);
                 if !remove.contains(&(vlan, mac, port)) && !gone_ports.contains(&port) {
                     statics.insert(v & !STATIC);
@@ -516,12 +494,12 @@ impl Fdb {
     pub fn remove_static(&self, vlan: u16, mac: MacAddr, port: PortId) -> bool {
         let k = key(vlan, mac);
         let b = &self.buckets[self.bucket_of(k)];
-        b.keys().enumerate().any(|(i, s)| {
-            let v = s.load(Ordering::Acquire);
+        b.slots.iter().any(|s| {
+            let v = s.key.load(Ordering::Acquire);
             same_entry(v, k)
                 && v & STATIC != 0
-                && port_of(b.port(i).load(Ordering::Acquire)).wrapping_sub(1) == port
-                && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                && port_of(s.port.load(Ordering::Acquire)).wrapping_sub(1) == port
+                && s.key.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         })
     }
 
@@ -531,9 +509,9 @@ impl Fdb {
         let b = &self.buckets[self.bucket_of(k)];
         // Every slot, not the first match: the address leaves the table whatever a racing
         // learn did.
-        b.keys().fold(false, |removed, s| {
-            let v = s.load(Ordering::Acquire);
-            (same_entry(v, k) && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()) || removed
+        b.slots.iter().fold(false, |removed, s| {
+            let v = s.key.load(Ordering::Acquire);
+            (same_entry(v, k) && s.key.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()) || removed
         })
     }
 
@@ -541,17 +519,17 @@ impl Fdb {
     pub fn flush(&self, what: Flush) -> usize {
         let mut n = 0;
         for b in self.buckets.iter() {
-            for (i, s) in b.keys().enumerate() {
-                let v = s.load(Ordering::Acquire);
+            for s in &b.slots {
+                let v = s.key.load(Ordering::Acquire);
                 if v == 0 || v == CLAIMED || (v & STATIC != 0 && !what.statics) {
                     continue;
                 }
                 let (vlan, _, _) = unpack(v);
-                let port = port_of(b.port(i).load(Ordering::Acquire)).wrapping_sub(1);
+                let port = port_of(s.port.load(Ordering::Acquire)).wrapping_sub(1);
                 if what.vlan.is_some_and(|x| x != vlan) || what.port.is_some_and(|x| x != port) {
                     continue;
                 }
-                if s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                if s.key.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                     n += 1;
                 }
             }
@@ -565,14 +543,14 @@ impl Fdb {
         let mut aged = 0;
         let aging_ticks = self.aging_ticks();
         for b in self.buckets.iter() {
-            for (i, s) in b.keys().enumerate() {
-                let v = s.load(Ordering::Acquire);
+            for s in &b.slots {
+                let v = s.key.load(Ordering::Acquire);
                 if v == 0 || v == CLAIMED || v & STATIC != 0 {
                     continue;
                 }
-                let seen = b.seen(i).load(Ordering::Relaxed);
+                let seen = s.seen.load(Ordering::Relaxed);
                 if now.wrapping_sub(seen) > aging_ticks
-                    && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                    && s.key.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
                 {
                     aged += 1;
                 }
@@ -591,13 +569,13 @@ impl Fdb {
     pub fn entries(&self, now: u32) -> Vec<Entry> {
         let mut out = Vec::new();
         for b in self.buckets.iter() {
-            for i in 0..SLOTS {
-                let Some((v, port)) = b.slots[i].read() else { continue };
+            for s in &b.slots {
+                let Some((v, port)) = s.read() else { continue };
                 if v == 0 || v == CLAIMED {
                     continue;
                 }
                 let (vlan, mac, is_static) = unpack(v);
-                let age = if is_static { 0 } else { now.wrapping_sub(b.seen(i).load(Ordering::Relaxed)) };
+                let age = if is_static { 0 } else { now.wrapping_sub(s.seen.load(Ordering::Relaxed)) };
                 out.push(Entry { vlan, mac, port, age, is_static });
             }
         }
@@ -607,7 +585,11 @@ impl Fdb {
 
     /// Number of entries (walks the table: for metrics, not the data path).
     pub fn len(&self) -> usize {
-        self.buckets.iter().flat_map(|b| b.keys()).filter(|s| !matches!(s.load(Ordering::Relaxed), 0 | CLAIMED)).count()
+        self.buckets
+            .iter()
+            .flat_map(|b| &b.slots)
+            .filter(|s| !matches!(s.key.load(Ordering::Relaxed), 0 | CLAIMED))
+            .count()
     }
 
     pub fn is_empty(&self) -> bool {
