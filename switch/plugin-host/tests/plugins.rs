@@ -842,8 +842,8 @@ fn smoke_run_stops_a_spinning_or_allocating_plugin_by_its_limits() {
 
 #[test]
 fn smoke_run_warns_of_a_plugin_whose_full_batch_nears_its_deadline() {
-    // Work in proportion to the packets of a batch: 40,000 turns of a loop per packet.
-    let body = "(local.set $len (i32.mul (i32.load16_u offset=2 (local.get $p)) (i32.const 40000))) (loop $l (local.set $len (i32.sub (local.get $len) (i32.const 1))) (br_if $l (local.get $len))) (call $ok (local.get $p))";
+    // Work in proportion to the packets of a batch: 150,000 turns of a loop per packet.
+    let body = "(local.set $len (i32.mul (i32.load16_u offset=2 (local.get $p)) (i32.const 150000))) (loop $l (local.set $len (i32.sub (local.get $len) (i32.const 1))) (br_if $l (local.get $len))) (call $ok (local.get $p))";
     let mut s = spec("per-packet", write("smoke-per-packet.wasm", &component(&guest(body), None)), "");
     s.deadline = Duration::from_secs(10);
     let at = |s: &PluginSpec, batch: usize| engine().compile(s).unwrap().smoke_batch(0, batch).unwrap();
@@ -854,14 +854,39 @@ fn smoke_run_warns_of_a_plugin_whose_full_batch_nears_its_deadline() {
     assert!(["of 1)", "of 1 "].iter().any(|k| one.slowest.what.contains(k)), "a batch of one: {:?}", one.slowest);
     assert!(full.slowest.cpu > one.slowest.cpu * 16, "256 packets cost more than one: {full:?} {one:?}");
     assert!(full.near_deadline().is_none(), "a 10 s deadline is far: {}", full.timing());
-    // A deadline under twice what the batch of 256 took (whole milliseconds, so that it is
-    // enforced as set): check warns, and says how to fix it.
+    // A deadline about 1.4 x what the batch of 256 took (whole milliseconds, so that it is
+    // enforced as set): check warns, and says how to fix it. On a busy machine one call of a
+    // batch can take half as long again as the least of its three, so a deadline that faults
+    // or leaves the batch under half of it is a bound, and the next try takes the geometric
+    // mean of the bounds; eight tries without a warning fail the test.
     assert!(full.slowest.cpu >= Duration::from_millis(1), "too quick a plugin for the test: {}", full.timing());
-    s.deadline = Duration::from_millis((full.slowest.cpu.as_micros() * 9 / 5 / 1000) as u64);
-    let near = at(&s, 256);
+    let ms = |d: Duration, times: f64| (d.as_secs_f64() * 1000.0 * times).ceil() as u64;
+    let (mut took, mut short, mut long) = (full.slowest.cpu, None::<u64>, None::<u64>);
+    let mut tries = Vec::new();
+    let near = loop {
+        let deadline = match (short, long) {
+            (Some(s), Some(l)) if l > s + 1 => (((s * l) as f64).sqrt().round() as u64).clamp(s + 1, l - 1),
+            (Some(s), None) => s * 7 / 5 + 1,
+            (None, _) => ms(took, 1.4),
+            _ => panic!("no deadline between {short:?} ms (faults) and {long:?} ms (under half): {tries:#?}"),
+        };
+        assert!(tries.len() < 8, "no run landed within [0.5, 1) of its deadline: {tries:#?}");
+        s.deadline = Duration::from_millis(deadline);
+        match engine().compile(&s).unwrap().smoke_batch(0, 256) {
+            Ok(r) if r.deadline_share() >= wasmswitch_plugin_host::NEAR_DEADLINE => break r,
+            Ok(r) => {
+                (took, long) = (r.slowest.cpu, Some(long.map_or(deadline, |l| l.min(deadline))));
+                tries.push(r.timing());
+            }
+            Err(e) => {
+                assert!(e.to_string().contains("smoke run: deadline on "), "{e}");
+                short = Some(short.map_or(deadline, |s| s.max(deadline)));
+                tries.push(e.to_string());
+            }
+        }
+    };
     let w = near.near_deadline().unwrap_or_else(|| panic!("warns: {}", near.timing()));
     assert!(w.starts_with("its slowest batch: ") && w.contains("raise deadline_us, or lower switch.batch"), "{w}");
-    assert!(near.deadline_share() >= wasmswitch_plugin_host::NEAR_DEADLINE, "{}", near.timing());
     // The same deadline at batches of one: far from it.
     let small = at(&s, 1);
     assert!(small.near_deadline().is_none(), "{}", small.timing());
