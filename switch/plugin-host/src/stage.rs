@@ -170,6 +170,21 @@ impl PluginFactory {
                 return Err(err(spec, ErrorKind::Init, format!("init failed: {why}")));
             }
         }
+        // Remade on the worker: the bound is the batch deadline, and an epoch check may come
+        // late (a starved ticker thread on a busy machine) or never (a bulk memory
+        // instruction). An init over twice the bound as enforced, the most a batch call may
+        // use, fails after the fact as a call does (`CpuWatch`): what the worker gets does not
+        // depend on the load.
+        if bound < INIT_DEADLINE {
+            let enforced = self.engine.opts.epoch_tick * init_ticks as u32;
+            if thread_cpu_time().saturating_sub(cpu0) > enforced * 2 {
+                return Err(err(
+                    spec,
+                    ErrorKind::Init,
+                    format!("init failed: over its bound when it returned: {}", ran()),
+                ));
+            }
+        }
         Ok(process)
     }
 

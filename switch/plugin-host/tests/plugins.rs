@@ -433,6 +433,16 @@ fn init_runs_under_its_own_deadline() {
     b.run(&mut st);
     assert_eq!(st.stats().faults(FaultReason::Trap).get(), 1);
     assert_eq!(st.stats().faults(FaultReason::Instantiate).get(), 1, "remade under the batch deadline");
+    // Where no epoch check stops it (here: none compiled in; in the daemon: a ticker thread
+    // starved on a busy machine), the remade instance is refused when its init returns.
+    let unchecked = PluginEngine::new(EngineOptions { deadline_checks: false, ..EngineOptions::default() }).unwrap();
+    let mut st = unchecked.compile(&s).unwrap().instantiate(0).unwrap();
+    b.run(&mut st);
+    b.run(&mut st);
+    assert_eq!(st.stats().faults(FaultReason::Instantiate).get(), 1, "refused after the fact");
+    let line = logged().into_iter().map(|(_, m)| m).rfind(|m| m.contains("over its bound when it returned"));
+    let line = line.expect("the fault is logged");
+    assert!(line.contains("slow-init-trap") && line.contains("when remade on the worker after a fault"), "{line}");
     let spin = guest("(call $ok (local.get $p))").replace(init, &format!("{init} (loop $l (br $l))"));
     let t = Instant::now();
     let e = engine().compile(&spec("spin-init", write("spin-init.wasm", &component(&spin, None)), "")).err().unwrap();
