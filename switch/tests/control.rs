@@ -214,7 +214,7 @@ fn healthz_metrics_and_sigterm_do_not_wait_for_a_reload_compiling_a_large_plugin
     // what shows they did not wait for it. This bound only catches probes slowed to the scale
     // of the compile (12-26 s when the reload held the HTTP thread); a tighter one (1 s) failed
     // at 1.48 s on a 2-core CI machine, with the parallel compile and another test on both cores.
-    assert!(worst < 3.0, "slowest probe {worst:.2} s during the reload");
+    assert!(worst < 6.0, "slowest probe {worst:.2} s during the reload");
     // SIGTERM while the compile is still running.
     let (secs, ok, log) = terminate(child);
     eprintln!("exit {secs:.3} s after SIGTERM during the reload");
@@ -618,8 +618,12 @@ fn reload_changes_the_batch_size_live() {
     assert!(body.contains("applied: switch.batch = 1") && body.contains("switch.batch (64 -> 1)"), "{body}");
     let (packets, bursts) = rate();
     eprintln!("batch 1: {packets} packets in {bursts} bursts");
-    // The two counters are read a moment apart in one scrape: within 5 %.
-    assert!(packets > 1000 && packets.abs_diff(bursts) * 20 <= packets, "one packet per burst: {packets} in {bursts}");
+    // The two counters are read a moment apart in one scrape: within 5 %, plus what a
+    // descheduled moment between the two families adds (500 packets: ~10 ms of this traffic).
+    assert!(
+        packets > 1000 && packets.abs_diff(bursts) <= packets / 20 + 500,
+        "one packet per burst: {packets} in {bursts}"
+    );
 
     let (st, body) = reload(base.replace("  mode: l2\n", "  mode: l2\n  batch: 256\n"));
     assert_eq!(st, 200, "{body}");

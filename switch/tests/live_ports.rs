@@ -447,8 +447,9 @@ fn afxdp_ports_join_and_leave_a_second_umem_group_live() {
 fn a_reload_gives_a_faulted_slow_init_plugin_its_fresh_instance() {
     use wasmswitch_plugin_host::FaultReason;
     let dir = Scratch::new("slow-init");
-    // Some 10-50 ms of init; every batch call traps.
-    let spin = "(loop $l (local.set $i (i32.add (local.get $i) (i32.const 1))) (br_if $l (i32.lt_u (local.get $i) (i32.const 20000000))))";
+    // Some 30-300 ms of init (over the 4 ms a remake under a 1 ms deadline may use); every
+    // batch call traps.
+    let spin = "(loop $l (local.set $i (i32.add (local.get $i) (i32.const 1))) (br_if $l (i32.lt_u (local.get $i) (i32.const 100000000))))";
     let wasm = dir.path("slow.wasm");
     std::fs::write(&wasm, plugin_with_init_and_process(spin, "")).unwrap();
     let plugin = format!(

@@ -243,9 +243,8 @@ fn infinite_loop_hits_the_deadline_and_the_policy_applies() {
     assert!(!st.is_quarantined());
     assert_eq!(b.run(&mut st), vec![Verdict::Drop; 8]);
     assert!(st.is_quarantined(), "quarantined after max_faults = 2");
-    let t = Instant::now();
     assert_eq!(b.run(&mut st), vec![Verdict::Drop; 8]);
-    assert!(t.elapsed() < Duration::from_millis(5), "a quarantined plugin is not called");
+    // A quarantined plugin is not called: a call would have spun into a third fault.
     assert_eq!(st.stats().faults_total(), 2);
     assert_eq!(st.stats().policy_packets.get(), 24);
     assert_eq!(st.stats().quarantined.get(), 1);
@@ -270,7 +269,16 @@ fn a_bulk_memory_instruction_past_the_deadline_is_a_deadline_fault() {
     assert_eq!(b.run(&mut st), vec![Verdict::Pass; 4], "the first overrun is only seen, by wall time");
     assert!(t.elapsed() > Duration::from_millis(4), "the fill ran past twice the deadline: {:?}", t.elapsed());
     assert_eq!(st.stats().faults_total(), 0);
-    assert_eq!(b.run(&mut st), vec![Verdict::Drop; 4], "measured in CPU time: a fault, on_error applies");
+    // The next call is measured in CPU time: a fault, on_error applies. (Where the ticker thread
+    // was starved during the first fill, its wall time did not show; a later call's does.)
+    for call in 2.. {
+        let verdicts = b.run(&mut st);
+        if st.stats().faults_total() > 0 {
+            assert_eq!(verdicts, vec![Verdict::Drop; 4], "on_error applies to the call that faulted");
+            break;
+        }
+        assert!(call < 5, "{call} calls of a 256 MiB fill under a 1 ms deadline, and no fault");
+    }
     assert_eq!(st.stats().faults(FaultReason::Deadline).get(), 1);
     // A plugin within its deadline is never measured: one batch of `ok` after a fresh start.
     let mut quick = spec("quick", write("quick.wasm", &component(&guest("(call $ok (local.get $p))"), None)), "");
@@ -409,10 +417,11 @@ fn two_memories_share_one_limit() {
 #[test]
 fn init_runs_under_its_own_deadline() {
     let init = r#"(func (export "init") (param $p i32) (param $len i32) (result i32)"#;
-    // About 10-100 ms of CPU: far over the 1 ms batch deadline, well under init's 1 s.
+    // About 30-300 ms of CPU: far over the 1 ms batch deadline (and the 4 ms a remake may use
+    // where no epoch check stops it, below), well under init's 1 s.
     let slow = guest("(call $ok (local.get $p))").replace(
         init,
-        &format!("{init} (local $i i32) (local.set $i (i32.const 30000000)) (loop $l (local.set $i (i32.sub (local.get $i) (i32.const 1))) (br_if $l (local.get $i)))"),
+        &format!("{init} (local $i i32) (local.set $i (i32.const 100000000)) (loop $l (local.set $i (i32.sub (local.get $i) (i32.const 1))) (br_if $l (local.get $i)))"),
     );
     let mut s = spec("slow-init", write("slow-init.wasm", &component(&slow, None)), "");
     s.deadline = Duration::from_millis(1);
@@ -450,10 +459,15 @@ fn init_runs_under_its_own_deadline() {
     assert_eq!(e.kind, ErrorKind::Init);
     let msg = e.to_string();
     assert!(msg.contains("ms of CPU time") && msg.contains("init may use 1000 ms of CPU"), "{msg}");
-    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(10), "stopped after {took:?}");
-    // Stopped near the bound it names, not at twice it (CPU time: a busy machine cannot add to it).
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(20), "stopped after {took:?}");
+    // Stopped near the bound it names, not at twice it (CPU time: a busy machine cannot add to
+    // it), or, on a machine so busy that the thread got under a quarter of a core, by the
+    // stall extensions' cap on wall time (17 quarter-bound periods).
     let ran: u64 = msg.split("it ran ").nth(1).and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
-    assert!((900..1600).contains(&ran), "ran {ran} ms of CPU against a 1000 ms bound: {msg}");
+    assert!(
+        ran < 1600 && (ran >= 900 || took >= Duration::from_secs(4)),
+        "ran {ran} ms of CPU in {took:?} against a 1000 ms bound: {msg}"
+    );
 }
 
 #[test]
@@ -688,28 +702,43 @@ fn hot_swap_under_traffic_loses_no_frame() {
         }
     });
 
-    let (mut injected, mut swaps, mut round) = (0u64, 0, 0u64);
+    // Versions arrive in order: v0, v2, ... deny UDP port 9, v1, v3, ... port 10. Each round's
+    // frames are forwarded under the version installed before it, so the denials are known.
+    let (mut injected, mut swaps, mut round, mut denied) = (0u64, 0, 0u64, 0u64);
+    // At most 200 rounds of 40 frames per version (and before the first): then the data path
+    // waits for the next, so every version sees traffic however slowly the compiles run.
+    let mut rounds_since_swap = 0;
     loop {
         // A batch boundary: swap in whatever the control plane finished.
-        while let Ok(f) = rx.try_recv() {
+        loop {
+            let next = if rounds_since_swap >= 200 && swaps < 8 {
+                Some(rx.recv_timeout(Duration::from_secs(120)).expect("the control plane's next version"))
+            } else {
+                rx.try_recv().ok()
+            };
+            let Some(f) = next else { break };
             let old = pipe.set_ingress(0, Some(Box::new(f.instantiate(0).unwrap())));
             drop(old);
             swaps += 1;
+            rounds_since_swap = 0;
+        }
+        if swaps == 8 && rounds_since_swap >= 200 {
+            break;
         }
         {
             let mut q = inject.lock().unwrap();
             for i in 0..40u64 {
                 let dport = 8 + ((round * 40 + i) % 3) as u16;
                 q.push_back(harness::udp4([10, 0, 0, 1], [10, 0, 0, 2], 1000, dport));
+                if swaps > 0 && dport == if swaps % 2 == 1 { 9 } else { 10 } {
+                    denied += 1;
+                }
             }
         }
         injected += 40;
         round += 1;
+        rounds_since_swap += 1;
         while pipe.poll() > 0 {}
-        if swaps == 8 && injected >= 20_000 {
-            break;
-        }
-        assert!(round < 1_000_000, "control plane never finished");
     }
     control.join().unwrap();
     assert!(pipe.set_ingress(0, None).is_some(), "the last version was installed");
@@ -718,8 +747,8 @@ fn hot_swap_under_traffic_loses_no_frame() {
     let other_drops = stats.ports[0].drops_total() - policy;
     assert_eq!(other_drops, 0);
     assert_eq!(delivered + policy, injected, "every frame was forwarded or dropped by a plugin verdict");
-    // Some frames came through before the first plugin arrived; after that one port in three is denied.
-    assert!(policy > injected / 5, "plugins were in the path ({policy} policy drops of {injected})");
+    assert!(denied >= 8 * 200 * 13, "every version saw 200 rounds: {denied} to deny of {injected}");
+    assert_eq!(policy, denied, "each version denied its own port, from the batch after its swap on");
     pipe.shutdown();
     drop(pipe);
     check_no_leak(&pool, &[]).expect("every frame is back in the pool");
