@@ -175,15 +175,8 @@ impl PluginFactory {
         // instruction). An init over twice the bound as enforced, the most a batch call may
         // use, fails after the fact as a call does (`CpuWatch`): what the worker gets does not
         // depend on the load.
-        if bound < INIT_DEADLINE {
-            let enforced = self.engine.opts.epoch_tick * init_ticks as u32;
-            if thread_cpu_time().saturating_sub(cpu0) > enforced * 2 {
-                return Err(err(
-                    spec,
-                    ErrorKind::Init,
-                    format!("init failed: over its bound when it returned: {}", ran()),
-                ));
-            }
+        if bound < INIT_DEADLINE && CpuWatch::since(cpu0, self.engine.opts.epoch_tick * init_ticks as u32).over() {
+            return Err(err(spec, ErrorKind::Init, format!("init failed: over its bound when it returned: {}", ran())));
         }
         Ok(process)
     }
@@ -491,11 +484,25 @@ impl CpuWatch {
     /// Starts measuring a call whose deadline, as enforced (whole epoch ticks, see
     /// [`crate::deadline_as_enforced`]), is `enforced`.
     pub(crate) fn start(enforced: Duration) -> Self {
-        Self { start: thread_cpu_time(), cap: enforced * 2 }
+        Self::since(thread_cpu_time(), enforced)
+    }
+
+    /// A watch over what the thread has run since its CPU clock read `start`.
+    fn since(start: Duration, enforced: Duration) -> Self {
+        Self { start, cap: enforced * 2 }
+    }
+
+    fn used(&self) -> Duration {
+        thread_cpu_time().saturating_sub(self.start)
+    }
+
+    /// Whether the thread has used more than the cap since the start.
+    fn over(&self) -> bool {
+        self.used() > self.cap
     }
 
     fn check(&self) -> Result<(), (FaultReason, String)> {
-        let used = thread_cpu_time().saturating_sub(self.start);
+        let used = self.used();
         if used <= self.cap {
             return Ok(());
         }
