@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use wasmswitch_core::counter::Counter;
 use wasmswitch_core::pool::{BulkReturn, PoolCache};
+use wasmswitch_core::umem::copy_packet;
 use wasmswitch_core::{Desc, PortQueue, Umem};
 
 mod gen;
@@ -125,18 +126,16 @@ impl SimQueue {
         }
     }
 
-    /// The NIC's half of RX: take a fill frame, "DMA" the packet into it, post a descriptor.
+    /// The NIC's half of RX for one packet: "DMA" it into a frame off the fill ring, describe it.
     #[inline]
-    fn receive_into(umem: &Umem, fill: &mut VecDeque<u64>, pkt: &[u8], out: &mut Desc) -> bool {
-        let Some(frame) = fill.pop_front() else { return false };
+    fn receive_into(umem: &Umem, frame: u64, pkt: &[u8]) -> Desc {
         let addr = frame + HEADROOM;
         let room = umem.frame_size() as usize - HEADROOM as usize;
         let len = pkt.len().min(room);
         // SAFETY: the frame came off our fill ring, so the driver handed it to this "NIC".
-        unsafe { umem.bytes_mut(addr, len) }.copy_from_slice(&pkt[..len]);
+        copy_packet(unsafe { umem.bytes_mut(addr, len) }, &pkt[..len]);
         // An oversize test frame keeps its claimed length: the pipeline must reject it.
-        *out = Desc { addr, len: pkt.len() as u32, options: 0 };
-        true
+        Desc { addr, len: pkt.len() as u32, options: 0 }
     }
 }
 
@@ -147,23 +146,27 @@ impl PortQueue for SimQueue {
         match &mut self.source {
             Source::Idle => {}
             Source::Gen(gen) => {
+                // The burst's frames come off the fill ring in one pass and are retired together,
+                // as a NIC moves its consumer index once per burst.
                 let want = gen.budget(out.len());
-                while n < want {
-                    let pkt = gen.next_frame();
-                    if !Self::receive_into(&self.umem, &mut self.fill, pkt, &mut out[n]) {
-                        self.stats.rx_missed.add((want - n) as u64);
-                        break;
-                    }
-                    n += 1;
+                n = want.min(self.fill.len());
+                let (head, wrapped) = self.fill.as_slices();
+                let (first, second) = out[..n].split_at_mut(n.min(head.len()));
+                for (d, &frame) in first.iter_mut().zip(head).chain(second.iter_mut().zip(wrapped)) {
+                    *d = Self::receive_into(&self.umem, frame, gen.next_frame());
+                }
+                self.fill.drain(..n);
+                if n < want {
+                    self.stats.rx_missed.add((want - n) as u64);
                 }
             }
             Source::Inject(q) => {
                 let mut q = q.lock().unwrap_or_else(|e| e.into_inner());
                 while n < out.len() {
                     let Some(pkt) = q.front() else { break };
-                    if !Self::receive_into(&self.umem, &mut self.fill, pkt, &mut out[n]) {
-                        break; // stays queued until the driver refills
-                    }
+                    // No fill frame: the packet stays queued until the driver refills.
+                    let Some(frame) = self.fill.pop_front() else { break };
+                    out[n] = Self::receive_into(&self.umem, frame, pkt);
                     q.pop_front();
                     n += 1;
                 }

@@ -966,7 +966,7 @@ fn duplicate(from: &Umem, pool: &mut PoolCache, d: Desc) -> Option<Desc> {
         pool.put(copy);
         return None;
     }
-    dst.copy_from_slice(src);
+    crate::umem::copy_packet(dst, src);
     Some(Desc { addr: copy + off, len: d.len, options: 0 })
 }
 
