@@ -140,10 +140,36 @@ impl TrafficGen {
         }
     }
 
+    /// The frames from the cursor on, cycling without end; the cursor moves `n` frames now, so
+    /// that a burst of `n` reads them with the position in a register, not in `self`.
+    #[inline]
+    pub fn burst(&mut self, n: usize) -> Frames<'_> {
+        let at = self.next;
+        self.next = (at + n) % self.frames.len();
+        Frames { frames: &self.frames, at }
+    }
+
     #[inline]
     pub fn next_frame(&mut self) -> &[u8] {
         let i = self.next;
         self.next = if i + 1 == self.frames.len() { 0 } else { i + 1 };
         &self.frames[i]
+    }
+}
+
+/// The generator's frames in order from a position, cycling (see [`TrafficGen::burst`]).
+pub struct Frames<'a> {
+    frames: &'a [Vec<u8>],
+    at: usize,
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = &'a [u8];
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let f = &self.frames[self.at];
+        self.at = if self.at + 1 == self.frames.len() { 0 } else { self.at + 1 };
+        Some(f)
     }
 }

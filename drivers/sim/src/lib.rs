@@ -24,7 +24,7 @@ use wasmswitch_core::umem::copy_packet;
 use wasmswitch_core::{Desc, PortQueue, Umem};
 
 mod gen;
-pub use gen::{mac_for, TrafficGen, TrafficSpec};
+pub use gen::{mac_for, Frames, TrafficGen, TrafficSpec};
 
 /// Headroom the sim NIC leaves before packet data (as AF_XDP leaves XDP_PACKET_HEADROOM).
 pub const HEADROOM: u64 = 256;
@@ -139,6 +139,17 @@ impl SimQueue {
     }
 }
 
+/// Receives one packet of `pkts` into each frame of `fill`, describing it in `out` (as many as
+/// the shorter of the two). A function of its own, so that the compiler knows the UMEM's
+/// geometry and the template table do not change under the copies into frame memory.
+#[inline]
+fn receive_all<'a>(umem: &Umem, out: &mut [Desc], fill: &[u64], pkts: &mut impl Iterator<Item = &'a [u8]>) {
+    for (d, &frame) in out.iter_mut().zip(fill) {
+        let Some(pkt) = pkts.next() else { return };
+        *d = SimQueue::receive_into(umem, frame, pkt);
+    }
+}
+
 impl PortQueue for SimQueue {
     fn rx_burst(&mut self, pool: &mut PoolCache, out: &mut [Desc]) -> usize {
         self.refill(pool);
@@ -152,9 +163,9 @@ impl PortQueue for SimQueue {
                 n = want.min(self.fill.len());
                 let (head, wrapped) = self.fill.as_slices();
                 let (first, second) = out[..n].split_at_mut(n.min(head.len()));
-                for (d, &frame) in first.iter_mut().zip(head).chain(second.iter_mut().zip(wrapped)) {
-                    *d = Self::receive_into(&self.umem, frame, gen.next_frame());
-                }
+                let mut pkts = gen.burst(n);
+                receive_all(&self.umem, first, head, &mut pkts);
+                receive_all(&self.umem, second, wrapped, &mut pkts);
                 self.fill.drain(..n);
                 if n < want {
                     self.stats.rx_missed.add((want - n) as u64);
