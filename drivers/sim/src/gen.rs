@@ -148,13 +148,6 @@ impl TrafficGen {
         self.next = (at + n) % self.frames.len();
         Frames { frames: &self.frames, at }
     }
-
-    #[inline]
-    pub fn next_frame(&mut self) -> &[u8] {
-        let i = self.next;
-        self.next = if i + 1 == self.frames.len() { 0 } else { i + 1 };
-        &self.frames[i]
-    }
 }
 
 /// The generator's frames in order from a position, cycling (see [`TrafficGen::burst`]).

@@ -30,11 +30,10 @@ fn tcp_ipv6_and_vlan_traffic_follows_the_spec() {
         ..Default::default()
     };
     let mut g = TrafficGen::new(&spec);
-    for _ in 0..64 {
-        let f = g.next_frame().to_vec();
-        let m = wire::parse(&f, 1518).expect("generator frames are valid");
+    for f in g.burst(64).take(64) {
+        let m = wire::parse(f, 1518).expect("generator frames are valid");
         assert!(m.has(wire::flags::IPV6) && m.has(wire::flags::CTAG));
-        assert_eq!((m.ip_proto, m.ports(&f).map(|p| p.1)), (wire::ipproto::TCP, Some(443)));
+        assert_eq!((m.ip_proto, m.ports(f).map(|p| p.1)), (wire::ipproto::TCP, Some(443)));
         assert_eq!(f[m.l4_offset as usize + 13], tcp_flags::SYN | tcp_flags::ACK);
         let lane = |mac: &[u8]| (u32::from_be_bytes([0, mac[3], mac[4], mac[5]]) % 2) as usize;
         assert_eq!(m.vlan, [10, 20][lane(&f[6..12])], "a source MAC speaks in its own VLAN");
@@ -54,9 +53,8 @@ fn generated_frames_parse_and_follow_the_spec() {
     };
     let mut g = TrafficGen::new(&spec);
     let mut bcast = 0;
-    for _ in 0..400 {
-        let f = g.next_frame().to_vec();
-        let m = wire::parse(&f, 1518).expect("generator frames are valid");
+    for f in g.burst(400).take(400) {
+        let m = wire::parse(f, 1518).expect("generator frames are valid");
         assert_eq!(m.len, 64);
         let src = MacAddr::from_bytes(&f[6..12]);
         assert_eq!(src.0[2], 2, "source MAC belongs to port 2's range");
