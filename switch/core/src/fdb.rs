@@ -428,6 +428,17 @@ impl Fdb {
                 );
             let Some(i) = slot else { return Err(StaticError::BucketFull) };
             if self.put(b, i, keys[i], k | STATIC, port + 1, 0) {
+                // A learn of the same address, racing this, may have put it into another slot
+                // (each saw the other's slot empty), and a lookup taking the learned copy would
+                // forward past the static entry. After the fence at least one of the two sees
+                // the other: a learn withdraws its own copy (`learn_slow`), this removes any
+                // learned copy it sees.
+                std::sync::atomic::fence(Ordering::SeqCst);
+                for (j, s) in b.slots.iter().enumerate() {
+                    if j != i && s.key.load(Ordering::Acquire) == k {
+                        let _ = s.key.compare_exchange(k, 0, Ordering::AcqRel, Ordering::Relaxed);
+                    }
+                }
                 return Ok(());
             }
         }
@@ -865,6 +876,51 @@ mod tests {
             (doubled, evicted, left),
             (0, 0, 0),
             "(rounds with two copies, with an entry evicted, still found after remove)"
+        );
+    }
+
+    #[test]
+    fn a_static_entry_added_while_the_address_is_learned_is_the_only_entry() {
+        // A worker learns an address at the instant the control plane makes it static, just as
+        // another entry leaves the bucket: the two writers then see different first empty slots.
+        // The static entry must end up the only one, so every lookup takes its port. The two
+        // threads start each round by spinning on one counter, so their steps overlap.
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::Arc;
+        let f = Arc::new(Fdb::new(8, 300));
+        let (k, other) = (mac(0xaa), mac(0xbb));
+        let rounds = 100_000;
+        let (go, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let worker = {
+            let (f, go, done) = (f.clone(), go.clone(), done.clone());
+            std::thread::spawn(move || {
+                for r in 1..=rounds {
+                    while go.load(Ordering::Acquire) != r {
+                        std::hint::spin_loop();
+                    }
+                    f.remove(1, other);
+                    f.learn(1, k, 2, 7);
+                    done.store(r, Ordering::Release);
+                }
+            })
+        };
+        let (mut doubled, mut wrong_port) = (0, 0);
+        for r in 1..=rounds {
+            f.flush(Flush { statics: true, ..Flush::default() });
+            f.learn(1, other, 3, 7);
+            go.store(r, Ordering::Release);
+            f.add_static(1, k, 5).unwrap();
+            while done.load(Ordering::Acquire) != r {
+                std::hint::spin_loop();
+            }
+            doubled += usize::from(f.entries(7).iter().filter(|x| x.mac == k).count() != 1);
+            wrong_port += usize::from(f.lookup(1, k) != Some(5));
+        }
+        worker.join().unwrap();
+        assert_eq!(
+            (doubled, wrong_port),
+            (0, 0),
+            "(rounds with other than one entry, with a lookup not on the static port)"
         );
     }
 
