@@ -23,28 +23,19 @@ pub struct Desc {
     pub options: u32,
 }
 
-/// What the L2 stage needs of a frame: its addresses, copied out of the header by the parser,
-/// and the VLAN it is switched in. Kept in a dense array of its own so that the passes over a
-/// batch after parsing (prefetch, learn and look up, send) never touch the frame again: frames
-/// lie 2 KiB apart, so a batch's headers compete for a few cache sets and would be reloaded
-/// from L2 on every pass.
+/// What the L2 stage needs of a frame: where the FDB keeps its source and destination (worked
+/// out by the parser, which prefetches both buckets as it goes, so the misses of a batch overlap
+/// and are over by the time the forwarding pass learns and looks up) and the VLAN it is switched
+/// in. Kept in a dense array of its own so that the passes over a batch after parsing never
+/// touch the frame again: frames lie 2 KiB apart, so a batch's headers compete for a few cache
+/// sets and would be reloaded from L2 on every pass.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct L2Header {
-    /// The destination and source MACs as [`crate::wire::MacAddr::to_u64`] gives them: the form the FDB
-    /// hashes, read from the header with one load each ([`crate::wire::ethernet::addr_bits`]).
-    pub dst: u64,
-    pub src: u64,
+    pub src: Place,
+    pub dst: Place,
     pub vlan: u16,
     /// The VID of the 802.1Q tag it arrived with (0 for a priority tag); `None` untagged.
     pub tag: Option<u16>,
-}
-
-/// Where the FDB keeps a frame's source and destination: worked out once, in the forwarding
-/// pass's prefetch loop, and used by its learn and its lookup.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FdbPlaces {
-    pub src: Place,
-    pub dst: Place,
 }
 
 /// Up to [`BATCH_SIZE`] received packets with their parsed metadata and verdicts, stored as
@@ -54,7 +45,6 @@ pub struct Batch {
     pub descs: [Desc; BATCH_SIZE],
     pub meta: [PacketMeta; BATCH_SIZE],
     pub l2: [L2Header; BATCH_SIZE],
-    pub places: [FdbPlaces; BATCH_SIZE],
     pub verdicts: [Verdict; BATCH_SIZE],
 }
 
@@ -65,7 +55,6 @@ impl Default for Batch {
             descs: [Desc::default(); BATCH_SIZE],
             meta: [PacketMeta::default(); BATCH_SIZE],
             l2: [L2Header::default(); BATCH_SIZE],
-            places: [FdbPlaces::default(); BATCH_SIZE],
             verdicts: [Verdict::Pass; BATCH_SIZE],
         }
     }

@@ -255,7 +255,7 @@ impl Fdb {
     }
 
     /// Where the entry for (`vlan`, `mac`) lives. The pipeline works it out once per address
-    /// of a packet, in its prefetch pass, and hands it to the learn and the lookup.
+    /// of a packet, as it parses the frame, and hands it to the learn and the lookup.
     #[inline]
     pub fn place(&self, vlan: u16, mac: MacAddr) -> Place {
         self.place_bits(vlan, mac.to_u64())
@@ -268,19 +268,21 @@ impl Fdb {
         Place { key, bucket: self.bucket_of(key) as u32 }
     }
 
-    /// Starts loading the bucket of `at` into cache (a batch's lookups are prefetched in one
-    /// pass before any of them is used, so their cache misses overlap).
+    /// Starts loading the bucket of `at` into cache (the parser prefetches every lookup of a
+    /// batch before the forwarding pass uses any, so their cache misses overlap).
     #[inline]
     pub fn prefetch(&self, at: Place) {
-        let b: *const Bucket = &self.buckets[at.bucket as usize];
+        // Address arithmetic, not an index: a prefetch reads nothing, so it needs no bounds check.
+        let b: *const Bucket = self.buckets.as_ptr().wrapping_add(at.bucket as usize);
         #[cfg(target_arch = "x86_64")]
         {
             use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             // A bucket is 128 bytes: the second cache line starts 64 bytes in, still inside it.
             let second = b.cast::<i8>().wrapping_add(64);
-            // SAFETY: prefetch is a hint with no memory effects; the pointer is to a live bucket.
+            // SAFETY: prefetch is a hint with no memory effects and cannot fault, whatever the
+            // address (it is a live bucket's for a place of this table).
             unsafe { _mm_prefetch::<_MM_HINT_T0>(b.cast()) };
-            // SAFETY: as above; `second` points inside the same bucket.
+            // SAFETY: as above.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(second) };
         }
         #[cfg(not(target_arch = "x86_64"))]

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use crate::batch::{Batch, Desc, FdbPlaces, L2Header, BATCH_SIZE, DEFAULT_BATCH};
+use crate::batch::{Batch, Desc, L2Header, BATCH_SIZE, DEFAULT_BATCH};
 use crate::counter::cycles;
 use crate::fdb::{Fdb, Learned, Place};
 use crate::pool::{BulkReturn, PoolCache, PoolId, MAX_POOLS};
@@ -481,6 +481,7 @@ impl Pipeline {
         let l2 = &slot.l2;
         let mirrors = !l2.mirror_ingress.is_empty();
         let st = &self.stats.ports[pi];
+        let fdb = &*self.fdb;
         let b = &mut self.batch;
         let mut kept = 0;
         let mut completed = 0;
@@ -525,7 +526,10 @@ impl Pipeline {
                         if deep {
                             b.meta[kept].vlan = v;
                         }
-                        b.l2[kept] = L2Header { dst, src, vlan: v, tag };
+                        let h = L2Header { src: fdb.place_bits(v, src), dst: fdb.place_bits(v, dst), vlan: v, tag };
+                        fdb.prefetch(h.dst);
+                        fdb.prefetch(h.src);
+                        b.l2[kept] = h;
                         Ok(())
                     }
                     None if l2.mirror_destination => Err(DropReason::MirrorDestination),
@@ -571,20 +575,9 @@ impl Pipeline {
         let g = self.ports[pi].pool;
         let nports = self.ports.len();
         let mut last_src = Place::default();
-        // Prefetch pass: start every FDB bucket load of the batch before using any (VPP-style),
-        // so the misses overlap instead of stalling one packet at a time. Each address's key
-        // and bucket are worked out here, once, for the learn and the lookup below.
-        let fdb = &*self.fdb;
-        let b = &mut self.batch;
-        for (h, at) in b.l2[..b.len].iter().zip(&mut b.places) {
-            *at = FdbPlaces { src: fdb.place_bits(h.vlan, h.src), dst: fdb.place_bits(h.vlan, h.dst) };
-            fdb.prefetch(at.dst);
-            fdb.prefetch(at.src);
-        }
         for i in 0..self.batch.len {
             let d = self.batch.descs[i];
             let h = self.batch.l2[i];
-            let at = self.batch.places[i];
             let f = Frame { d, vlan: h.vlan, tag: h.tag, pool: g };
             let egress = match self.batch.verdicts[i] {
                 Verdict::Drop => {
@@ -615,9 +608,9 @@ impl Pipeline {
                         // No host to copy to: the original still forwards, nothing is lost.
                         _ => {}
                     }
-                    self.l2_lookup(p, at, &mut last_src)
+                    self.l2_lookup(p, h, &mut last_src)
                 }
-                Verdict::Pass => self.l2_lookup(p, at, &mut last_src),
+                Verdict::Pass => self.l2_lookup(p, h, &mut last_src),
             };
             match egress {
                 Egress::Drop(reason) => self.drop_frame(pi, g, d.addr, reason),
@@ -646,7 +639,7 @@ impl Pipeline {
 
     /// Learns the source at `at.src` and looks the destination at `at.dst` up.
     #[inline]
-    fn l2_lookup(&mut self, p: PortId, at: FdbPlaces, last_src: &mut Place) -> Egress {
+    fn l2_lookup(&mut self, p: PortId, at: L2Header, last_src: &mut Place) -> Egress {
         // Consecutive packets of one flow share a source and VLAN: learn once per run of them.
         if !at.src.same_address(*last_src) {
             // The bridge's `is_valid_ether_addr`: a group or all-zero source is no station;
