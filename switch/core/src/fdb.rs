@@ -660,6 +660,17 @@ mod tests {
     }
 
     #[test]
+    fn a_place_is_a_station_as_its_mac_is() {
+        let f = Fdb::new(64, 300);
+        for bits in [0, 1, 0x0100_0000_0000, 0x0100_0000_0001, 0xfeff_ffff_ffff, 0xffff_ffff_ffff, 0x0200_0000_0001] {
+            for vlan in [0, 1, 4095] {
+                let m = MacAddr::from_u64(bits);
+                assert_eq!(f.place(vlan, m).is_station(), m.is_station(), "{m} in VLAN {vlan}");
+            }
+        }
+    }
+
+    #[test]
     fn learn_lookup_move() {
         let f = Fdb::new(1024, 300);
         assert_eq!(f.lookup(1, mac(1)), None);
