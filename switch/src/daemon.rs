@@ -760,6 +760,18 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 /// Runs the daemon until SIGINT or SIGTERM, then drains the workers and checks every frame
 /// came back. SIGHUP reloads.
 pub fn run(path: &Path) -> Result<()> {
+    // The control runtime (one thread, this one: it spawns none that would keep privileges the
+    // drop below takes from this thread) and the SIGHUP handler come first: SIGHUP's default
+    // action ends the process, and starting (compiling plugins, opening ports) takes seconds.
+    // A SIGHUP that comes meanwhile is kept and reloads once the switch runs.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the control runtime")?;
+    let mut hup = {
+        let _in_runtime = rt.enter();
+        signal(SignalKind::hangup())?
+    };
     let mut config = Config::load(path)?;
     config.read_plugins();
     // Bound before privileges drop, so a port below 1024 works without keeping
@@ -807,10 +819,6 @@ pub fn run(path: &Path) -> Result<()> {
             .spawn(move || control_loop(switch, reloading, jobs_rx))
             .context("cannot start the control thread")?;
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the control runtime")?;
     let state = ApiState::new(daemon.clone(), addr);
     let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::from_std(std_listener).context("the control API's socket")?;
@@ -818,7 +826,6 @@ pub fn run(path: &Path) -> Result<()> {
         crate::notify::notify("READY=1\nSTATUS=forwarding");
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let limits = Limits { shutdown_grace: SHUTDOWN_GRACE, ..Limits::default() };
         let mut server = tokio::spawn(crate::api::serve(listener, router(state), limits, stop_rx));

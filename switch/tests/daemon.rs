@@ -96,6 +96,42 @@ fn run_scrape_reload_and_drain() {
     assert!(log.contains("all 16384 frames are back in the pool"), "{log}");
 }
 
+#[test]
+fn sighup_while_starting_reloads_once_running() {
+    // SIGHUP's default action ends a process. One that comes while the daemon starts (here
+    // while it compiles a plugin into an empty cache) must not kill it: it reloads once the
+    // switch runs.
+    let Some(acl) = example_plugin("acl") else { return };
+    let port = free_port();
+    let scratch = Scratch::new("sighup-start");
+    let text = std::fs::read_to_string(repo("configs/acl.yaml"))
+        .unwrap()
+        .replace("127.0.0.1:9188", &format!("127.0.0.1:{port}"))
+        .replace("../plugins/out/acl.wasm", acl.to_str().unwrap());
+    let cfg = tempfile_path::write(&text);
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c"]).arg(&cfg.0).env("WASMSWITCH_CACHE_DIR", &scratch.0).stderr(Stdio::piped());
+    die_with_test(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    // The daemon's first line (privileges dropped) comes before any plugin is compiled.
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    std::io::BufRead::read_line(&mut err, &mut log).unwrap();
+    signal(&child, libc::SIGHUP);
+    let rest = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut err, &mut s).unwrap();
+        s
+    });
+    wait_healthy(port, &mut child);
+    sigterm(&child);
+    let status = child.wait().unwrap();
+    log += &rest.join().unwrap();
+    assert!(status.success(), "SIGHUP while starting, then SIGTERM: exit 0 ({status}): {log}");
+    let (hup, loaded) = (log.find("SIGHUP: reloading"), log.find("plugins loaded"));
+    assert!(hup.is_some() && loaded.is_some(), "the early SIGHUP reloads once running: {log}");
+}
+
 /// The sample of `name` whose labels include every one of `labels` (`k="v"`), if any.
 fn sample(body: &str, name: &str, labels: &[&str]) -> Option<f64> {
     body.lines()
