@@ -71,9 +71,13 @@ pub fn check_name(name: &str) -> Result<(), TapError> {
     if name.len() >= libc::IFNAMSIZ {
         return Err(bad("longer than 15 bytes"));
     }
-    if name.bytes().any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0) || name == "." || name == ".."
+    // '%' too: the kernel takes a name with it as a pattern and makes "t%d" t0, not the name
+    // asked for.
+    if name.bytes().any(|b| matches!(b, b'/' | b':' | b'%' | 0) || b.is_ascii_whitespace())
+        || name == "."
+        || name == ".."
     {
-        return Err(bad("contains '/', ':', whitespace or NUL"));
+        return Err(bad("contains '/', ':', '%', whitespace or NUL"));
     }
     Ok(())
 }
