@@ -93,9 +93,17 @@ impl Serialize for Listen {
 impl<'de> Deserialize<'de> for Listen {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        text.parse().map(Listen).map_err(|_| {
+        let addr: SocketAddr = text.parse().map_err(|_| {
             serde::de::Error::custom(format!("`{text}` is not an address: expected IP:PORT such as 127.0.0.1:9187"))
-        })
+        })?;
+        if addr.port() == 0 {
+            // The kernel would pick a port, and no client (`wasmswitch status`, Prometheus)
+            // could find it.
+            return Err(serde::de::Error::custom(format!(
+                "`{text}`: port 0 would listen on a port the kernel picks, which no client can find; give a port such as 9187"
+            )));
+        }
+        Ok(Listen(addr))
     }
 }
 
