@@ -174,7 +174,19 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "TAP name with a slash",
         "ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: \"t/0\"\n",
         "5:8",
-        "contains '/', ':', whitespace or NUL",
+        "contains '/', ':', '%', whitespace or NUL",
+    ),
+    (
+        "TAP name that is a kernel pattern",
+        "ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: \"t%d\"\n",
+        "5:8",
+        "contains '/', ':', '%', whitespace or NUL",
+    ),
+    (
+        "listen port 0",
+        "metrics:\n  listen: 127.0.0.1:0\nports:\n  - name: p0\n    driver: sim\n",
+        "2:11",
+        "port 0 would listen on a port the kernel picks",
     ),
     (
         "TAP name too long",
