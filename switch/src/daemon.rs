@@ -617,6 +617,10 @@ fn needs_new_queues(a: &PortSection, b: &PortSection) -> bool {
             // Applied to the running slots (`Command::SetL2`).
             o.remove("vlan");
             o.remove("storm");
+            // A change of UMEM group is a restart key, refused before this; what is left is the
+            // group a port is already in written out (or the reverse), which changes nothing.
+            // Reopened, an AF_XDP port would find its own XDP program on the interface.
+            o.remove("umem");
         }
         if rate(p).is_some() {
             if let Some(r) = v.pointer_mut("/sim/traffic/rate_pps") {

@@ -438,6 +438,32 @@ fn afxdp_ports_join_and_leave_a_second_umem_group_live() {
     sw.dataplane.stop_shared().expect("every frame of both groups is back");
 }
 
+#[test]
+fn writing_out_a_ports_own_umem_group_reopens_nothing() {
+    // `umem: <the group the port is in>` added to a running AF_XDP port changes nothing: the
+    // reload must not reopen the port (its sockets would find the switch's own XDP program on
+    // the interface and refuse the whole reload).
+    if !require_lab("writing_out_a_ports_own_umem_group_reopens_nothing") {
+        return;
+    }
+    let lab = Lab::create(&format!("wu{}", std::process::id() % 10_000), 2, 1, 52).unwrap();
+    let (h1, h2) = (&lab.hosts[0], &lab.hosts[1]);
+    let dir = Scratch::new("umem-same");
+    let yaml = lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep");
+    let sw = Switch::start(&dir.write(&yaml)).unwrap();
+    let dp = &sw.dataplane;
+    let group = dp.ports.get(dp.ports.id_of(&h1.name).unwrap()).unwrap().umem.clone();
+    let header = format!("  - name: {}\n", h1.name);
+    dir.write(&yaml.replace(&header, &format!("{header}    umem: {group}\n")));
+    let answer = reload_ok(&sw, "umem written out");
+    assert!(!answer.contains("reopened"), "nothing to reopen: {answer}");
+    dir.write(&yaml);
+    let answer = reload_ok(&sw, "umem left out again");
+    assert!(!answer.contains("reopened"), "nothing to reopen: {answer}");
+    assert!(h1.ping(&h2.ip, 2).unwrap(), "h1 still reaches h2");
+    sw.dataplane.stop_shared().expect("every frame is back");
+}
+
 /// A plugin whose init takes longer than its batch deadline cannot be remade on the worker
 /// after a fault (the remake runs under the batch deadline): it is quarantined. A reload of it
 /// unchanged must give it the instance the reload made off the worker, not "keep" the faulted
