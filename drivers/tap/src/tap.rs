@@ -93,6 +93,24 @@ pub fn check_free(name: &str) -> Result<(), TapError> {
     Ok(())
 }
 
+/// How long [`TapDevice::create`] waits for an existing TAP of its name to go away.
+const GOING_AWAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether the TUN/TAP device `name` goes away within [`GOING_AWAY`]: the previous instance's,
+/// when the switch restarts, outlives that process by tens of milliseconds (io_uring hands
+/// the TAP's file back from a kernel worker after the process is gone). Any other interface of
+/// that name, or a TAP that stays, is taken.
+fn going_away(name: &str) -> bool {
+    let t = std::time::Instant::now();
+    while std::path::Path::new("/sys/class/net").join(name).join("tun_flags").exists() {
+        if t.elapsed() >= GOING_AWAY {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if_index(name).is_none()
+}
+
 fn ifreq(name: &str) -> libc::ifreq {
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -135,7 +153,7 @@ impl TapDevice {
         if cfg.queues == 0 {
             return Err(TapError::Config("a TAP needs at least one queue".into()));
         }
-        if if_index(&cfg.name).is_some() {
+        if if_index(&cfg.name).is_some() && !going_away(&cfg.name) {
             return Err(TapError::NameTaken { name: cfg.name.clone() });
         }
         let name = &cfg.name;
