@@ -109,12 +109,35 @@ pub struct ApiState {
     pub listen: SocketAddr,
     /// Rate limit of the refusal warnings.
     pub refusals: Arc<RefusalLog>,
+    /// One answer that walks every port, worker or table entry at a time (see [`off_thread`]).
+    walks: Arc<Semaphore>,
 }
 
 impl ApiState {
     pub fn new(control: Arc<dyn Control>, listen: SocketAddr) -> Self {
-        Self { control, listen, refusals: Arc::default() }
+        Self { control, listen, refusals: Arc::default(), walks: Arc::new(Semaphore::new(1)) }
     }
+}
+
+/// Runs `f` on the blocking pool, one such call at a time. For the GETs that walk every port,
+/// worker or table entry: `/metrics` of a switch of 64 ports and 64 workers is 2 MB and takes a
+/// tenth of a second, and on the server's one thread each scrape would hold up `/healthz` and
+/// every other request that long.
+async fn off_thread<T: Send + 'static>(
+    s: &ApiState,
+    f: impl FnOnce(&dyn Control) -> T + Send + 'static,
+) -> Result<T, Response> {
+    let gone = || (StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down\n").into_response();
+    let permit = s.walks.clone().acquire_owned().await.map_err(|_| gone())?;
+    let control = s.control.clone();
+    // The permit goes with the call: a client that leaves does not let a second walk start
+    // beside one still running.
+    tokio::task::spawn_blocking(move || {
+        let _one_at_a_time = permit;
+        f(&*control)
+    })
+    .await
+    .map_err(|_| gone())
 }
 
 /// How often a refusal of one kind (status and reason) is logged: a client retrying with a
@@ -361,7 +384,10 @@ fn names_this_server(authority: &str, listen: SocketAddr) -> bool {
 }
 
 async fn metrics(State(s): State<ApiState>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], s.control.metrics()).into_response()
+    match off_thread(&s, |c| c.metrics()).await {
+        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
+        Err(r) => r,
+    }
 }
 
 async fn healthz(State(s): State<ApiState>) -> Response {
@@ -375,8 +401,11 @@ async fn ports(State(s): State<ApiState>) -> Json<serde_json::Value> {
     Json(s.control.ports_json())
 }
 
-async fn fdb(State(s): State<ApiState>) -> Json<serde_json::Value> {
-    Json(s.control.fdb_json())
+async fn fdb(State(s): State<ApiState>) -> Response {
+    match off_thread(&s, |c| c.fdb_json()).await {
+        Ok(j) => Json(j).into_response(),
+        Err(r) => r,
+    }
 }
 
 /// Body of `POST /api/v1/fdb`.
@@ -619,6 +648,101 @@ async fn drain(conns: &mut JoinSet<()>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A daemon whose `/metrics` and `/api/v1/fdb` answers take until the test lets them go.
+    struct HeldWalks(std::sync::Mutex<std::sync::mpsc::Receiver<()>>);
+
+    impl HeldWalks {
+        fn wait(&self) {
+            let _ = self.0.lock().unwrap().recv();
+        }
+    }
+
+    impl Control for HeldWalks {
+        fn metrics(&self) -> String {
+            self.wait();
+            "# metrics\n".into()
+        }
+        fn health(&self) -> Result<(), String> {
+            Ok(())
+        }
+        fn ports_json(&self) -> serde_json::Value {
+            json!({})
+        }
+        fn fdb_json(&self) -> serde_json::Value {
+            self.wait();
+            json!({})
+        }
+        fn fdb_change(&self, _: FdbChange) -> Result<serde_json::Value, String> {
+            Err("not here".into())
+        }
+        fn plugins_json(&self) -> serde_json::Value {
+            json!({})
+        }
+        fn config_json(&self) -> serde_json::Value {
+            json!({})
+        }
+        fn start_reload(&self) -> Result<oneshot::Receiver<ReloadResult>, ReloadBusy> {
+            Err(ReloadBusy::ShuttingDown)
+        }
+        fn shadow_json(&self) -> serde_json::Value {
+            json!({})
+        }
+        fn start_shadow(
+            &self,
+            _: String,
+            _: crate::dataplane::ShadowOp,
+        ) -> Result<oneshot::Receiver<ShadowResult>, ReloadBusy> {
+            Err(ReloadBusy::ShuttingDown)
+        }
+        fn token(&self) -> Option<crate::config::Token> {
+            None
+        }
+    }
+
+    #[test]
+    fn healthz_answers_while_metrics_and_fdb_walks_are_under_way() {
+        use std::io::{Read, Write};
+        let (release, held) = std::sync::mpsc::channel();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopping) = watch::channel(false);
+        // The server on a thread and runtime of its own, as in the daemon; were the walks on
+        // that one thread, it could answer nothing while they are held.
+        let server = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let state = ApiState::new(Arc::new(HeldWalks(std::sync::Mutex::new(held))), addr);
+                serve(TcpListener::from_std(listener).unwrap(), router(state), Limits::default(), stopping).await
+            })
+        });
+        let get = move |path: &str, wait: Option<Duration>| -> std::io::Result<String> {
+            let mut c = std::net::TcpStream::connect(addr)?;
+            c.set_read_timeout(wait)?;
+            write!(c, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+            let mut answer = String::new();
+            c.read_to_string(&mut answer)?;
+            Ok(answer)
+        };
+        let walks: Vec<_> = ["/metrics", "/api/v1/fdb", "/metrics"]
+            .into_iter()
+            .map(|p| std::thread::spawn(move || get(p, None).unwrap()))
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let health = get("/healthz", Some(Duration::from_secs(5)));
+        for _ in 0..walks.len() {
+            release.send(()).unwrap();
+        }
+        let health = health.expect("/healthz answered within 5 s while three walks were held");
+        assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+        for w in walks {
+            let answer = w.join().unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }
+        stop.send(true).unwrap();
+        server.join().unwrap();
+    }
 
     #[test]
     fn refusals_of_one_kind_are_logged_once_per_period() {
