@@ -136,6 +136,9 @@ impl Switch {
                 if !l2.vlan.members.contains(v.get()) {
                     return Err(format!("port `{port}` does not carry VLAN {v}"));
                 }
+                if let Some(why) = cfg.host_address_elsewhere(mac, &port) {
+                    return Err(why);
+                }
                 fdb.add_static(v.get(), mac, id).map_err(|e| format!("{mac} in VLAN {v}: {e}"))?;
                 log::info!("fdb: static entry {mac} in VLAN {v} on port `{port}` added");
                 Ok(json!({"status": "ok", "added": {"mac": mac.to_string(), "vlan": vlan, "port": port}}))

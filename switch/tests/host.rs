@@ -256,6 +256,27 @@ fn tap_is_gone_after_sigkill_and_the_switch_restarts_cleanly() {
 }
 
 #[test]
+fn the_api_refuses_a_static_entry_for_the_hosts_address_on_another_port() {
+    // Learning never lets a frame pull host.mac to another port; neither may a static entry.
+    if !require_lab("the_api_refuses_a_static_entry_for_the_hosts_address_on_another_port") {
+        return;
+    }
+    use wasmswitch::api::FdbChange;
+    let tap = tap_name("s");
+    let dir = Scratch::new("host-static");
+    let sw =
+        wasmswitch::daemon::Switch::start(&dir.write(&sim_yaml("rate_pps: 1000", &host_section(&tap, 1024)))).unwrap();
+    let mac = "02:ee:00:00:00:01".parse().unwrap();
+    let e = sw.fdb_change(FdbChange::Add { mac, vlan: 1, port: "p0".into() }).unwrap_err();
+    assert!(e.contains("is the host port's own address (host.mac): it is on `host`"), "{e}");
+    assert!(!sw.dataplane.fdb.get().entries(0).iter().any(|x| x.mac == mac && x.is_static), "nothing added");
+    sw.fdb_change(FdbChange::Add { mac, vlan: 1, port: "host".into() }).expect("on the host port itself it may be");
+    sw.dataplane.stop_shared().expect("every frame back");
+    drop(sw);
+    assert!(gone_soon(&tap));
+}
+
+#[test]
 fn a_restart_right_after_a_clean_exit_takes_its_tap_again() {
     // The TAP of a daemon that has just exited lingers for tens of milliseconds (io_uring
     // gives its file back from a kernel worker): a restart with no pause in between (a unit's

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_saphyr::{Location, Spanned};
 use wasmswitch_core::fdb::Fdb;
 use wasmswitch_core::vlan::{PortL2, PortVlan, StormLimits, Vid};
+use wasmswitch_core::wire::MacAddr;
 use wasmswitch_core::PortId;
 
 use super::{or_loc, Config, ConfigError, Mac};
@@ -344,6 +345,9 @@ pub fn check(cfg: &Config, err: &impl Fn(Location, String) -> ConfigError) -> Re
         let Some(members) = vlans.get(port) else {
             return Err(err(e.port.referenced, format!("fdb.static: `{port}` is not a port")));
         };
+        if let Some(why) = cfg.host_address_elsewhere(e.mac.value.0, port) {
+            return Err(err(at, format!("fdb.static: {why}")));
+        }
         if destinations.contains_key(port.as_str()) {
             return Err(err(e.port.referenced, format!("fdb.static: `{port}` is a mirror's destination")));
         }
@@ -364,6 +368,17 @@ pub fn check(cfg: &Config, err: &impl Fn(Location, String) -> ConfigError) -> Re
 }
 
 impl Config {
+    /// Why a static FDB entry for `mac` on `port` is refused because `mac` is `host.mac` and
+    /// `port` not the host port (it would pull the host's traffic there, which the datapath's
+    /// learning never lets a frame do); `None` for any other entry.
+    pub fn host_address_elsewhere(&self, mac: MacAddr, port: &str) -> Option<String> {
+        let host = self.host.as_ref().filter(|h| h.mac.value.0 == mac && h.name.value != port)?;
+        Some(format!(
+            "{mac} is the host port's own address (host.mac): it is on `{}`, and an entry on `{port}` would pull the host's traffic there",
+            host.name.value
+        ))
+    }
+
     /// The L2 settings of port `name` (a configured port or the host port) for a worker that
     /// polls `share` of the workers' share of its traffic: storm limits are divided among the
     /// workers that poll the port. Mirror ports are resolved with `id_of`. Call on a checked

@@ -183,6 +183,12 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "contains '/', ':', '%', whitespace or NUL",
     ),
     (
+        "static entry for the host's address on another port",
+        "ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: t0\n  mac: 02:ee:00:00:00:07\nfdb:\n  static:\n    - { mac: \"02:ee:00:00:00:07\", port: p0 }\n",
+        "9:14",
+        "is the host port's own address (host.mac): it is on `host`",
+    ),
+    (
         "listen port 0",
         "metrics:\n  listen: 127.0.0.1:0\nports:\n  - name: p0\n    driver: sim\n",
         "2:11",
