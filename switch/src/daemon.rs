@@ -354,11 +354,31 @@ impl Switch {
             (old.fdb.statics.iter().map(key).collect(), new.fdb.statics.iter().map(key).collect());
         let gone_statics: Vec<_> = was.iter().filter(|e| !now.contains(e)).collect();
         let new_statics: Vec<_> = now.iter().filter(|e| !was.contains(e)).collect();
-        if !new_statics.is_empty() || old.fdb.capacity.value != new.fdb.capacity.value {
+        // The table's static entries, the file's and the API's, by (VLAN, MAC).
+        let statics_now: Vec<_> = dp.fdb.get().entries(0).into_iter().filter(|e| e.is_static).collect();
+        let in_table = |v: u16, m: MacAddr| statics_now.iter().find(|e| (e.vlan, e.mac) == (v, m));
+        // The file's statics follow the file: one the file still has but the table lost (an
+        // API delete or flush took it) comes back. One the API put on another port stays there.
+        let restored: Vec<_> = now.iter().filter(|e| was.contains(e) && in_table(e.0, e.1).is_none()).collect();
+        // A new one for an address the API has put on another port would replace that entry
+        // unseen: refused by name. The old file's own entry leaving now (a move) is no conflict.
+        for (v, m, p) in &new_statics {
+            let Some(e) = in_table(*v, *m) else { continue };
+            let Some(there) = dp.ports.get(e.port).map(|i| i.name.clone()) else { continue };
+            let leaving =
+                removed.contains(&e.port) || gone_statics.iter().any(|g| (g.0, g.1) == (*v, *m) && g.2 == there);
+            if there != *p && !leaving {
+                return Err(format!(
+                    "{UNCHANGED}: fdb.static {m} in VLAN {v} on `{p}`: the table has a static entry for it on `{there}`, added through the API; delete it first (`wasmswitch fdb del {m} --vlan {v}`)"
+                ));
+            }
+        }
+        let adding: Vec<_> = new_statics.iter().chain(&restored).copied().collect();
+        if !adding.is_empty() || old.fdb.capacity.value != new.fdb.capacity.value {
             let ids = |list: &[&(u16, MacAddr, String)], of: &dyn Fn(&str) -> Option<PortId>| {
                 list.iter().filter_map(|(v, m, p)| Some((*v, *m, of(p)?))).collect::<Vec<_>>()
             };
-            let (remove, add) = (ids(&gone_statics, &|p| dp.ports.id_of(p)), ids(&new_statics, &id_of));
+            let (remove, add) = (ids(&gone_statics, &|p| dp.ports.id_of(p)), ids(&adding, &id_of));
             dp.fdb
                 .get()
                 .statics_fit(new.fdb.capacity.value, &remove, &removed, &add)
@@ -469,10 +489,13 @@ impl Switch {
         for ((vlan, mac, port), id) in gone_statics {
             // Only the config's own entry: an API entry for the same address on another port
             // stays (a removed port's entries went with it).
-            if let Some(id) = id {
-                dp.fdb.get().remove_static(*vlan, *mac, id);
+            if id.is_some_and(|id| dp.fdb.get().remove_static(*vlan, *mac, id)) {
+                applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` removed"));
+            } else if id.is_some() {
+                applied.push(format!(
+                    "fdb.static {mac} in VLAN {vlan} on `{port}` left the config (the table no longer had it there)"
+                ));
             }
-            applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` removed"));
         }
         if old.fdb.capacity.value != new.fdb.capacity.value {
             let r = dp.resize_fdb(new.fdb.capacity.value);
@@ -484,12 +507,17 @@ impl Switch {
             ));
         }
         let fdb = dp.fdb.get();
-        for (vlan, mac, port) in new_statics {
+        for (vlan, mac, port) in adding {
             let r = id_of(port)
                 .context("no such port")
                 .and_then(|id| fdb.add_static(*vlan, *mac, id).map_err(|e| anyhow::anyhow!("{e}")));
+            let how = if restored.contains(&&(*vlan, *mac, port.clone())) {
+                "restored (it had been deleted from the table)"
+            } else {
+                "added"
+            };
             match r {
-                Ok(()) => applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` added")),
+                Ok(()) => applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` {how}")),
                 // Only if the table changed since `statics_fit` (an API edit meanwhile).
                 Err(e) => late = late.and(Err(e.context(format!("fdb.static {mac} in VLAN {vlan} was not added")))),
             }

@@ -274,6 +274,69 @@ fn a_reopened_port_keeps_its_static_entries_and_a_removed_one_frees_their_room()
 }
 
 #[test]
+fn the_files_static_entries_follow_the_file_and_the_apis_are_never_replaced_unseen() {
+    use wasmswitch::api::FdbChange;
+    use wasmswitch_core::wire::MacAddr;
+    let dir = Scratch::new("fdb-truth");
+    let x = "02:00:00:00:cc:01";
+    let with_x = fdb_yaml(64, 300, &[(x, "p1")]);
+    let sw = wasmswitch::daemon::Switch::start(&dir.write(&with_x)).unwrap();
+    let mac: MacAddr = x.parse().unwrap();
+    let id = |name: &str| sw.dataplane.ports.id_of(name).unwrap();
+    let statics = || -> Vec<u16> {
+        sw.dataplane.fdb.get().entries(0).into_iter().filter(|e| e.mac == mac && e.is_static).map(|e| e.port).collect()
+    };
+    let api = |change: FdbChange| sw.fdb_change(change).unwrap();
+    let delete = || api(FdbChange::Remove { mac, vlan: 1 });
+
+    // The file's entry, deleted through the API or flushed, comes back with a reload of the
+    // same file, and the answer says so.
+    delete();
+    assert!(statics().is_empty());
+    let r = sw.reload().unwrap();
+    assert!(r.contains(&format!("fdb.static {x} in VLAN 1 on `p1` restored")), "{r}");
+    assert_eq!(statics(), [id("p1")]);
+    api(FdbChange::Flush { port: None, vlan: None, statics: true });
+    assert!(sw.reload().unwrap().contains("restored"));
+    assert_eq!(statics(), [id("p1")]);
+
+    // The API puts the address on p2 (replacing the file's entry): reloads of the same file
+    // leave it there.
+    api(FdbChange::Add { mac, vlan: 1, port: "p2".into() });
+    let r = sw.reload().unwrap();
+    assert!(!r.contains("restored") && !r.contains("added"), "{r}");
+    assert_eq!(statics(), [id("p2")]);
+    // The entry leaves the file: the API's stays, and the answer does not claim a removal.
+    dir.write(&fdb_yaml(64, 300, &[]));
+    let r = sw.reload().unwrap();
+    assert!(
+        r.contains(&format!("fdb.static {x} in VLAN 1 on `p1` left the config (the table no longer had it there)")),
+        "{r}"
+    );
+    assert_eq!(statics(), [id("p2")]);
+
+    // A file that adds it again on p1 would replace the API's entry unseen: refused by name,
+    // nothing changed. Once the API's entry is deleted, the same reload applies.
+    dir.write(&with_x);
+    let e = sw.reload().unwrap_err();
+    assert!(
+        e.contains("nothing was changed") && e.contains("a static entry for it on `p2`, added through the API"),
+        "{e}"
+    );
+    assert_eq!(statics(), [id("p2")]);
+    delete();
+    let r = sw.reload().unwrap();
+    assert!(r.contains(&format!("fdb.static {x} in VLAN 1 on `p1` added")), "{r}");
+    assert_eq!(statics(), [id("p1")]);
+    // Moved within the file from p1 to p2: no conflict with its own old entry.
+    dir.write(&fdb_yaml(64, 300, &[(x, "p2")]));
+    let r = sw.reload().unwrap();
+    assert!(r.contains("on `p1` removed") && r.contains("on `p2` added"), "{r}");
+    assert_eq!(statics(), [id("p2")]);
+    sw.dataplane.stop_shared().expect("every frame back");
+}
+
+#[test]
 fn a_reload_that_would_leave_a_static_entry_outside_its_vlan_is_refused_by_name() {
     use wasmswitch::api::FdbChange;
     use wasmswitch_core::wire::MacAddr;
