@@ -111,11 +111,12 @@ pub struct ApiState {
     pub refusals: Arc<RefusalLog>,
     /// One answer that walks every port, worker or table entry at a time (see [`off_thread`]).
     walks: Arc<Semaphore>,
+    pub stats: Arc<ControlStats>,
 }
 
 impl ApiState {
-    pub fn new(control: Arc<dyn Control>, listen: SocketAddr) -> Self {
-        Self { control, listen, refusals: Arc::default(), walks: Arc::new(Semaphore::new(1)) }
+    pub fn new(control: Arc<dyn Control>, listen: SocketAddr, stats: Arc<ControlStats>) -> Self {
+        Self { control, listen, refusals: Arc::default(), walks: Arc::new(Semaphore::new(1)), stats }
     }
 }
 
@@ -138,6 +139,100 @@ async fn off_thread<T: Send + 'static>(
     })
     .await
     .map_err(|_| gone())
+}
+
+/// Counters of the control plane, for `/metrics`: what the log lines about refusals, full
+/// connection slots and reloads say, countable. Written by the HTTP thread and the control
+/// thread, for events far rarer than packets: plain shared atomics and one small lock.
+#[derive(Debug, Default)]
+pub struct ControlStats {
+    /// Answers with an error status (4xx, 5xx), by status.
+    errors: std::sync::Mutex<std::collections::BTreeMap<u16, u64>>,
+    connections_refused: std::sync::atomic::AtomicU64,
+    connections_evicted: std::sync::atomic::AtomicU64,
+    /// Reloads (API and SIGHUP) by result.
+    reloads: [std::sync::atomic::AtomicU64; 3],
+}
+
+/// How a reload ended, for [`ControlStats::reloaded`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    Applied,
+    /// Refused; nothing changed.
+    Refused,
+    /// Applied, but some worker took the change late.
+    Late,
+}
+
+impl ReloadOutcome {
+    const ALL: [ReloadOutcome; 3] = [ReloadOutcome::Applied, ReloadOutcome::Refused, ReloadOutcome::Late];
+
+    fn label(self) -> &'static str {
+        match self {
+            ReloadOutcome::Applied => "applied",
+            ReloadOutcome::Refused => "refused",
+            ReloadOutcome::Late => "late",
+        }
+    }
+}
+
+impl ControlStats {
+    fn answered(&self, status: StatusCode) {
+        if status.is_client_error() || status.is_server_error() {
+            *self.errors.lock().unwrap_or_else(|e| e.into_inner()).entry(status.as_u16()).or_default() += 1;
+        }
+    }
+
+    fn bump(c: &std::sync::atomic::AtomicU64) {
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts one reload that ended as `how`.
+    pub fn reloaded(&self, how: ReloadOutcome) {
+        Self::bump(&self.reloads[how as usize]);
+    }
+}
+
+impl crate::metrics::MetricsSource for ControlStats {
+    fn encode(&self, enc: &mut prometheus_client::encoding::DescriptorEncoder) -> std::fmt::Result {
+        use crate::metrics::counter_family;
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let errors: Vec<_> = self
+            .errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(status, n)| (vec![("status", status.to_string())], *n))
+            .collect();
+        counter_family(
+            enc,
+            "wasmswitch_api_errors",
+            "Control API answers with an error status (refused: wrong token, Origin, Host, body too large or too slow, a reload in progress or refused, a bad edit; or not found), by status.",
+            &errors,
+        )?;
+        counter_family(
+            enc,
+            "wasmswitch_api_connections_refused",
+            "Control API connections closed unanswered: every slot (256) was busy answering.",
+            &[(vec![], get(&self.connections_refused))],
+        )?;
+        counter_family(
+            enc,
+            "wasmswitch_api_connections_evicted",
+            "Control API connections closed to make room for a new one: idle, or halfway through a request.",
+            &[(vec![], get(&self.connections_evicted))],
+        )?;
+        let reloads: Vec<_> = ReloadOutcome::ALL
+            .iter()
+            .map(|&o| (vec![("result", o.label().to_string())], get(&self.reloads[o as usize])))
+            .collect();
+        counter_family(
+            enc,
+            "wasmswitch_reloads",
+            "Reloads (API and SIGHUP) by result: applied, refused (nothing changed), late (applied, a worker took it late).",
+            &reloads,
+        )
+    }
 }
 
 /// How often a refusal of one kind (status and reason) is logged: a client retrying with a
@@ -230,6 +325,12 @@ impl Answering {
 
 /// The access checks of the module doc, then the route.
 async fn guard(State(s): State<ApiState>, req: Request, next: Next) -> Response {
+    let response = checked(&s, req, next).await;
+    s.stats.answered(response.status());
+    response
+}
+
+async fn checked(s: &ApiState, req: Request, next: Next) -> Response {
     let mutating = !matches!(*req.method(), Method::GET | Method::HEAD);
     if !mutating {
         if let Err(why) = host_allowed(&req, s.listen) {
@@ -240,7 +341,7 @@ async fn guard(State(s): State<ApiState>, req: Request, next: Next) -> Response 
     let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.to_string());
     let peer = peer.unwrap_or_else(|| "unknown peer".into());
     let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-    let (response, why) = match check_mutation(&s, req).await {
+    let (response, why) = match check_mutation(s, req).await {
         Ok(req) => (Answering::run(req, next).await, None),
         Err((code, why)) => (refuse(code, &why), Some(why)),
     };
@@ -558,7 +659,13 @@ impl Default for Limits {
 /// Serves `router` on `listener` until `shutdown` becomes true; then stops accepting, asks open
 /// connections to finish (keep-alive ones close after their current request) and waits at most
 /// `limits.shutdown_grace` before dropping the rest.
-pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    stats: Arc<ControlStats>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut conns = JoinSet::new();
     let mut refused: u64 = 0;
@@ -588,6 +695,7 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut sh
                 match tokio::time::timeout(Duration::from_millis(200), slots.clone().acquire_owned()).await {
                     Ok(Ok(p)) => p,
                     _ => {
+                        ControlStats::bump(&stats.connections_refused);
                         refused += 1;
                         if refused.is_power_of_two() {
                             log::warn!(
@@ -608,6 +716,7 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut sh
         );
         let mut stop = shutdown.clone();
         let evict = evict.clone();
+        let stats = stats.clone();
         conns.spawn(async move {
             let _permit = permit;
             let conn = hyper::server::conn::http1::Builder::new()
@@ -625,6 +734,7 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut sh
                         // that does not come, which hyper's graceful close would wait out):
                         // dropped now.
                         if !answering.0.load(std::sync::atomic::Ordering::Relaxed) {
+                            ControlStats::bump(&stats.connections_evicted);
                             return;
                         }
                     }
@@ -713,8 +823,9 @@ mod tests {
         let server = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
-                let state = ApiState::new(Arc::new(HeldWalks(std::sync::Mutex::new(held))), addr);
-                serve(TcpListener::from_std(listener).unwrap(), router(state), Limits::default(), stopping).await
+                let stats = Arc::new(ControlStats::default());
+                let state = ApiState::new(Arc::new(HeldWalks(std::sync::Mutex::new(held))), addr, stats.clone());
+                serve(TcpListener::from_std(listener).unwrap(), router(state), Limits::default(), stats, stopping).await
             })
         });
         let get = move |path: &str, wait: Option<Duration>| -> std::io::Result<String> {

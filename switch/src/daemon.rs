@@ -22,7 +22,9 @@ use wasmswitch_core::vlan::Vid;
 use wasmswitch_core::wire::MacAddr;
 use wasmswitch_core::PortId;
 
-use crate::api::{router, ApiState, Control, FdbChange, Limits, ReloadBusy, ReloadResult, ShadowResult};
+use crate::api::{
+    router, ApiState, Control, ControlStats, FdbChange, Limits, ReloadBusy, ReloadOutcome, ReloadResult, ShadowResult,
+};
 use crate::config::diff::Plan;
 use crate::config::l2::StaticEntry;
 use crate::config::{Config, PortSection};
@@ -749,7 +751,7 @@ impl Daemon {
 }
 
 /// The control thread: runs jobs one after the other until the job channel closes.
-fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, jobs: mpsc::Receiver<Job>) {
+fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, stats: Arc<ControlStats>, jobs: mpsc::Receiver<Job>) {
     for job in jobs {
         let reply = match job {
             Job::Reload(reply) => reply,
@@ -769,13 +771,23 @@ fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, jobs: mpsc::Rec
         crate::notify::reloading();
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.reload()))
             .unwrap_or_else(|_| Err("reload refused: it panicked (see the log); nothing was changed".into()));
-        match &result {
-            Ok(s) => log::info!("reload: {s}"),
+        let outcome = match &result {
+            Ok(s) => {
+                log::info!("reload: {s}");
+                ReloadOutcome::Applied
+            }
             // Applied, but not everywhere in time: the switch's own trouble.
-            Err(e) if e.starts_with("reload applied late") => log::error!("{e}"),
+            Err(e) if e.starts_with("reload applied late") => {
+                log::error!("{e}");
+                ReloadOutcome::Late
+            }
             // Refused, nothing changed: the file's to fix.
-            Err(e) => log::warn!("{e}"),
-        }
+            Err(e) => {
+                log::warn!("{e}");
+                ReloadOutcome::Refused
+            }
+        };
+        stats.reloaded(outcome);
         // Applied or refused, the switch runs on.
         crate::notify::notify(if result.is_ok() {
             "READY=1\nSTATUS=reloaded"
@@ -837,10 +849,15 @@ pub fn run(path: &Path) -> Result<()> {
         config.pool.frames.value,
         config.pool.frame_size.value
     );
+    let control_stats = Arc::new(ControlStats::default());
     let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
     let reloading = Arc::new(AtomicBool::new(false));
     let daemon = Arc::new(Daemon {
-        metrics: Metrics::new(switch.collector()),
+        metrics: Metrics::new({
+            let mut c = switch.collector();
+            c.extra.push(control_stats.clone());
+            c
+        }),
         switch: switch.clone(),
         reloading: reloading.clone(),
         stopping: AtomicBool::new(false),
@@ -851,10 +868,14 @@ pub fn run(path: &Path) -> Result<()> {
         // Detached on purpose: shutdown does not wait for a reload that is compiling.
         std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || control_loop(switch, reloading, jobs_rx))
+            .spawn({
+                let stats = control_stats.clone();
+                move || control_loop(switch, reloading, stats, jobs_rx)
+            })
             .context("cannot start the control thread")?;
     }
-    let state = ApiState::new(daemon.clone(), addr);
+    let state = ApiState::new(daemon.clone(), addr, control_stats.clone());
+    let stats = control_stats;
     let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::from_std(std_listener).context("the control API's socket")?;
         log::info!("metrics and control API on http://{addr}/metrics");
@@ -863,7 +884,7 @@ pub fn run(path: &Path) -> Result<()> {
         let mut int = signal(SignalKind::interrupt())?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let limits = Limits { shutdown_grace: SHUTDOWN_GRACE, ..Limits::default() };
-        let mut server = tokio::spawn(crate::api::serve(listener, router(state), limits, stop_rx));
+        let mut server = tokio::spawn(crate::api::serve(listener, router(state), limits, stats, stop_rx));
         loop {
             tokio::select! {
                 _ = term.recv() => { log::info!("SIGTERM: draining"); break; }

@@ -134,15 +134,18 @@ fn idle_and_half_sent_connections_do_not_keep_metrics_from_answering() {
         };
     }
     let mut worst: f64 = 0.0;
+    let mut evicted = 0.0;
     for _ in 0..5 {
         let (st, body, secs) = timed(port, "GET", "/metrics");
         assert_eq!(st, 200, "/metrics with {IDLE} idle connections open");
         assert!(body.contains("wasmswitch_port_rx_packets_total"));
+        evicted = series(&body, "wasmswitch_api_connections_evicted_total").unwrap_or(0.0);
         let (st, _, s2) = timed(port, "GET", "/healthz");
         assert_eq!(st, 200);
         worst = worst.max(secs).max(s2);
     }
     eprintln!("with {IDLE} idle connections: slowest /metrics or /healthz {:.1} ms", worst * 1e3);
+    assert!(evicted >= 1.0, "the idle connections closed to make room are counted ({evicted})");
     let (secs, ok, log) = terminate(child);
     assert!(ok && secs < 2.0, "exit after {secs:.2} s: {log}");
     drop(idle);
@@ -313,6 +316,15 @@ fn reload_refuses_restart_keys_by_name_and_changes_nothing() {
     assert_eq!(st, 200, "{body}");
     assert!(body.contains("changed keys: none"), "{body}");
 
+    // Each reload counted by its result, the refusal by its status too.
+    let (_, metrics) = http(port, "GET", "/metrics").unwrap();
+    let at = |s: &str| series(&metrics, s);
+    assert_eq!(at("wasmswitch_reloads_total{result=\"refused\"}"), Some(1.0), "{metrics}");
+    assert_eq!(at("wasmswitch_reloads_total{result=\"applied\"}"), Some(6.0));
+    assert_eq!(at("wasmswitch_reloads_total{result=\"late\"}"), Some(0.0));
+    assert_eq!(at("wasmswitch_api_errors_total{status=\"422\"}"), Some(1.0));
+    assert_promtool_accepts(&metrics);
+
     let (_, ok, log) = terminate(child);
     assert!(ok, "{log}");
 }
@@ -482,6 +494,13 @@ fn mutating_requests_need_the_token_and_a_local_host_and_no_origin() {
     assert!(!r.body.contains("second-token"), "and does not show it: {r:?}");
     assert_eq!(post(&["Authorization: Bearer first-token"]).status, 401);
     assert_eq!(post(&["Authorization: Bearer second-token"]).status, 200);
+
+    // Every refusal counted by its status.
+    let (_, metrics) = http(port, "GET", "/metrics").unwrap();
+    for status in [401, 403, 413, 421] {
+        let n = series(&metrics, &format!("wasmswitch_api_errors_total{{status=\"{status}\"}}"));
+        assert!(n.is_some_and(|n| n >= 1.0), "{status} counted: {n:?}");
+    }
 
     // SIGHUP needs no token.
     signal(&child, libc::SIGHUP);

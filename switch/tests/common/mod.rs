@@ -105,6 +105,12 @@ pub fn metric_sum(body: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// The value of one series, written as exposed (`name{label="v"}`), in a Prometheus text body.
+#[allow(dead_code)]
+pub fn series(body: &str, series: &str) -> Option<f64> {
+    body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 pub fn sigterm(child: &std::process::Child) {
     // SAFETY: kill on a child pid we own.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
