@@ -197,13 +197,14 @@ impl crate::metrics::MetricsSource for ControlStats {
     fn encode(&self, enc: &mut prometheus_client::encoding::DescriptorEncoder) -> std::fmt::Result {
         use crate::metrics::counter_family;
         let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-        let errors: Vec<_> = self
-            .errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(status, n)| (vec![("status", status.to_string())], *n))
-            .collect();
+        // The statuses the guard and the handlers answer are there from the start, at 0, so
+        // that a rate over them has a beginning; any other appears when first answered.
+        const KNOWN: [u16; 11] = [400, 401, 403, 404, 405, 408, 409, 413, 421, 422, 503];
+        let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for status in KNOWN {
+            errors.entry(status).or_default();
+        }
+        let errors: Vec<_> = errors.iter().map(|(status, n)| (vec![("status", status.to_string())], *n)).collect();
         counter_family(
             enc,
             "wasmswitch_api_errors",
