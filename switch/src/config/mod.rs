@@ -749,7 +749,9 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let mut cfg: Config = serde_saphyr::from_str(text).map_err(|e| {
             let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((0, 0));
-            ConfigError { file: path.to_owned(), line, column, message: plain_message(&e, text, line, column) }
+            let message = plain_message(&e, text, line, column);
+            let message = documented_range(text, path, line, column, &message).unwrap_or(message);
+            ConfigError { file: path.to_owned(), line, column, message }
         })?;
         for port in &mut cfg.ports {
             for pl in port.plugins.iter_mut().chain(&mut port.shadow) {
@@ -1291,6 +1293,21 @@ impl Config {
     }
 }
 
+/// For a number too large for its key's type (`message` quotes the type's range), the range
+/// the key documents: the file parsed again with the type's largest value in its place, whose
+/// check names the key's own range, quoted with the number as written. `None` when that check
+/// has nothing to say there (the type's range is the key's).
+fn documented_range(text: &str, path: &Path, line: u64, column: u64, message: &str) -> Option<String> {
+    let max = message.split(" is out of range: expected 0-").nth(1)?;
+    let row = text.lines().nth(line.checked_sub(1)? as usize)?;
+    let at = row.char_indices().nth(column.checked_sub(1)? as usize)?.0;
+    let written = row[at..].split(|c: char| !c.is_ascii_digit()).next().filter(|v| !v.is_empty())?;
+    let mut clamped: Vec<String> = text.lines().map(str::to_string).collect();
+    clamped[line as usize - 1] = format!("{}{max}{}", &row[..at], &row[at + written.len()..]);
+    let e = Config::parse(&clamped.join("\n"), path).err()?;
+    (e.line == line && e.message.contains(max)).then(|| e.message.replace(max, written))
+}
+
 /// The library's message without its own "error: line X column Y:" prefix (we print
 /// file:line:col), and with the offending key named when the library only names a type.
 fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64, column: u64) -> String {
@@ -1349,6 +1366,9 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64, column: u64) ->
         };
     }
     // The library's advice on its own options means nothing to an operator.
+    if msg.starts_with("multiple YAML documents detected") {
+        return "a second YAML document (after a `---` line) starts here: a config is one document".to_string();
+    }
     if let Some(k) = msg.strip_prefix("duplicate mapping key: ") {
         let k = k.split(',').next().unwrap_or(k).trim();
         return format!("duplicate key `{k}`: each key may appear once in a mapping");

@@ -45,6 +45,24 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "`dst_port` 65536 is out of range: expected 0-65535",
     ),
     (
+        "a number too large for its type quotes the key's own range",
+        "pool:\n  frames: 99999999999\nports:\n  - name: p0\n    driver: sim\n",
+        "2:11",
+        "pool.frames 99999999999 is out of range: expected 1024-1048576",
+    ),
+    (
+        "a number too large for a 64-bit key quotes the key's own range",
+        "switch:\n  batch: 99999999999999999999\nports:\n  - name: p0\n    driver: sim\n",
+        "2:10",
+        "switch.batch 99999999999999999999 is out of range: expected 1-256",
+    ),
+    (
+        "two YAML documents",
+        "ports:\n  - name: p0\n    driver: sim\n---\nports: []\n",
+        "5:1",
+        "a second YAML document (after a `---` line) starts here: a config is one document",
+    ),
+    (
         "wrong type in an inline mapping",
         "ports:\n  - name: p0\n    driver: sim\n    sim: { ring_size: 1024, queues: -1 }\n",
         "4:37",
