@@ -417,7 +417,12 @@ fn refuse(code: StatusCode, why: &str) -> Response {
 fn authorized(headers: &HeaderMap, token: &[u8]) -> Result<(), String> {
     let mut values = headers.get_all(header::AUTHORIZATION).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
-        return Err("this request needs an `Authorization: Bearer <token>` header (control.token_file)".into());
+        let n = headers.get_all(header::AUTHORIZATION).iter().count();
+        return Err(if n == 0 {
+            "this request needs an `Authorization: Bearer <token>` header (control.token_file)".into()
+        } else {
+            format!("this request carries {n} Authorization headers: send exactly one `Authorization: Bearer <token>`")
+        });
     };
     let bytes = value.as_bytes();
     let sent = match bytes.get(..7) {
@@ -913,7 +918,9 @@ mod tests {
         for bad in [&[][..], &["Bearer s3cre"], &["Bearer s3cret2"], &["Basic s3cret"], &["s3cret"], &["Bearer"]] {
             assert!(with(bad).is_err(), "{bad:?}");
         }
-        assert!(with(&["Bearer s3cret", "Bearer s3cret"]).is_err(), "one Authorization header");
+        let two = with(&["Bearer s3cret", "Bearer s3cret"]).unwrap_err();
+        assert!(two.contains("carries 2 Authorization headers: send exactly one"), "{two}");
+        assert!(with(&[]).unwrap_err().contains("needs an `Authorization: Bearer <token>` header"));
         assert!(equal_in_constant_time(b"a", b"a") && !equal_in_constant_time(b"a", b"b"));
     }
 }

@@ -475,9 +475,16 @@ impl Switch {
                 if vlans {
                     relearn.push(id);
                 }
+                // A mirror's destination carries no VLAN: becoming one (or no longer being one)
+                // is what changed its VLANs.
+                let why = match (a.mirror_destination, b.mirror_destination) {
+                    (false, true) => "it became a mirror's destination",
+                    (true, false) => "it is a mirror's destination no more",
+                    _ => "its VLANs changed",
+                };
                 applied.push(format!(
                     "port `{name}`: VLANs, storm control and mirrors as configured{}",
-                    if vlans { " (its learned FDB entries flushed: its VLANs changed)" } else { "" }
+                    if vlans { format!(" (its learned FDB entries flushed: {why})") } else { String::new() }
                 ));
             }
         }

@@ -152,6 +152,8 @@ fn fdb_edits_vlans_and_l2_reloads_through_api_and_client() {
         assert!(summary.contains(&format!("port `{p}`: VLANs, storm control and mirrors as configured")), "{summary}");
     }
     assert!(summary.contains("fdb.static") || summary.contains("mirrors"), "{summary}");
+    assert!(summary.contains("port `p2`: VLANs, storm control and mirrors as configured (its learned FDB entries flushed: its VLANs changed)"), "{summary}");
+    assert!(summary.contains("port `p3`: VLANs, storm control and mirrors as configured (its learned FDB entries flushed: it became a mirror's destination)"), "{summary}");
     // p2 no longer gets VLAN 10 floods; p3 gets what p1 sends.
     std::thread::sleep(Duration::from_millis(300));
     let p2 = port_tx(port, "p2");
