@@ -111,30 +111,49 @@ pub struct ApiState {
     pub refusals: Arc<RefusalLog>,
     /// One answer that walks every port, worker or table entry at a time (see [`off_thread`]).
     walks: Arc<Semaphore>,
+    /// Such answers running or waiting; past [`WALKS_QUEUED`] a request is refused at once.
+    walks_queued: Arc<Semaphore>,
     pub stats: Arc<ControlStats>,
 }
 
 impl ApiState {
     pub fn new(control: Arc<dyn Control>, listen: SocketAddr, stats: Arc<ControlStats>) -> Self {
-        Self { control, listen, refusals: Arc::default(), walks: Arc::new(Semaphore::new(1)), stats }
+        Self {
+            control,
+            listen,
+            refusals: Arc::default(),
+            walks: Arc::new(Semaphore::new(1)),
+            walks_queued: Arc::new(Semaphore::new(WALKS_QUEUED)),
+            stats,
+        }
     }
 }
 
-/// Runs `f` on the blocking pool, one such call at a time. For the GETs that walk every port,
-/// worker or table entry: `/metrics` of a switch of 64 ports and 64 workers is 2 MB and takes a
-/// tenth of a second, and on the server's one thread each scrape would hold up `/healthz` and
-/// every other request that long.
+/// How many of the answers [`off_thread`] runs may be running or waiting at once. A waiting
+/// request holds one of the server's connection slots: hundreds of scrapers queued behind a
+/// render of a tenth of a second would hold them all, `/healthz`'s included.
+const WALKS_QUEUED: usize = 4;
+
+/// Runs `f` on the blocking pool, one such call at a time, at most [`WALKS_QUEUED`] waiting
+/// (past that, 503 at once). For the GETs that walk every port, worker or table entry:
+/// `/metrics` of a switch of 64 ports and 64 workers is 2 MB and takes a tenth of a second, and
+/// on the server's one thread each scrape would hold up `/healthz` and every other request
+/// that long.
 async fn off_thread<T: Send + 'static>(
     s: &ApiState,
     f: impl FnOnce(&dyn Control) -> T + Send + 'static,
 ) -> Result<T, Response> {
     let gone = || (StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down\n").into_response();
+    let Ok(queued) = s.walks_queued.clone().try_acquire_owned() else {
+        let busy = format!("{WALKS_QUEUED} reads of /metrics or the FDB are running or waiting already: retry\n");
+        return Err((StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], busy).into_response());
+    };
     let permit = s.walks.clone().acquire_owned().await.map_err(|_| gone())?;
     let control = s.control.clone();
     // The permit goes with the call: a client that leaves does not let a second walk start
     // beside one still running.
     tokio::task::spawn_blocking(move || {
-        let _one_at_a_time = permit;
+        let _one_at_a_time = (permit, queued);
         f(&*control)
     })
     .await
@@ -543,10 +562,14 @@ fn bad_request(why: String) -> Response {
     (StatusCode::BAD_REQUEST, Json(json!({"status": "error", "error": why}))).into_response()
 }
 
-fn fdb_answer(s: &ApiState, change: FdbChange) -> Response {
-    match s.control.fdb_change(change) {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"status": "error", "error": e}))).into_response(),
+/// An FDB edit, on the blocking pool: it waits while a reload copies the table into a new one
+/// (a large table takes a while), and the server's thread must not.
+async fn fdb_answer(s: &ApiState, change: FdbChange) -> Response {
+    let control = s.control.clone();
+    match tokio::task::spawn_blocking(move || control.fdb_change(change)).await {
+        Ok(Ok(v)) => Json(v).into_response(),
+        Ok(Err(e)) => (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"status": "error", "error": e}))).into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down\n").into_response(),
     }
 }
 
@@ -556,7 +579,7 @@ async fn fdb_add(State(s): State<ApiState>, body: axum::body::Bytes) -> Response
         Err(e) => return bad_request(format!("expected {{\"mac\": \"02:..\", \"vlan\": 1, \"port\": \"name\"}}: {e}")),
     };
     match b.mac.parse::<MacAddr>() {
-        Ok(mac) => fdb_answer(&s, FdbChange::Add { mac, vlan: b.vlan, port: b.port }),
+        Ok(mac) => fdb_answer(&s, FdbChange::Add { mac, vlan: b.vlan, port: b.port }).await,
         Err(e) => bad_request(e),
     }
 }
@@ -564,7 +587,7 @@ async fn fdb_add(State(s): State<ApiState>, body: axum::body::Bytes) -> Response
 async fn fdb_remove(State(s): State<ApiState>, Path((vlan, m)): Path<(String, String)>) -> Response {
     let Ok(vlan) = vlan.parse::<u16>() else { return bad_request(format!("`{vlan}` is not a VLAN id")) };
     match m.parse::<MacAddr>() {
-        Ok(mac) => fdb_answer(&s, FdbChange::Remove { mac, vlan }),
+        Ok(mac) => fdb_answer(&s, FdbChange::Remove { mac, vlan }).await,
         Err(e) => bad_request(e),
     }
 }
@@ -578,7 +601,7 @@ async fn fdb_flush(State(s): State<ApiState>, body: axum::body::Bytes) -> Respon
             Err(e) => return bad_request(format!("expected {{\"port\": .., \"vlan\": .., \"static\": false}}: {e}")),
         }
     };
-    fdb_answer(&s, FdbChange::Flush { port: b.port, vlan: b.vlan, statics: b.statics })
+    fdb_answer(&s, FdbChange::Flush { port: b.port, vlan: b.vlan, statics: b.statics }).await
 }
 
 async fn plugins(State(s): State<ApiState>) -> Json<serde_json::Value> {
@@ -842,16 +865,19 @@ mod tests {
             c.read_to_string(&mut answer)?;
             Ok(answer)
         };
-        let walks: Vec<_> = ["/metrics", "/api/v1/fdb", "/metrics"]
+        let walks: Vec<_> = ["/metrics", "/api/v1/fdb", "/metrics", "/metrics"]
             .into_iter()
             .map(|p| std::thread::spawn(move || get(p, None).unwrap()))
             .collect();
         std::thread::sleep(Duration::from_millis(100));
+        // Past the queue's room, refused at once (holding no connection slot while waiting).
+        let busy = get("/metrics", Some(Duration::from_secs(5))).expect("answered at once");
+        assert!(busy.starts_with("HTTP/1.1 503") && busy.contains("retry-after: 1"), "{busy}");
         let health = get("/healthz", Some(Duration::from_secs(5)));
         for _ in 0..walks.len() {
             release.send(()).unwrap();
         }
-        let health = health.expect("/healthz answered within 5 s while three walks were held");
+        let health = health.expect("/healthz answered within 5 s while four walks were held");
         assert!(health.starts_with("HTTP/1.1 200"), "{health}");
         for w in walks {
             let answer = w.join().unwrap();

@@ -125,6 +125,8 @@ impl Switch {
     /// of the config follow the config.
     pub fn fdb_change(&self, change: FdbChange) -> Result<serde_json::Value, String> {
         let dp = &self.dataplane;
+        // Not on a table a reload is copying into a larger one (the edit would be lost).
+        let _edit = dp.fdb_edits.read().unwrap_or_else(|e| e.into_inner());
         let fdb = dp.fdb.get();
         let port_id = |name: &str| dp.ports.id_of(name).ok_or_else(|| format!("`{name}` is not a port of the switch"));
         let vid =

@@ -164,6 +164,12 @@ pub struct Dataplane {
     /// The UMEM groups, by pool id.
     pub groups: Arc<[UmemGroup]>,
     pub fdb: Arc<CurrentFdb>,
+    /// Read-held by every edit of the table's entries from outside the datapath (the API's;
+    /// they may run together, the table being lock-free) and write-held by
+    /// [`Dataplane::resize_fdb`] while it copies the table and puts the copy in: an edit made on
+    /// the old table after its entries were copied would be lost (a delete would come back).
+    /// The lock prefers the writer, so a flood of edits cannot hold a resize off.
+    pub fdb_edits: std::sync::RwLock<()>,
     pub ports: PortTable,
     pub workers: Vec<WorkerHandle>,
     pub start: Instant,
@@ -795,6 +801,7 @@ impl Dataplane {
             res,
             groups,
             fdb,
+            fdb_edits: std::sync::RwLock::new(()),
             ports: built.ports,
             workers,
             start,
@@ -889,10 +896,14 @@ impl Dataplane {
     /// [`Fdb::resized`]); entries learned by a worker in the old table while the copy is made
     /// are learned again from the next frame they send.
     pub fn resize_fdb(&self, capacity: usize) -> Result<()> {
-        let new =
-            self.fdb.get().resized(capacity, self.start.elapsed().as_secs() as u32).map_err(anyhow::Error::msg)?;
-        let new = Arc::new(new);
-        self.fdb.set(new.clone());
+        let new = {
+            let _no_edits = self.fdb_edits.write().unwrap_or_else(|e| e.into_inner());
+            let new =
+                self.fdb.get().resized(capacity, self.start.elapsed().as_secs() as u32).map_err(anyhow::Error::msg)?;
+            let new = Arc::new(new);
+            self.fdb.set(new.clone());
+            new
+        };
         let sent: Vec<u64> =
             self.workers.iter().map(|w| w.control.send_all(vec![Command::SetFdb(new.clone())])).collect();
         let late: Vec<usize> = self

@@ -339,6 +339,64 @@ fn the_files_static_entries_follow_the_file_and_the_apis_are_never_replaced_unse
 }
 
 #[test]
+fn api_edits_made_while_a_reload_resizes_the_table_are_kept() {
+    // A reload that changes fdb.capacity copies the table into a new one. An API edit landing
+    // on the old table after its entries were copied would be lost: an add gone, a delete
+    // undone. In each of 12 reloads flipping the capacity, an editor adds new addresses and
+    // deletes old ones for as long as the reload runs; every edit answered must hold.
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use wasmswitch::api::FdbChange;
+    use wasmswitch_core::wire::MacAddr;
+    let (small, large) = (262_144, 524_288);
+    let dir = Scratch::new("fdb-resize-edits");
+    let sw = wasmswitch::daemon::Switch::start(&dir.write(&fdb_yaml(small, 300, &[]))).unwrap();
+    let mac = |i: u64| MacAddr::from_u64(0x0200_0300_0000 + i);
+    // Old addresses to delete, then new ones to add (each used once).
+    const OLD: u64 = 30_000;
+    for i in 0..OLD {
+        sw.fdb_change(FdbChange::Add { mac: mac(i), vlan: 1, port: "p1".into() }).unwrap();
+    }
+    let next = AtomicU64::new(0);
+    let (mut added, mut deleted) = (Vec::new(), Vec::new());
+    for round in 0..12 {
+        let capacity = if round % 2 == 0 { large } else { small };
+        dir.write(&fdb_yaml(capacity, 300, &[]));
+        let done = AtomicBool::new(false);
+        let (a, d) = std::thread::scope(|s| {
+            let editor = s.spawn(|| {
+                let (mut a, mut d) = (Vec::new(), Vec::new());
+                while !done.load(Ordering::Relaxed) {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= OLD {
+                        break;
+                    }
+                    if sw.fdb_change(FdbChange::Add { mac: mac(OLD + n), vlan: 1, port: "p2".into() }).is_ok() {
+                        a.push(OLD + n);
+                    }
+                    if sw.fdb_change(FdbChange::Remove { mac: mac(n), vlan: 1 }).is_ok() {
+                        d.push(n);
+                    }
+                }
+                (a, d)
+            });
+            let r = sw.reload().unwrap();
+            done.store(true, Ordering::Relaxed);
+            assert!(r.contains(&format!("fdb.capacity = {capacity}")), "{r}");
+            editor.join().unwrap()
+        });
+        added.extend(a);
+        deleted.extend(d);
+    }
+    let fdb = sw.dataplane.fdb.get();
+    let lost = added.iter().filter(|&&i| fdb.lookup(1, mac(i)).is_none()).count();
+    let back = deleted.iter().filter(|&&i| fdb.lookup(1, mac(i)).is_some()).count();
+    eprintln!("{} adds and {} deletes during 12 resizes", added.len(), deleted.len());
+    assert!(added.len() > 100 && deleted.len() > 100, "edits ran alongside the reloads");
+    assert_eq!((lost, back), (0, 0), "(added entries lost, deleted ones back)");
+    sw.dataplane.stop_shared().expect("every frame back");
+}
+
+#[test]
 fn a_reload_that_would_leave_a_static_entry_outside_its_vlan_is_refused_by_name() {
     use wasmswitch::api::FdbChange;
     use wasmswitch_core::wire::MacAddr;
