@@ -377,6 +377,12 @@ impl Switch {
                 ));
             }
         }
+        // New ones the API had already put on the same port: the file's from now on.
+        let adopted: Vec<_> = new_statics
+            .iter()
+            .filter(|(v, m, p)| in_table(*v, *m).is_some_and(|e| dp.ports.get(e.port).is_some_and(|i| i.name == *p)))
+            .copied()
+            .collect();
         let adding: Vec<_> = new_statics.iter().chain(&restored).copied().collect();
         if !adding.is_empty() || old.fdb.capacity.value != new.fdb.capacity.value {
             let ids = |list: &[&(u16, MacAddr, String)], of: &dyn Fn(&str) -> Option<PortId>| {
@@ -500,7 +506,9 @@ impl Switch {
         for ((vlan, mac, port), id) in gone_statics {
             // Only the config's own entry: an API entry for the same address on another port
             // stays (a removed port's entries went with it).
-            if id.is_some_and(|id| dp.fdb.get().remove_static(*vlan, *mac, id)) {
+            if id.is_some_and(|id| removed.contains(&id)) {
+                applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` removed with its port"));
+            } else if id.is_some_and(|id| dp.fdb.get().remove_static(*vlan, *mac, id)) {
                 applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` removed"));
             } else if id.is_some() {
                 applied.push(format!(
@@ -524,6 +532,8 @@ impl Switch {
                 .and_then(|id| fdb.add_static(*vlan, *mac, id).map_err(|e| anyhow::anyhow!("{e}")));
             let how = if restored.contains(&&(*vlan, *mac, port.clone())) {
                 "restored (it had been deleted from the table)"
+            } else if adopted.contains(&&(*vlan, *mac, port.clone())) {
+                "added (the API's entry there, now the file's)"
             } else {
                 "added"
             };

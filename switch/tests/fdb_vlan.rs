@@ -335,6 +335,21 @@ fn the_files_static_entries_follow_the_file_and_the_apis_are_never_replaced_unse
     let r = sw.reload().unwrap();
     assert!(r.contains("on `p1` removed") && r.contains("on `p2` added"), "{r}");
     assert_eq!(statics(), [id("p2")]);
+
+    // An entry the API made, then written into the file on the same port: the file's now.
+    let y = "02:00:00:00:cc:02";
+    let ymac: MacAddr = y.parse().unwrap();
+    api(FdbChange::Add { mac: ymac, vlan: 1, port: "p1".into() });
+    dir.write(&fdb_yaml(64, 300, &[(x, "p2"), (y, "p1")]));
+    let r = sw.reload().unwrap();
+    assert!(
+        r.contains(&format!("fdb.static {y} in VLAN 1 on `p1` added (the API's entry there, now the file's)")),
+        "{r}"
+    );
+    // A port removed with a file entry on it: said so.
+    dir.write(&fdb_yaml(64, 300, &[(x, "p2")]).replace("  - name: p1\n    driver: sim\n", ""));
+    let r = sw.reload().unwrap();
+    assert!(r.contains(&format!("fdb.static {y} in VLAN 1 on `p1` removed with its port")), "{r}");
     sw.dataplane.stop_shared().expect("every frame back");
 }
 

@@ -43,6 +43,11 @@ fn host_section(tap: &str, ring: usize) -> String {
     format!("host:\n  name: host\n  tap: {tap}\n  mac: 02:ee:00:00:00:01\n  ring_size: {ring}\n  bulk: 8\n")
 }
 
+/// A daemon's config: the sim ports and a host port on `tap`, the API on `port`.
+fn daemon_yaml(port: u16, tap: &str) -> String {
+    format!("metrics:\n  listen: 127.0.0.1:{port}\n") + &sim_yaml("rate_pps: 1000", &host_section(tap, 1024))
+}
+
 /// Sends every `every`-th packet (and only those) to the host.
 struct ToHost {
     every: usize,
@@ -227,8 +232,7 @@ fn tap_is_gone_after_sigkill_and_the_switch_restarts_cleanly() {
     }
     let tap = tap_name("h");
     let port = free_port();
-    let yaml =
-        format!("metrics:\n  listen: 127.0.0.1:{port}\n") + &sim_yaml("rate_pps: 1000", &host_section(&tap, 1024));
+    let yaml = daemon_yaml(port, &tap);
     let path = std::env::temp_dir().join(format!("wasmswitch-tap-{}.yaml", std::process::id()));
     std::fs::write(&path, yaml).unwrap();
     let bin = env!("CARGO_BIN_EXE_wasmswitch");
@@ -286,8 +290,7 @@ fn a_restart_right_after_a_clean_exit_takes_its_tap_again() {
     }
     let tap = tap_name("r");
     let port = free_port();
-    let yaml =
-        format!("metrics:\n  listen: 127.0.0.1:{port}\n") + &sim_yaml("rate_pps: 1000", &host_section(&tap, 1024));
+    let yaml = daemon_yaml(port, &tap);
     let scratch = Scratch::new("tap-restart");
     let path = scratch.path("switch.yaml");
     std::fs::write(&path, yaml).unwrap();
@@ -365,9 +368,7 @@ fn a_deleted_tap_is_one_error_line_with_what_to_do() {
     let tap = tap_name("e");
     let port = free_port();
     let dir = Scratch::new("tap-deleted");
-    let cfg = dir.write(
-        &(format!("metrics:\n  listen: 127.0.0.1:{port}\n") + &sim_yaml("rate_pps: 1000", &host_section(&tap, 1024))),
-    );
+    let cfg = dir.write(&daemon_yaml(port, &tap));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_wasmswitch"));
     cmd.args(["run", "-c"]).arg(&cfg).stderr(Stdio::piped());
     die_with_test(&mut cmd);

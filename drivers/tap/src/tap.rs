@@ -73,11 +73,11 @@ pub fn check_name(name: &str) -> Result<(), TapError> {
     }
     // '%' too: the kernel takes a name with it as a pattern and makes "t%d" t0, not the name
     // asked for.
-    if name.bytes().any(|b| matches!(b, b'/' | b':' | b'%' | 0) || b.is_ascii_whitespace())
-        || name == "."
-        || name == ".."
-    {
+    if name.bytes().any(|b| matches!(b, b'/' | b':' | b'%' | 0) || b.is_ascii_whitespace()) {
         return Err(bad("contains '/', ':', '%', whitespace or NUL"));
+    }
+    if name == "." || name == ".." {
+        return Err(bad("'.' and '..' are not interface names"));
     }
     Ok(())
 }

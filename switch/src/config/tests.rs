@@ -213,6 +213,12 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "port 0 would listen on a port the kernel picks",
     ),
     (
+        "TAP name that is a path element",
+        "ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: \"..\"\n",
+        "5:8",
+        "'.' and '..' are not interface names",
+    ),
+    (
         "TAP name too long",
         "ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: t0123456789abcdef\n",
         "5:8",
