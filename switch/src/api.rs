@@ -143,21 +143,31 @@ async fn off_thread<T: Send + 'static>(
     s: &ApiState,
     f: impl FnOnce(&dyn Control) -> T + Send + 'static,
 ) -> Result<T, Response> {
-    let gone = || (StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down\n").into_response();
     let Ok(queued) = s.walks_queued.clone().try_acquire_owned() else {
         let busy = format!("{WALKS_QUEUED} reads of /metrics or the FDB are running or waiting already: retry\n");
         return Err((StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], busy).into_response());
     };
-    let permit = s.walks.clone().acquire_owned().await.map_err(|_| gone())?;
-    let control = s.control.clone();
-    // The permit goes with the call: a client that leaves does not let a second walk start
+    let permit = s.walks.clone().acquire_owned().await.map_err(|_| shutting_down())?;
+    // The permits go with the call: a client that leaves does not let a second walk start
     // beside one still running.
-    tokio::task::spawn_blocking(move || {
+    blocking(s, move |c| {
         let _one_at_a_time = (permit, queued);
-        f(&*control)
+        f(c)
     })
     .await
-    .map_err(|_| gone())
+}
+
+/// Runs `f` on the blocking pool, so that the server's one thread never waits on it.
+async fn blocking<T: Send + 'static>(
+    s: &ApiState,
+    f: impl FnOnce(&dyn Control) -> T + Send + 'static,
+) -> Result<T, Response> {
+    let control = s.control.clone();
+    tokio::task::spawn_blocking(move || f(&*control)).await.map_err(|_| shutting_down())
+}
+
+fn shutting_down() -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down\n").into_response()
 }
 
 /// Counters of the control plane, for `/metrics`: what the log lines about refusals, full
@@ -565,11 +575,10 @@ fn bad_request(why: String) -> Response {
 /// An FDB edit, on the blocking pool: it waits while a reload copies the table into a new one
 /// (a large table takes a while), and the server's thread must not.
 async fn fdb_answer(s: &ApiState, change: FdbChange) -> Response {
-    let control = s.control.clone();
-    match tokio::task::spawn_blocking(move || control.fdb_change(change)).await {
+    match blocking(s, move |c| c.fdb_change(change)).await {
         Ok(Ok(v)) => Json(v).into_response(),
         Ok(Err(e)) => (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"status": "error", "error": e}))).into_response(),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down\n").into_response(),
+        Err(r) => r,
     }
 }
 

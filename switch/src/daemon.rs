@@ -894,7 +894,6 @@ pub fn run(path: &Path) -> Result<()> {
             .context("cannot start the control thread")?;
     }
     let state = ApiState::new(daemon.clone(), addr, control_stats.clone());
-    let stats = control_stats;
     let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::from_std(std_listener).context("the control API's socket")?;
         log::info!("metrics and control API on http://{addr}/metrics");
@@ -903,7 +902,7 @@ pub fn run(path: &Path) -> Result<()> {
         let mut int = signal(SignalKind::interrupt())?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let limits = Limits { shutdown_grace: SHUTDOWN_GRACE, ..Limits::default() };
-        let mut server = tokio::spawn(crate::api::serve(listener, router(state), limits, stats, stop_rx));
+        let mut server = tokio::spawn(crate::api::serve(listener, router(state), limits, control_stats, stop_rx));
         loop {
             tokio::select! {
                 _ = term.recv() => { log::info!("SIGTERM: draining"); break; }
