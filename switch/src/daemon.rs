@@ -361,14 +361,14 @@ impl Switch {
         // The table's static entries, the file's and the API's, by (VLAN, MAC).
         let statics_now: Vec<_> = dp.fdb.get().entries(0).into_iter().filter(|e| e.is_static).collect();
         let in_table = |v: u16, m: MacAddr| statics_now.iter().find(|e| (e.vlan, e.mac) == (v, m));
+        let port_in_table = |v: u16, m: MacAddr| dp.ports.get(in_table(v, m)?.port).map(|i| i.name.clone());
         // The file's statics follow the file: one the file still has but the table lost (an
         // API delete or flush took it) comes back. One the API put on another port stays there.
         let restored: Vec<_> = now.iter().filter(|e| was.contains(e) && in_table(e.0, e.1).is_none()).collect();
         // A new one for an address the API has put on another port would replace that entry
         // unseen: refused by name. The old file's own entry leaving now (a move) is no conflict.
         for (v, m, p) in &new_statics {
-            let Some(e) = in_table(*v, *m) else { continue };
-            let Some(there) = dp.ports.get(e.port).map(|i| i.name.clone()) else { continue };
+            let (Some(e), Some(there)) = (in_table(*v, *m), port_in_table(*v, *m)) else { continue };
             let leaving =
                 removed.contains(&e.port) || gone_statics.iter().any(|g| (g.0, g.1) == (*v, *m) && g.2 == there);
             if there != *p && !leaving {
@@ -378,11 +378,8 @@ impl Switch {
             }
         }
         // New ones the API had already put on the same port: the file's from now on.
-        let adopted: Vec<_> = new_statics
-            .iter()
-            .filter(|(v, m, p)| in_table(*v, *m).is_some_and(|e| dp.ports.get(e.port).is_some_and(|i| i.name == *p)))
-            .copied()
-            .collect();
+        let adopted: Vec<_> =
+            new_statics.iter().filter(|(v, m, p)| port_in_table(*v, *m).as_ref() == Some(p)).copied().collect();
         let adding: Vec<_> = new_statics.iter().chain(&restored).copied().collect();
         if !adding.is_empty() || old.fdb.capacity.value != new.fdb.capacity.value {
             let ids = |list: &[&(u16, MacAddr, String)], of: &dyn Fn(&str) -> Option<PortId>| {
@@ -506,15 +503,15 @@ impl Switch {
         for ((vlan, mac, port), id) in gone_statics {
             // Only the config's own entry: an API entry for the same address on another port
             // stays (a removed port's entries went with it).
-            if id.is_some_and(|id| removed.contains(&id)) {
-                applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` removed with its port"));
-            } else if id.is_some_and(|id| dp.fdb.get().remove_static(*vlan, *mac, id)) {
-                applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` removed"));
-            } else if id.is_some() {
-                applied.push(format!(
-                    "fdb.static {mac} in VLAN {vlan} on `{port}` left the config (the table no longer had it there)"
-                ));
-            }
+            let Some(id) = id else { continue };
+            let what = if removed.contains(&id) {
+                "removed with its port"
+            } else if dp.fdb.get().remove_static(*vlan, *mac, id) {
+                "removed"
+            } else {
+                "left the config (the table no longer had it there)"
+            };
+            applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` {what}"));
         }
         if old.fdb.capacity.value != new.fdb.capacity.value {
             let r = dp.resize_fdb(new.fdb.capacity.value);
