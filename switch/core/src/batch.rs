@@ -29,13 +29,53 @@ pub struct Desc {
 /// in. Kept in a dense array of its own so that the passes over a batch after parsing never
 /// touch the frame again: frames lie 2 KiB apart, so a batch's headers compete for a few cache
 /// sets and would be reloaded from L2 on every pass.
+///
+/// Packed into 32 bytes (two places would be 32 with their padding alone): the two keys, the
+/// two buckets, the VLAN and the tag, each stored and loaded once per frame.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct L2Header {
-    pub src: Place,
-    pub dst: Place,
-    pub vlan: u16,
+    keys: [u64; 2],
+    buckets: [u32; 2],
+    vlan: u16,
+    /// The tag's VID, or [`NO_TAG`].
+    tag: u16,
+}
+
+/// [`L2Header::tag`] of an untagged frame: no 12-bit VID is this.
+const NO_TAG: u16 = u16::MAX;
+
+impl L2Header {
+    /// `tag`: the VID of the 802.1Q tag the frame arrived with (0 for a priority tag); `None`
+    /// untagged.
+    #[inline]
+    pub fn new(src: Place, dst: Place, vlan: u16, tag: Option<u16>) -> Self {
+        let (s, sb) = src.parts();
+        let (d, db) = dst.parts();
+        debug_assert!(tag.is_none_or(|t| t <= 0x0fff), "a VID is 12 bits");
+        Self { keys: [s, d], buckets: [sb, db], vlan, tag: tag.unwrap_or(NO_TAG) }
+    }
+
+    #[inline]
+    pub fn src(&self) -> Place {
+        Place::from_parts(self.keys[0], self.buckets[0])
+    }
+
+    #[inline]
+    pub fn dst(&self) -> Place {
+        Place::from_parts(self.keys[1], self.buckets[1])
+    }
+
+    /// The VLAN the frame is switched in.
+    #[inline]
+    pub fn vlan(&self) -> u16 {
+        self.vlan
+    }
+
     /// The VID of the 802.1Q tag it arrived with (0 for a priority tag); `None` untagged.
-    pub tag: Option<u16>,
+    #[inline]
+    pub fn tag(&self) -> Option<u16> {
+        (self.tag != NO_TAG).then_some(self.tag)
+    }
 }
 
 /// Up to [`BATCH_SIZE`] received packets with their parsed metadata and verdicts, stored as

@@ -80,6 +80,18 @@ pub struct Place {
 }
 
 impl Place {
+    /// The key and bucket, for a batch that stores places packed ([`crate::batch::L2Header`]).
+    #[inline]
+    pub(crate) fn parts(self) -> (u64, u32) {
+        (self.key, self.bucket)
+    }
+
+    /// The place of [`Place::parts`].
+    #[inline]
+    pub(crate) fn from_parts(key: u64, bucket: u32) -> Place {
+        Place { key, bucket }
+    }
+
     /// True for the place of the same (VLAN, MAC) as `other`.
     #[inline]
     pub fn same_address(self, other: Place) -> bool {
@@ -254,6 +266,17 @@ impl Fdb {
         bucket_index(k, self.mask)
     }
 
+    /// The bucket of `at` and its index. Masked rather than bounds-checked (one instruction
+    /// instead of a compare and branch per learn and lookup): a place made by another table,
+    /// which the pipeline never uses, would read a wrong bucket, never out of bounds.
+    #[inline]
+    fn bucket_at(&self, at: Place) -> (&Bucket, usize) {
+        let i = at.bucket as usize & self.mask;
+        // SAFETY: `buckets.len() == mask + 1` (both set in `new`, never changed), so `i` is in
+        // bounds.
+        (unsafe { self.buckets.get_unchecked(i) }, i)
+    }
+
     /// Where the entry for (`vlan`, `mac`) lives. The pipeline works it out once per address
     /// of a packet, as it parses the frame, and hands it to the learn and the lookup.
     #[inline]
@@ -299,7 +322,7 @@ impl Fdb {
     #[inline]
     pub fn lookup_at(&self, at: Place) -> Option<PortId> {
         let k = at.key;
-        let b = &self.buckets[at.bucket as usize];
+        let (b, _) = self.bucket_at(at);
         for s in &b.slots {
             if same_entry(s.key.load(Ordering::Relaxed), k) {
                 return s.read().filter(|&(v, _)| same_entry(v, k)).map(|(_, p)| p);
@@ -317,48 +340,54 @@ impl Fdb {
     /// [`Fdb::learn`] at a [`Fdb::place`] of this table.
     #[inline]
     pub fn learn_at(&self, at: Place, port: PortId, now: u32) -> Learned {
-        let (k, bi) = (at.key, at.bucket as usize);
-        let b = &self.buckets[bi];
+        let k = at.key;
+        let (b, bi) = self.bucket_at(at);
         let want = port + 1;
-        let mut empty = None;
-        for (i, s) in b.slots.iter().enumerate() {
+        // The common case, a known address on its port seen this tick, only reads. An empty slot
+        // (key 0) never matches a live key, so the scan need not look for one here.
+        for s in &b.slots {
             let v = s.key.load(Ordering::Acquire);
-            if v == 0 {
-                empty.get_or_insert(i);
-                continue;
-            }
             if same_entry(v, k) {
                 if v & STATIC != 0 {
                     return Learned::Known;
                 }
-                if s.seen.load(Ordering::Relaxed) != now {
-                    s.seen.store(now, Ordering::Relaxed);
-                }
                 let w = s.port.load(Ordering::Acquire);
-                if port_of(w) == want {
+                if port_of(w) == want && s.seen.load(Ordering::Relaxed) == now {
                     return Learned::Known;
                 }
-                // Moved (same key and generation; a lookup in between sees the two port words
-                // differ and floods once): last writer wins if two workers see it on two ports
-                // at once. The slot may have been emptied and given to another address since
-                // its key was read: only a slot that still holds this key, and whose port word
-                // nobody rewrote since `w` (a new entry advances the generation), takes the port.
-                if s.key.load(Ordering::Acquire) != v
-                    || s.port
-                        .compare_exchange(w, (w & 0xffff_0000) | want as u32, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_err()
-                {
-                    return Learned::Busy;
-                }
-                return Learned::Moved;
+                return Self::refresh(s, v, w, want, now);
             }
         }
-        self.learn_slow(bi, k, want, now, empty)
+        self.learn_slow(bi, k, want, now)
+    }
+
+    /// A learned entry seen again: its tick advanced, its port changed if it moved. Out of
+    /// line: once per entry per tick, or on a move.
+    #[inline(never)]
+    fn refresh(s: &Slot, v: u64, w: u32, want: u16, now: u32) -> Learned {
+        if s.seen.load(Ordering::Relaxed) != now {
+            s.seen.store(now, Ordering::Relaxed);
+        }
+        if port_of(w) == want {
+            return Learned::Known;
+        }
+        // Moved (same key and generation; a lookup in between sees the two port words differ
+        // and floods once): last writer wins if two workers see it on two ports at once. The
+        // slot may have been emptied and given to another address since its key was read: only
+        // a slot that still holds this key, and whose port word nobody rewrote since `w` (a new
+        // entry advances the generation), takes the port.
+        if s.key.load(Ordering::Acquire) != v
+            || s.port.compare_exchange(w, (w & 0xffff_0000) | want as u32, Ordering::AcqRel, Ordering::Relaxed).is_err()
+        {
+            return Learned::Busy;
+        }
+        Learned::Moved
     }
 
     #[cold]
-    fn learn_slow(&self, bi: usize, k: u64, want: u16, now: u32, empty: Option<usize>) -> Learned {
+    fn learn_slow(&self, bi: usize, k: u64, want: u16, now: u32) -> Learned {
         let b = &self.buckets[bi];
+        let empty = b.slots.iter().position(|s| s.key.load(Ordering::Acquire) == 0);
         // Two workers that see a new address at once both get here: one address must never
         // take two slots (a remove would take one and leave the other forwarding). So a bucket
         // with a slot being rewritten is left alone, and whoever loses the race for a slot

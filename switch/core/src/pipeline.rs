@@ -469,6 +469,29 @@ impl Pipeline {
     /// malformed IP header is only dropped where something would look at it, and no metadata
     /// is written (the L2 stage takes the addresses, the VLAN and the tag, in `Batch::l2`).
     fn parse_batch(&mut self, p: PortId) {
+        let slot = &self.ports[p as usize];
+        if slot.complete_partial_checksums
+            || slot.ingress.is_some()
+            || self.opts.parse_all
+            || !slot.l2.mirror_ingress.is_empty()
+        {
+            self.parse_batch_inspected(p);
+        } else {
+            self.parse_batch_as::<true>(p);
+        }
+    }
+
+    /// [`Pipeline::parse_batch`] of a port whose frames something inspects: a function of its
+    /// own, one call per batch, so that its longer loop does not shape the plain port's code.
+    #[inline(never)]
+    fn parse_batch_inspected(&mut self, p: PortId) {
+        self.parse_batch_as::<false>(p);
+    }
+
+    /// [`Pipeline::parse_batch`], for a `PLAIN` port (no verdict stage, no checksums to complete,
+    /// no ingress mirror) compiled without the tests of those.
+    #[inline(always)]
+    fn parse_batch_as<const PLAIN: bool>(&mut self, p: PortId) {
         let pi = p as usize;
         let slot = &self.ports[pi];
         let g = slot.pool as usize;
@@ -476,10 +499,12 @@ impl Pipeline {
         // line would bounce between them once per batch.
         let umem: &Umem = &self.umems[g];
         let max = slot.max_frame;
-        let fix_checksums = slot.complete_partial_checksums;
-        let deep = fix_checksums || slot.ingress.is_some() || self.opts.parse_all;
+        let fix_checksums = !PLAIN && slot.complete_partial_checksums;
+        let deep = !PLAIN && (fix_checksums || slot.ingress.is_some() || self.opts.parse_all);
+        // Only a verdict stage's port reads verdicts (see `forward_bridged`).
+        let staged_verdicts = !PLAIN && slot.ingress.is_some();
         let l2 = &slot.l2;
-        let mirrors = !l2.mirror_ingress.is_empty();
+        let mirrors = !PLAIN && !l2.mirror_ingress.is_empty();
         let st = &self.stats.ports[pi];
         let fdb = &*self.fdb;
         let b = &mut self.batch;
@@ -490,21 +515,16 @@ impl Pipeline {
             // SAFETY: the descriptor came from this worker's RX burst, so the worker holds the
             // frame and nothing else reads or writes it while this slice lives.
             let bytes = unsafe { umem.bytes_mut(d.addr, d.len as usize) };
-            // A length beyond the frame reads as an empty slice, i.e. a runt. Metadata is only
-            // kept where something reads it (`deep`); the L2 stage needs the outer C-tag only.
-            let parsed = if d.len as usize > max {
-                Err(DropReason::Oversize)
+            // A length beyond the frame reads as an empty slice, i.e. a runt; one over `max` is
+            // oversize (the parser's first test). Metadata is only kept where something reads
+            // it (`deep`); the L2 stage needs the outer C-tag only.
+            let parsed = if deep {
+                let m = &mut b.meta[kept];
+                wire::parse_l2_into(bytes, max, m).and_then(|l3| wire::parse_l3_into(bytes, l3, m)).map(|()| m.ctag())
             } else {
-                if deep {
-                    let m = &mut b.meta[kept];
-                    wire::parse_l2_into(bytes, max, m)
-                        .and_then(|l3| wire::parse_l3_into(bytes, l3, m))
-                        .map(|()| m.ctag())
-                } else {
-                    wire::parse_l2(bytes, max).map(|eth| eth.ctag())
-                }
-                .map_err(DropReason::from)
-            };
+                wire::parse_l2(bytes, max).map(|eth| eth.ctag())
+            }
+            .map_err(DropReason::from);
             if mirrors && parsed.is_ok() {
                 for &m in &l2.mirror_ingress {
                     if let Some(mp) = self.ports.get(m as usize).filter(|s| s.up).map(|s| s.pool as usize) {
@@ -526,10 +546,10 @@ impl Pipeline {
                         if deep {
                             b.meta[kept].vlan = v;
                         }
-                        let h = L2Header { src: fdb.place_bits(v, src), dst: fdb.place_bits(v, dst), vlan: v, tag };
-                        fdb.prefetch(h.dst);
-                        fdb.prefetch(h.src);
-                        b.l2[kept] = h;
+                        let (src, dst) = (fdb.place_bits(v, src), fdb.place_bits(v, dst));
+                        fdb.prefetch(dst);
+                        fdb.prefetch(src);
+                        b.l2[kept] = L2Header::new(src, dst, v, tag);
                         Ok(())
                     }
                     None if l2.mirror_destination => Err(DropReason::MirrorDestination),
@@ -545,7 +565,9 @@ impl Pipeline {
                         completed += 1;
                     }
                     b.descs[kept] = d;
-                    b.verdicts[kept] = Verdict::Pass;
+                    if staged_verdicts {
+                        b.verdicts[kept] = Verdict::Pass;
+                    }
                     kept += 1;
                 }
                 Err(reason) => {
@@ -572,13 +594,17 @@ impl Pipeline {
 
     fn forward(&mut self, p: PortId) {
         let pi = p as usize;
+        if self.ports[pi].ingress.is_none() {
+            self.forward_bridged(p);
+            return;
+        }
         let g = self.ports[pi].pool;
         let nports = self.ports.len();
         let mut last_src = Place::default();
         for i in 0..self.batch.len {
             let d = self.batch.descs[i];
             let h = self.batch.l2[i];
-            let f = Frame { d, vlan: h.vlan, tag: h.tag, pool: g };
+            let f = Frame { d, vlan: h.vlan(), tag: h.tag(), pool: g };
             let egress = match self.batch.verdicts[i] {
                 Verdict::Drop => {
                     self.drop_frame(pi, g, d.addr, DropReason::Policy);
@@ -612,49 +638,70 @@ impl Pipeline {
                 }
                 Verdict::Pass => self.l2_lookup(p, h, &mut last_src),
             };
-            match egress {
-                Egress::Drop(reason) => self.drop_frame(pi, g, d.addr, reason),
-                Egress::Port(q) if q == p => self.drop_frame(pi, g, d.addr, DropReason::Hairpin),
-                Egress::Port(q) if self.ports[q as usize].up => {
-                    if self.ports[q as usize].l2.vlan.members.contains(f.vlan) {
-                        self.send(pi, q as usize, f);
-                    } else {
-                        // A static entry (or a reload) points outside the VLAN.
-                        self.drop_frame(pi, g, d.addr, DropReason::VlanFiltered);
-                    }
+            self.deliver(p, f, egress);
+        }
+    }
+
+    /// [`Pipeline::forward`] for a port without a verdict stage, where every verdict is
+    /// `Pass`: the parser writes no verdicts for it and this loop reads none.
+    fn forward_bridged(&mut self, p: PortId) {
+        let g = self.ports[p as usize].pool;
+        let mut last_src = Place::default();
+        for i in 0..self.batch.len {
+            let h = self.batch.l2[i];
+            let egress = self.l2_lookup(p, h, &mut last_src);
+            let f = Frame { d: self.batch.descs[i], vlan: h.vlan(), tag: h.tag(), pool: g };
+            self.deliver(p, f, egress);
+        }
+    }
+
+    /// Sends (or drops, or floods) a frame received on `p` as the L2 lookup decided.
+    #[inline(always)]
+    fn deliver(&mut self, p: PortId, f: Frame, egress: Egress) {
+        let pi = p as usize;
+        match egress {
+            Egress::Drop(reason) => self.drop_frame(pi, f.pool, f.d.addr, reason),
+            Egress::Port(q) if q == p => self.drop_frame(pi, f.pool, f.d.addr, DropReason::Hairpin),
+            Egress::Port(q) if self.ports[q as usize].up => {
+                if self.ports[q as usize].l2.vlan.members.contains(f.vlan) {
+                    self.send(pi, q as usize, f);
+                } else {
+                    // A static entry (or a reload) points outside the VLAN.
+                    self.drop_frame(pi, f.pool, f.d.addr, DropReason::VlanFiltered);
                 }
-                // Learned on a port that is down: flood instead (it may have moved).
-                Egress::Port(_) => self.flood_limited(p, f, FloodClass::UnknownUnicast),
-                Egress::Flood(class) => self.flood_limited(p, f, class),
-                Egress::LinkLocal => {
-                    self.stats.ports[pi].link_local.inc();
-                    match self.opts.host_port {
-                        Some(h) if h != p && self.ports[h as usize].up => self.send(pi, h as usize, f),
-                        _ => self.drop_frame(pi, g, d.addr, DropReason::LinkLocal),
-                    }
+            }
+            // Learned on a port that is down: flood instead (it may have moved).
+            Egress::Port(_) => self.flood_limited(p, f, FloodClass::UnknownUnicast),
+            Egress::Flood(class) => self.flood_limited(p, f, class),
+            Egress::LinkLocal => {
+                self.stats.ports[pi].link_local.inc();
+                match self.opts.host_port {
+                    Some(h) if h != p && self.ports[h as usize].up => self.send(pi, h as usize, f),
+                    _ => self.drop_frame(pi, f.pool, f.d.addr, DropReason::LinkLocal),
                 }
             }
         }
     }
 
     /// Learns the source at `at.src` and looks the destination at `at.dst` up.
-    #[inline]
+    #[inline(always)]
     fn l2_lookup(&mut self, p: PortId, at: L2Header, last_src: &mut Place) -> Egress {
         // Consecutive packets of one flow share a source and VLAN: learn once per run of them.
-        if !at.src.same_address(*last_src) {
+        let (src, dst) = (at.src(), at.dst());
+        if !src.same_address(*last_src) {
             // The bridge's `is_valid_ether_addr`: a group or all-zero source is no station;
             // nothing is learned or forwarded from one. Checked per run of a source, like the
             // learn (a bad source is never `last_src`, so each of its frames is checked).
-            if !at.src.is_station() {
+            if !src.is_station() {
                 return Egress::Drop(DropReason::BadSource);
             }
-            if at.src.mac_bits() == self.own_mac && Some(p) != self.opts.host_port {
+            if src.mac_bits() == self.own_mac && Some(p) != self.opts.host_port {
                 // The host's own address from another port: forwarded, never learned (it
                 // would pull the host's traffic to that port); counted per frame.
                 self.stats.ports[p as usize].own_address.inc();
             } else {
-                *last_src = at.src;
-                match self.fdb.learn_at(at.src, p, self.now) {
+                *last_src = src;
+                match self.fdb.learn_at(src, p, self.now) {
                     Learned::Known => {}
                     Learned::Full | Learned::Busy => self.stats.fdb_not_learned.inc(),
                     Learned::New => self.stats.fdb_learned.inc(),
@@ -666,13 +713,13 @@ impl Pipeline {
                 }
             }
         }
-        if !at.dst.is_group() {
-            return match self.fdb.lookup_at(at.dst) {
+        if !dst.is_group() {
+            return match self.fdb.lookup_at(dst) {
                 Some(q) => Egress::Port(q),
                 None => Egress::Flood(FloodClass::UnknownUnicast),
             };
         }
-        let dst = MacAddr::from_u64(at.dst.mac_bits());
+        let dst = MacAddr::from_u64(dst.mac_bits());
         if dst == MacAddr::BROADCAST {
             Egress::Flood(FloodClass::Broadcast)
         } else if dst.is_link_local() {
