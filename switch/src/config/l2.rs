@@ -68,6 +68,9 @@ impl<'de> Deserialize<'de> for VidList {
                     u64::try_from(v).map_err(|_| E::custom(format!("VLAN id {v} is out of range: expected 1-4094")))?;
                 self.visit_u64(v)
             }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<VidList, E> {
+                VidItem::from_f64(v).map(|i| VidList(vec![i.0]))
+            }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<VidList, A::Error> {
                 let mut out = Vec::new();
                 while let Some(item) = seq.next_element::<VidItem>()? {
@@ -104,6 +107,16 @@ impl VidItem {
         let v = u16::try_from(v).map_err(|_| E::custom(format!("VLAN id {v} is out of range: expected 1-4094")))?;
         Ok(VidItem((v, v)))
     }
+
+    /// YAML reads a number past `u64`, or one with a fraction, as a float: said as what it is,
+    /// not as the parser's "expected type: floating point".
+    fn from_f64<E: de::Error>(v: f64) -> Result<VidItem, E> {
+        Err(E::custom(if v.fract() == 0.0 {
+            format!("VLAN id {v} is out of range: expected 1-4094")
+        } else {
+            format!("{v} is not a VLAN id: expected a whole number 1-4094 or a range like \"20-29\"")
+        }))
+    }
 }
 
 /// One entry of a [`VidList`]: a number or a `"lo-hi"` string (range-checked later, where the
@@ -125,6 +138,9 @@ impl<'de> Deserialize<'de> for VidItem {
                 u64::try_from(v)
                     .map_err(|_| E::custom(format!("VLAN id {v} is out of range: expected 1-4094")))
                     .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<VidItem, E> {
+                VidItem::from_f64(v)
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<VidItem, E> {
                 let bad = || E::custom(format!("`{s}` is not a VLAN id or a range like \"20-29\""));

@@ -267,6 +267,8 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
     ("vid 4095", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: access, vid: 4095 }\n", "4:32", "vlan.vid 4095 is out of range"),
     ("backwards range", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [\"30-20\"] }\n", "4:35", "range 30-20 is backwards"),
     ("range past 4094", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [\"4000-4095\"] }\n", "4:35", "VLAN id 4095 is out of range"),
+    ("vid past u64", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [10, 18446744073709551616] }\n", "4:40", "VLAN id 18446744073709552000 is out of range: expected 1-4094"),
+    ("vid with a fraction", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [1.5] }\n", "4:36", "1.5 is not a VLAN id: expected a whole number"),
     ("not a vid", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [ten] }\n", "4:36", "`ten` is not a VLAN id"),
     ("trunk with vid", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, vid: 3, allowed: [3] }\n", "4:19", "not `vid:`"),
     ("unknown mode", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: hybrid, vid: 3 }\n", "4:19", "unknown variant `hybrid`"),
