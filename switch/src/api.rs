@@ -897,6 +897,56 @@ mod tests {
     }
 
     #[test]
+    fn a_newcomer_finding_every_slot_answering_is_refused_and_counted() {
+        use std::io::{Read, Write};
+        let (release, held) = std::sync::mpsc::channel();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopping) = watch::channel(false);
+        let stats = Arc::new(ControlStats::default());
+        let server = std::thread::spawn({
+            let stats = stats.clone();
+            move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                rt.block_on(async move {
+                    let state = ApiState::new(Arc::new(HeldWalks(std::sync::Mutex::new(held))), addr, stats.clone());
+                    let limits = Limits { max_connections: 2, ..Limits::default() };
+                    serve(TcpListener::from_std(listener).unwrap(), router(state), limits, stats, stopping).await
+                })
+            }
+        });
+        let get = move |path: &str| -> std::io::Result<String> {
+            let mut c = std::net::TcpStream::connect(addr)?;
+            c.set_read_timeout(Some(Duration::from_secs(10)))?;
+            write!(c, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+            let mut answer = String::new();
+            c.read_to_string(&mut answer)?;
+            Ok(answer)
+        };
+        // Both slots answering (one render held, one queued behind it): neither can be evicted.
+        let walks: Vec<_> = (0..2).map(|_| std::thread::spawn(move || get("/metrics").unwrap())).collect();
+        // Time for both to be read into their handlers (local connections; a loaded runner
+        // gets a wide margin).
+        std::thread::sleep(Duration::from_millis(500));
+        let refused = get("/healthz");
+        assert!(refused.as_ref().map_or(true, |a| a.is_empty()), "closed unanswered: {refused:?}");
+        assert_eq!(stats.connections_refused.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(stats.connections_evicted.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing idle to evict");
+        for _ in 0..walks.len() {
+            release.send(()).unwrap();
+        }
+        for w in walks {
+            let answer = w.join().unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "the held requests are still answered: {answer}");
+        }
+        // With the slots free again, a newcomer is served.
+        assert!(get("/healthz").unwrap().starts_with("HTTP/1.1 200"));
+        stop.send(true).unwrap();
+        server.join().unwrap();
+    }
+
+    #[test]
     fn refusals_of_one_kind_are_logged_once_per_period() {
         let l = RefusalLog::default();
         assert_eq!(l.admit(StatusCode::UNAUTHORIZED, "wrong token"), Some(0));
