@@ -848,32 +848,63 @@ mod tests {
         }
     }
 
+    /// A server of [`HeldWalks`] under `limits`, on a thread and runtime of its own as in the
+    /// daemon (were the walks on that one thread, it could answer nothing while they are held).
+    struct HeldServer {
+        addr: SocketAddr,
+        /// One send lets one held walk answer.
+        release: std::sync::mpsc::Sender<()>,
+        stats: Arc<ControlStats>,
+        stop: watch::Sender<bool>,
+        thread: std::thread::JoinHandle<()>,
+    }
+
+    impl HeldServer {
+        fn start(limits: Limits) -> Self {
+            let (release, held) = std::sync::mpsc::channel();
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (stop, stopping) = watch::channel(false);
+            let stats = Arc::new(ControlStats::default());
+            let thread = std::thread::spawn({
+                let stats = stats.clone();
+                move || {
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                    rt.block_on(async move {
+                        let state =
+                            ApiState::new(Arc::new(HeldWalks(std::sync::Mutex::new(held))), addr, stats.clone());
+                        serve(TcpListener::from_std(listener).unwrap(), router(state), limits, stats, stopping).await
+                    })
+                }
+            });
+            HeldServer { addr, release, stats, stop, thread }
+        }
+
+        /// A `GET path` on a connection of its own; the answer as read until the server closes.
+        fn getter(&self) -> impl Fn(&str, Option<Duration>) -> std::io::Result<String> + Copy + Send + 'static {
+            let addr = self.addr;
+            move |path, wait| {
+                use std::io::{Read, Write};
+                let mut c = std::net::TcpStream::connect(addr)?;
+                c.set_read_timeout(wait)?;
+                write!(c, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+                let mut answer = String::new();
+                c.read_to_string(&mut answer)?;
+                Ok(answer)
+            }
+        }
+
+        fn stop(self) {
+            self.stop.send(true).unwrap();
+            self.thread.join().unwrap();
+        }
+    }
+
     #[test]
     fn healthz_answers_while_metrics_and_fdb_walks_are_under_way() {
-        use std::io::{Read, Write};
-        let (release, held) = std::sync::mpsc::channel();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopping) = watch::channel(false);
-        // The server on a thread and runtime of its own, as in the daemon; were the walks on
-        // that one thread, it could answer nothing while they are held.
-        let server = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async move {
-                let stats = Arc::new(ControlStats::default());
-                let state = ApiState::new(Arc::new(HeldWalks(std::sync::Mutex::new(held))), addr, stats.clone());
-                serve(TcpListener::from_std(listener).unwrap(), router(state), Limits::default(), stats, stopping).await
-            })
-        });
-        let get = move |path: &str, wait: Option<Duration>| -> std::io::Result<String> {
-            let mut c = std::net::TcpStream::connect(addr)?;
-            c.set_read_timeout(wait)?;
-            write!(c, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
-            let mut answer = String::new();
-            c.read_to_string(&mut answer)?;
-            Ok(answer)
-        };
+        let server = HeldServer::start(Limits::default());
+        let get = server.getter();
         let walks: Vec<_> = ["/metrics", "/api/v1/fdb", "/metrics", "/metrics"]
             .into_iter()
             .map(|p| std::thread::spawn(move || get(p, None).unwrap()))
@@ -884,7 +915,7 @@ mod tests {
         assert!(busy.starts_with("HTTP/1.1 503") && busy.contains("retry-after: 1"), "{busy}");
         let health = get("/healthz", Some(Duration::from_secs(5)));
         for _ in 0..walks.len() {
-            release.send(()).unwrap();
+            server.release.send(()).unwrap();
         }
         let health = health.expect("/healthz answered within 5 s while four walks were held");
         assert!(health.starts_with("HTTP/1.1 200"), "{health}");
@@ -892,58 +923,34 @@ mod tests {
             let answer = w.join().unwrap();
             assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         }
-        stop.send(true).unwrap();
-        server.join().unwrap();
+        server.stop();
     }
 
     #[test]
     fn a_newcomer_finding_every_slot_answering_is_refused_and_counted() {
-        use std::io::{Read, Write};
-        let (release, held) = std::sync::mpsc::channel();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopping) = watch::channel(false);
-        let stats = Arc::new(ControlStats::default());
-        let server = std::thread::spawn({
-            let stats = stats.clone();
-            move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-                rt.block_on(async move {
-                    let state = ApiState::new(Arc::new(HeldWalks(std::sync::Mutex::new(held))), addr, stats.clone());
-                    let limits = Limits { max_connections: 2, ..Limits::default() };
-                    serve(TcpListener::from_std(listener).unwrap(), router(state), limits, stats, stopping).await
-                })
-            }
-        });
-        let get = move |path: &str| -> std::io::Result<String> {
-            let mut c = std::net::TcpStream::connect(addr)?;
-            c.set_read_timeout(Some(Duration::from_secs(10)))?;
-            write!(c, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
-            let mut answer = String::new();
-            c.read_to_string(&mut answer)?;
-            Ok(answer)
-        };
+        let server = HeldServer::start(Limits { max_connections: 2, ..Limits::default() });
+        let get = server.getter();
+        let wait = Some(Duration::from_secs(10));
         // Both slots answering (one render held, one queued behind it): neither can be evicted.
-        let walks: Vec<_> = (0..2).map(|_| std::thread::spawn(move || get("/metrics").unwrap())).collect();
+        let walks: Vec<_> = (0..2).map(|_| std::thread::spawn(move || get("/metrics", wait).unwrap())).collect();
         // Time for both to be read into their handlers (local connections; a loaded runner
         // gets a wide margin).
         std::thread::sleep(Duration::from_millis(500));
-        let refused = get("/healthz");
+        let refused = get("/healthz", wait);
         assert!(refused.as_ref().map_or(true, |a| a.is_empty()), "closed unanswered: {refused:?}");
-        assert_eq!(stats.connections_refused.load(std::sync::atomic::Ordering::Relaxed), 1);
-        assert_eq!(stats.connections_evicted.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing idle to evict");
+        let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(count(&server.stats.connections_refused), 1);
+        assert_eq!(count(&server.stats.connections_evicted), 0, "nothing idle to evict");
         for _ in 0..walks.len() {
-            release.send(()).unwrap();
+            server.release.send(()).unwrap();
         }
         for w in walks {
             let answer = w.join().unwrap();
             assert!(answer.starts_with("HTTP/1.1 200"), "the held requests are still answered: {answer}");
         }
         // With the slots free again, a newcomer is served.
-        assert!(get("/healthz").unwrap().starts_with("HTTP/1.1 200"));
-        stop.send(true).unwrap();
-        server.join().unwrap();
+        assert!(get("/healthz", wait).unwrap().starts_with("HTTP/1.1 200"));
+        server.stop();
     }
 
     #[test]
