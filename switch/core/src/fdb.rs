@@ -114,7 +114,10 @@ impl Place {
     /// source must be.
     #[inline]
     pub fn is_station(self) -> bool {
-        self.key & GROUP_BIT == 0 && self.key & MAC_MASK != 0
+        // One test for both: the I/G bit (40) rotated into the sign bit, so the MAC is positive
+        // exactly when it is individual and not all zeros.
+        const { assert!(GROUP_BIT == 1 << 40) };
+        ((self.key & MAC_MASK).rotate_left(63 - 40) as i64) > 0
     }
 }
 
@@ -691,7 +694,11 @@ mod tests {
     #[test]
     fn a_place_is_a_station_as_its_mac_is() {
         let f = Fdb::new(64, 300);
-        for bits in [0, 1, 0x0100_0000_0000, 0x0100_0000_0001, 0xfeff_ffff_ffff, 0xffff_ffff_ffff, 0x0200_0000_0001] {
+        let edges = [0, 1, 0x0100_0000_0000, 0x0100_0000_0001, 0xfeff_ffff_ffff, 0xffff_ffff_ffff, 0x0200_0000_0001];
+        // Every single bit too: `is_station` rotates the MAC's bits, so each must land right.
+        let single = (0..48).map(|b| 1u64 << b);
+        let with_group = (0..48).map(|b| 1u64 << b | 0x0100_0000_0000);
+        for bits in edges.into_iter().chain(single).chain(with_group) {
             for vlan in [0, 1, 4095] {
                 let m = MacAddr::from_u64(bits);
                 assert_eq!(f.place(vlan, m).is_station(), m.is_station(), "{m} in VLAN {vlan}");
