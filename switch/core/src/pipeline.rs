@@ -564,7 +564,10 @@ impl Pipeline {
                     {
                         completed += 1;
                     }
-                    b.descs[kept] = d;
+                    // A plain port's frames move only once a frame before them was dropped.
+                    if !PLAIN || kept != i {
+                        b.descs[kept] = d;
+                    }
                     if staged_verdicts {
                         b.verdicts[kept] = Verdict::Pass;
                     }
