@@ -41,8 +41,8 @@ pub struct L2Header {
     tag: u16,
 }
 
-/// [`L2Header::tag`] of an untagged frame: no 12-bit VID is this.
-const NO_TAG: u16 = u16::MAX;
+/// [`L2Header::tag_raw`] of an untagged frame: no 12-bit VID is this.
+pub const NO_TAG: u16 = u16::MAX;
 
 impl L2Header {
     /// `tag`: the VID of the 802.1Q tag the frame arrived with (0 for a priority tag); `None`
@@ -71,10 +71,10 @@ impl L2Header {
         self.vlan
     }
 
-    /// The VID of the 802.1Q tag it arrived with (0 for a priority tag); `None` untagged.
+    /// The VID of the 802.1Q tag it arrived with (0 for a priority tag), [`NO_TAG`] untagged.
     #[inline]
-    pub fn tag(&self) -> Option<u16> {
-        (self.tag != NO_TAG).then_some(self.tag)
+    pub fn tag_raw(&self) -> u16 {
+        self.tag
     }
 }
 

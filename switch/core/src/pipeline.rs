@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use crate::batch::{Batch, Desc, L2Header, BATCH_SIZE, DEFAULT_BATCH};
+use crate::batch::{Batch, Desc, L2Header, BATCH_SIZE, DEFAULT_BATCH, NO_TAG};
 use crate::counter::cycles;
 use crate::fdb::{Fdb, Learned, Place};
 use crate::pool::{BulkReturn, PoolCache, PoolId, MAX_POOLS};
@@ -436,7 +436,7 @@ impl Pipeline {
                         self.staged[out].extend_from_slice(&self.batch.descs[..n]);
                     } else {
                         for i in 0..n {
-                            let f = Frame { d: self.batch.descs[i], vlan: 0, tag: None, pool: g as PoolId };
+                            let f = Frame { d: self.batch.descs[i], vlan: 0, tag: NO_TAG, pool: g as PoolId };
                             if let Some(f) = self.copy_into_pool_of(pi, out, f) {
                                 self.staged[out].push(f.d);
                             }
@@ -607,7 +607,7 @@ impl Pipeline {
         for i in 0..self.batch.len {
             let d = self.batch.descs[i];
             let h = self.batch.l2[i];
-            let f = Frame { d, vlan: h.vlan(), tag: h.tag(), pool: g };
+            let f = Frame { d, vlan: h.vlan(), tag: h.tag_raw(), pool: g };
             let egress = match self.batch.verdicts[i] {
                 Verdict::Drop => {
                     self.drop_frame(pi, g, d.addr, DropReason::Policy);
@@ -653,7 +653,7 @@ impl Pipeline {
         for i in 0..self.batch.len {
             let h = self.batch.l2[i];
             let egress = self.l2_lookup(p, h, &mut last_src);
-            let f = Frame { d: self.batch.descs[i], vlan: h.vlan(), tag: h.tag(), pool: g };
+            let f = Frame { d: self.batch.descs[i], vlan: h.vlan(), tag: h.tag_raw(), pool: g };
             self.deliver(p, f, egress);
         }
     }
@@ -772,8 +772,8 @@ impl Pipeline {
         // Untagged in and out (every port of a config without VLANs), or tagged in and out
         // (trunk to trunk) with a real VID: the frame leaves as it came.
         let as_is = match f.tag {
-            Some(vid) => !untagged && vid != 0,
-            None => untagged,
+            NO_TAG => untagged,
+            vid => !untagged && vid != 0,
         };
         if as_is {
             self.staged[q].push(f.d);
@@ -936,12 +936,13 @@ impl Pipeline {
 }
 
 /// A frame on its way through the L2 stage: where it is (its pool and descriptor), the VLAN
-/// it is switched in, and the VID of the 802.1Q tag it arrived with (see [`L2Header::tag`]).
+/// it is switched in, and the VID of the 802.1Q tag it arrived with (see [`L2Header::tag_raw`]).
 #[derive(Clone, Copy)]
 struct Frame {
     d: Desc,
     vlan: u16,
-    tag: Option<u16>,
+    /// [`NO_TAG`] untagged (as the batch keeps it: no conversion per frame).
+    tag: u16,
     pool: PoolId,
 }
 
@@ -960,7 +961,8 @@ enum Egress {
 /// `None` when a tag must be pushed and the frame has no headroom left.
 #[inline]
 fn egress_form(umem: &Umem, f: Frame, untagged: bool) -> Option<Desc> {
-    let Frame { d, vlan, tag: vid, .. } = f;
+    let Frame { d, vlan, .. } = f;
+    let vid = (f.tag != NO_TAG).then_some(f.tag);
     let len = d.len as usize;
     let tag = ethernet::TAG_LEN as u64;
     match (vid.is_some(), untagged) {
