@@ -603,6 +603,7 @@ impl Pipeline {
         }
         let g = self.ports[pi].pool;
         let nports = self.ports.len();
+        let guarded = self.guarded_mac(p);
         let mut last_src = Place::default();
         for i in 0..self.batch.len {
             let d = self.batch.descs[i];
@@ -637,9 +638,9 @@ impl Pipeline {
                         // No host to copy to: the original still forwards, nothing is lost.
                         _ => {}
                     }
-                    self.l2_lookup(p, h, &mut last_src)
+                    self.l2_lookup(p, h, guarded, &mut last_src)
                 }
-                Verdict::Pass => self.l2_lookup(p, h, &mut last_src),
+                Verdict::Pass => self.l2_lookup(p, h, guarded, &mut last_src),
             };
             self.deliver(p, f, egress);
         }
@@ -649,10 +650,11 @@ impl Pipeline {
     /// `Pass`: the parser writes no verdicts for it and this loop reads none.
     fn forward_bridged(&mut self, p: PortId) {
         let g = self.ports[p as usize].pool;
+        let guarded = self.guarded_mac(p);
         let mut last_src = Place::default();
         for i in 0..self.batch.len {
             let h = self.batch.l2[i];
-            let egress = self.l2_lookup(p, h, &mut last_src);
+            let egress = self.l2_lookup(p, h, guarded, &mut last_src);
             let f = Frame { d: self.batch.descs[i], vlan: h.vlan(), tag: h.tag_raw(), pool: g };
             self.deliver(p, f, egress);
         }
@@ -686,9 +688,21 @@ impl Pipeline {
         }
     }
 
+    /// The source MAC a frame received on `p` must not teach the FDB: the host's own address,
+    /// on every port but the host port (as [`Place::mac_bits`] gives it; `u64::MAX`, which no
+    /// MAC is, for none).
+    fn guarded_mac(&self, p: PortId) -> u64 {
+        if Some(p) == self.opts.host_port {
+            u64::MAX
+        } else {
+            self.own_mac
+        }
+    }
+
     /// Learns the source at `at.src` and looks the destination at `at.dst` up.
     #[inline(always)]
-    fn l2_lookup(&mut self, p: PortId, at: L2Header, last_src: &mut Place) -> Egress {
+    /// `guarded` is [`Pipeline::guarded_mac`] of `p`, worked out once per batch.
+    fn l2_lookup(&mut self, p: PortId, at: L2Header, guarded: u64, last_src: &mut Place) -> Egress {
         // Consecutive packets of one flow share a source and VLAN: learn once per run of them.
         let (src, dst) = (at.src(), at.dst());
         if !src.same_address(*last_src) {
@@ -698,7 +712,7 @@ impl Pipeline {
             if !src.is_station() {
                 return Egress::Drop(DropReason::BadSource);
             }
-            if src.mac_bits() == self.own_mac && Some(p) != self.opts.host_port {
+            if src.mac_bits() == guarded {
                 // The host's own address from another port: forwarded, never learned (it
                 // would pull the host's traffic to that port); counted per frame.
                 self.stats.ports[p as usize].own_address.inc();
