@@ -576,6 +576,29 @@ fn millions_of_random_frames_leak_nothing() {
     assert!(stats.mirror_copies.get() > 0);
 }
 
+/// A verdict stage that passes everything (the verdicts come preset to `Pass`).
+struct PassAll;
+
+impl VerdictStage for PassAll {
+    fn run(&mut self, _: &BatchView<'_>, _: &mut [Verdict]) {}
+}
+
+/// What a rig did, port by port: the frames each sent, and its counters.
+fn outcome(r: &mut Rig) -> (Vec<Vec<Vec<u8>>>, Vec<Vec<u64>>) {
+    let counters = r
+        .pipe
+        .stats()
+        .ports
+        .iter()
+        .map(|p| {
+            let mut c = vec![p.rx_packets.get(), p.tx_packets.get(), p.link_local.get(), p.own_address.get()];
+            c.extend(p.drops.iter().map(|d| d.get()));
+            c
+        })
+        .collect();
+    (r.take(), counters)
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
     /// Arbitrary bytes (runts, truncated headers, oversize) never panic, and every frame is
@@ -594,5 +617,46 @@ proptest::proptest! {
         // A flood to one other port makes no copies, so each frame went out once or was dropped.
         proptest::prop_assert_eq!(sent + st.drops_total(), n);
         r.finish();
+    }
+
+    /// A port with a verdict stage that passes everything switches exactly as a plain port:
+    /// the plain port's own parse and forwarding loops (no verdicts, no metadata) must not
+    /// change what L2 does. Well-formed frames (a plugin's port parses to L4) from every port,
+    /// with every kind of address (group, zero, link-local, the host's, learned, unknown) and
+    /// of tag (none, priority, member VLANs, a VLAN no port carries).
+    #[test]
+    fn a_plain_port_switches_as_a_port_whose_plugin_passes_everything(
+        frames in proptest::collection::vec((0usize..4, 0usize..8, 0usize..8, 0usize..5), 1..120)
+    ) {
+        let l2 = || vec![access(1), trunk(&[1, 10], Some(1)), trunk(&[10, 20], None), access(1)];
+        let mut plain = rig_with(l2(), Some(3), 1024, 300);
+        let mut staged = rig_with(l2(), Some(3), 1024, 300);
+        for p in 0..4 {
+            staged.pipe.set_ingress(p, Some(Box::new(PassAll)));
+        }
+        let macs = [
+            mac(1), mac(2), mac(3), HOST_MAC, MacAddr::BROADCAST,
+            MacAddr([0x01, 0, 0x5e, 0, 0, 1]), MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x0e]), MacAddr([0; 6]),
+        ];
+        // In bursts, so that a batch holds several frames and drops compact it.
+        for burst in frames.chunks(8) {
+            for &(port, dst, src, tag) in burst {
+                let f = frame(macs[dst], macs[src]);
+                let f = match tag {
+                    0 => f,
+                    1 => tagged(&f, 3, 0),
+                    2 => tagged(&f, 0, 1),
+                    3 => tagged(&f, 0, 10),
+                    _ => tagged(&f, 0, 30),
+                };
+                plain.inject[port].lock().unwrap().push_back(f.clone());
+                staged.inject[port].lock().unwrap().push_back(f);
+            }
+            while plain.pipe.poll() > 0 {}
+            while staged.pipe.poll() > 0 {}
+            proptest::prop_assert_eq!(outcome(&mut plain), outcome(&mut staged));
+        }
+        plain.finish();
+        staged.finish();
     }
 }
