@@ -699,9 +699,9 @@ impl Pipeline {
         }
     }
 
-    /// Learns the source at `at.src` and looks the destination at `at.dst` up.
+    /// Learns the source at `at.src` and looks the destination at `at.dst` up. `guarded` is
+    /// [`Pipeline::guarded_mac`] of `p`, worked out once per batch.
     #[inline(always)]
-    /// `guarded` is [`Pipeline::guarded_mac`] of `p`, worked out once per batch.
     fn l2_lookup(&mut self, p: PortId, at: L2Header, guarded: u64, last_src: &mut Place) -> Egress {
         // Consecutive packets of one flow share a source and VLAN: learn once per run of them.
         let (src, dst) = (at.src(), at.dst());
@@ -975,14 +975,13 @@ enum Egress {
 /// `None` when a tag must be pushed and the frame has no headroom left.
 #[inline]
 fn egress_form(umem: &Umem, f: Frame, untagged: bool) -> Option<Desc> {
-    let Frame { d, vlan, .. } = f;
-    let vid = (f.tag != NO_TAG).then_some(f.tag);
+    let Frame { d, vlan, tag: vid, .. } = f;
     let len = d.len as usize;
     let tag = ethernet::TAG_LEN as u64;
-    match (vid.is_some(), untagged) {
+    match (vid != NO_TAG, untagged) {
         (false, true) => Some(d),
         (true, false) => {
-            if vid == Some(0) {
+            if vid == 0 {
                 // SAFETY: the worker holds the frame and nothing else touches it while this lives.
                 let frame = unsafe { umem.bytes_mut(d.addr, len) };
                 ethernet::set_vid(frame, vlan);
