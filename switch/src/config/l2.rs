@@ -64,8 +64,7 @@ impl<'de> Deserialize<'de> for VidList {
                 VidItem::from_u64(v).map(|i| VidList(vec![i.0]))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<VidList, E> {
-                let v =
-                    u64::try_from(v).map_err(|_| E::custom(format!("VLAN id {v} is out of range: expected 1-4094")))?;
+                let v = u64::try_from(v).map_err(|_| vid_out_of_range(v))?;
                 self.visit_u64(v)
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<VidList, E> {
@@ -104,19 +103,25 @@ impl VidList {
 
 impl VidItem {
     fn from_u64<E: de::Error>(v: u64) -> Result<VidItem, E> {
-        let v = u16::try_from(v).map_err(|_| E::custom(format!("VLAN id {v} is out of range: expected 1-4094")))?;
+        let v = u16::try_from(v).map_err(|_| vid_out_of_range(v))?;
         Ok(VidItem((v, v)))
     }
 
     /// YAML reads a number past `u64`, or one with a fraction, as a float: said as what it is,
     /// not as the parser's "expected type: floating point".
     fn from_f64<E: de::Error>(v: f64) -> Result<VidItem, E> {
-        Err(E::custom(if v.fract() == 0.0 {
-            format!("VLAN id {v} is out of range: expected 1-4094")
+        Err(if v.fract() == 0.0 {
+            vid_out_of_range(v)
         } else {
-            format!("{v} is not a VLAN id: expected a whole number 1-4094 or a range like \"20-29\"")
-        }))
+            E::custom(format!("{v} is not a VLAN id: expected a whole number 1-4094 or a range like \"20-29\""))
+        })
     }
+}
+
+/// The one message for a VLAN id past 1-4094 that only the parser sees (a later check names
+/// the key for ids that fit a `u16`).
+fn vid_out_of_range<E: de::Error>(v: impl fmt::Display) -> E {
+    E::custom(format!("VLAN id {v} is out of range: expected 1-4094"))
 }
 
 /// One entry of a [`VidList`]: a number or a `"lo-hi"` string (range-checked later, where the
@@ -135,9 +140,7 @@ impl<'de> Deserialize<'de> for VidItem {
                 VidItem::from_u64(v)
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<VidItem, E> {
-                u64::try_from(v)
-                    .map_err(|_| E::custom(format!("VLAN id {v} is out of range: expected 1-4094")))
-                    .and_then(|v| self.visit_u64(v))
+                u64::try_from(v).map_err(|_| vid_out_of_range(v)).and_then(|v| self.visit_u64(v))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<VidItem, E> {
                 VidItem::from_f64(v)
