@@ -510,7 +510,7 @@ impl Pipeline {
         let b = &mut self.batch;
         let mut kept = 0;
         let mut completed = 0;
-        for i in 0..b.len {
+        for i in b.indices() {
             let d = b.descs[i];
             // SAFETY: the descriptor came from this worker's RX burst, so the worker holds the
             // frame and nothing else reads or writes it while this slice lives.
@@ -605,7 +605,7 @@ impl Pipeline {
         let nports = self.ports.len();
         let guarded = self.guarded_mac(p);
         let mut last_src = Place::default();
-        for i in 0..self.batch.len {
+        for i in self.batch.indices() {
             let d = self.batch.descs[i];
             let h = self.batch.l2[i];
             let f = Frame { d, vlan: h.vlan(), tag: h.tag_raw(), pool: g };
@@ -652,7 +652,7 @@ impl Pipeline {
         let g = self.ports[p as usize].pool;
         let guarded = self.guarded_mac(p);
         let mut last_src = Place::default();
-        for i in 0..self.batch.len {
+        for i in self.batch.indices() {
             let h = self.batch.l2[i];
             let egress = self.l2_lookup(p, h, guarded, &mut last_src);
             let f = Frame { d: self.batch.descs[i], vlan: h.vlan(), tag: h.tag_raw(), pool: g };
