@@ -215,6 +215,15 @@ fn same_entry(v: u64, k: u64) -> bool {
     v & !STATIC == k
 }
 
+/// Ticks from `seen` to `now`, 0 when `seen` is the later. Each worker keeps its own clock, so
+/// an entry that one worker refreshed on the next tick can be read by a thread still on this
+/// one; counted unsigned, that entry would look 136 years old, and the aging sweep or an
+/// eviction would take the freshest entry of all.
+#[inline]
+fn ticks_since(seen: u32, now: u32) -> u32 {
+    (now.wrapping_sub(seen) as i32).max(0) as u32
+}
+
 /// The port + 1 of a port word.
 #[inline]
 fn port_of(w: u32) -> u16 {
@@ -368,20 +377,23 @@ impl Fdb {
     /// line: once per entry per tick, or on a move.
     #[inline(never)]
     fn refresh(s: &Slot, v: u64, w: u32, want: u16, now: u32) -> Learned {
-        if s.seen.load(Ordering::Relaxed) != now {
+        // The slot may have been emptied and given to another address since its key was read:
+        // its tick is not this address's to advance.
+        if s.key.load(Ordering::Acquire) != v {
+            return Learned::Busy;
+        }
+        // Forward only: another worker's clock may be a tick ahead of this one's.
+        if ticks_since(s.seen.load(Ordering::Relaxed), now) > 0 {
             s.seen.store(now, Ordering::Relaxed);
         }
         if port_of(w) == want {
             return Learned::Known;
         }
         // Moved (same key and generation; a lookup in between sees the two port words differ
-        // and floods once): last writer wins if two workers see it on two ports at once. The
-        // slot may have been emptied and given to another address since its key was read: only
-        // a slot that still holds this key, and whose port word nobody rewrote since `w` (a new
-        // entry advances the generation), takes the port.
-        if s.key.load(Ordering::Acquire) != v
-            || s.port.compare_exchange(w, (w & 0xffff_0000) | want as u32, Ordering::AcqRel, Ordering::Relaxed).is_err()
-        {
+        // and floods once): last writer wins if two workers see it on two ports at once. Only a
+        // slot whose port word nobody rewrote since `w` (a new entry advances the generation),
+        // and that still held this key above, takes the port.
+        if s.port.compare_exchange(w, (w & 0xffff_0000) | want as u32, Ordering::AcqRel, Ordering::Relaxed).is_err() {
             return Learned::Busy;
         }
         Learned::Moved
@@ -404,7 +416,7 @@ impl Fdb {
                 // Bucket full: evict the stalest learned entry.
                 let oldest = (0..SLOTS)
                     .filter(|&i| b.slots[i].key.load(Ordering::Relaxed) & STATIC == 0)
-                    .max_by_key(|&i| now.wrapping_sub(b.slots[i].seen.load(Ordering::Relaxed)));
+                    .max_by_key(|&i| ticks_since(b.slots[i].seen.load(Ordering::Relaxed), now));
                 let Some(i) = oldest else { return Learned::Full };
                 let v = b.slots[i].key.load(Ordering::Acquire);
                 if v == CLAIMED || v & STATIC != 0 {
@@ -594,7 +606,7 @@ impl Fdb {
                     continue;
                 }
                 let seen = s.seen.load(Ordering::Relaxed);
-                if now.wrapping_sub(seen) > aging_ticks
+                if ticks_since(seen, now) > aging_ticks
                     && s.key.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
                 {
                     aged += 1;
@@ -620,7 +632,7 @@ impl Fdb {
                     continue;
                 }
                 let (vlan, mac, is_static) = unpack(v);
-                let age = if is_static { 0 } else { now.wrapping_sub(s.seen.load(Ordering::Relaxed)) };
+                let age = if is_static { 0 } else { ticks_since(s.seen.load(Ordering::Relaxed), now) };
                 out.push(Entry { vlan, mac, port, age, is_static });
             }
         }
@@ -760,6 +772,27 @@ mod tests {
         assert_eq!(f.lookup(1, mac(50)), Some(4), "the static one stayed (seen at tick 0)");
         assert_eq!(f.lookup(1, mac(100)), Some(2));
         assert_eq!(f.lookup(1, mac(6)), Some(1));
+    }
+
+    /// Each worker keeps its own tick, so a thread on tick N meets entries another worker
+    /// refreshed on N + 1. They are the freshest: not aged, not the one evicted, 0 ticks old,
+    /// and a worker on N does not move their tick back.
+    #[test]
+    fn an_entry_seen_on_a_later_tick_than_the_readers_is_the_freshest() {
+        let f = Fdb::new(8, 5); // one bucket
+        f.learn(1, mac(0), 1, 101);
+        assert_eq!(f.age(100), 0, "seen one tick after the sweep's clock: not 136 years old");
+        assert_eq!(f.entries(100)[0].age, 0);
+        assert_eq!(f.learn(1, mac(0), 1, 100), Learned::Known);
+        assert_eq!(f.entries(101)[0].age, 0, "a worker a tick behind does not move the tick back");
+        for i in 1..8 {
+            f.learn(1, mac(i), 1, 95 + i as u32);
+        }
+        assert_eq!(f.learn(1, mac(100), 2, 100), Learned::Evicted);
+        assert_eq!(f.lookup(1, mac(0)), Some(1), "the entry seen on the later tick stays");
+        assert_eq!(f.lookup(1, mac(1)), None, "the stalest went");
+        assert_eq!(f.age(107), 7, "all but the entry seen on tick 102");
+        assert_eq!(f.lookup(1, mac(7)), Some(1));
     }
 
     #[test]
