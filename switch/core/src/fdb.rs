@@ -19,7 +19,7 @@
 //! aged, moved by learning or evicted.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::counter::Counter;
 use crate::port::PortId;
@@ -189,6 +189,10 @@ pub struct Fdb {
     /// Read only by the aging sweep, so an atomic (relaxed) costs the datapath nothing and lets
     /// a reload change it on a running table.
     aging_ticks: AtomicU32,
+    /// Held by each edit from outside the datapath (static adds and removes, removes, flushes):
+    /// each reads a slot, then rewrites it, so two at once could both give one static address a
+    /// slot, or one remove the entry the other had just put in its place. Workers never take it.
+    edits: Mutex<()>,
     pub stats: FdbStats,
 }
 
@@ -255,8 +259,14 @@ impl Fdb {
             buckets: (0..buckets).map(|_| Bucket::default()).collect(),
             mask: buckets - 1,
             aging_ticks: AtomicU32::new(aging_ticks),
+            edits: Mutex::new(()),
             stats: FdbStats::default(),
         }
+    }
+
+    /// The lock of the edits from outside the datapath (see the field).
+    fn edit(&self) -> MutexGuard<'_, ()> {
+        self.edits.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Ticks an entry may stay silent before the sweep forgets it.
@@ -458,6 +468,7 @@ impl Fdb {
         if !mac.is_station() {
             return Err(StaticError::GroupAddress);
         }
+        let _edit = self.edit();
         let k = key(vlan, mac);
         let b = &self.buckets[self.bucket_of(k)];
         loop {
@@ -549,6 +560,7 @@ impl Fdb {
     /// Removes the static entry for (`vlan`, `mac`) if it is on `port`; false when there was
     /// none (a learned entry, or a static one on another port, stays).
     pub fn remove_static(&self, vlan: u16, mac: MacAddr, port: PortId) -> bool {
+        let _edit = self.edit();
         let k = key(vlan, mac);
         let b = &self.buckets[self.bucket_of(k)];
         b.slots.iter().any(|s| {
@@ -562,6 +574,7 @@ impl Fdb {
 
     /// Removes the entry for (`vlan`, `mac`), static or learned; false when there was none.
     pub fn remove(&self, vlan: u16, mac: MacAddr) -> bool {
+        let _edit = self.edit();
         let k = key(vlan, mac);
         let b = &self.buckets[self.bucket_of(k)];
         // Every slot, not the first match: the address leaves the table whatever a racing
@@ -574,6 +587,7 @@ impl Fdb {
 
     /// Removes the entries `what` selects; returns how many.
     pub fn flush(&self, what: Flush) -> usize {
+        let _edit = self.edit();
         let mut n = 0;
         for b in self.buckets.iter() {
             for s in &b.slots {
@@ -772,6 +786,49 @@ mod tests {
         assert_eq!(f.lookup(1, mac(50)), Some(4), "the static one stayed (seen at tick 0)");
         assert_eq!(f.lookup(1, mac(100)), Some(2));
         assert_eq!(f.lookup(1, mac(6)), Some(1));
+    }
+
+    /// Edits from outside the datapath race each other (the API's run together; a reload's run
+    /// beside them): two adds of one static address give it one slot, and a remove of its entry
+    /// on one port never takes the entry another add just put on another.
+    #[test]
+    fn racing_static_edits_leave_one_entry_where_the_last_put_it() {
+        use std::sync::Barrier;
+        const ROUNDS: usize = 30_000;
+        let f = Arc::new(Fdb::new(64, 100));
+        let start = Arc::new(Barrier::new(3));
+        let done = Arc::new(Barrier::new(3));
+        let worker = |edit: fn(&Fdb)| {
+            let (f, start, done) = (f.clone(), start.clone(), done.clone());
+            std::thread::spawn(move || {
+                for _ in 0..ROUNDS {
+                    start.wait();
+                    edit(&f);
+                    done.wait();
+                }
+            })
+        };
+        let a = worker(|f| {
+            f.add_static(1, mac(1), 1).unwrap();
+            let _ = f.remove_static(1, mac(2), 1);
+        });
+        let b = worker(|f| {
+            f.add_static(1, mac(1), 2).unwrap();
+            f.add_static(1, mac(2), 2).unwrap();
+        });
+        for round in 0..ROUNDS {
+            // Two adds of mac 1; a remove of mac 2 on port 1 beside an add of it on port 2.
+            f.add_static(1, mac(2), 1).unwrap();
+            start.wait();
+            done.wait();
+            let copies = f.entries(0).iter().filter(|e| e.mac == mac(1)).count();
+            assert_eq!(copies, 1, "round {round}: mac 1 in {copies} slots");
+            assert_eq!(f.lookup(1, mac(2)), Some(2), "round {round}: the add on port 2 was undone");
+            assert!(f.remove(1, mac(1)) && f.remove(1, mac(2)));
+            assert!(f.is_empty(), "round {round}: a copy outlived the remove");
+        }
+        a.join().unwrap();
+        b.join().unwrap();
     }
 
     /// Each worker keeps its own tick, so a thread on tick N meets entries another worker
