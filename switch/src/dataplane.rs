@@ -605,6 +605,11 @@ fn housekeeping_loop(
                     let down = link_down(name);
                     if down != info.link_down.load(Ordering::Relaxed) {
                         info.link_down.store(down, Ordering::Relaxed);
+                        if !down {
+                            // What a worker learned there in the round it finished after the
+                            // stop (the flush at link down did not wait for it): stale now.
+                            fdb.flush_port(p);
+                        }
                         for c in &controls {
                             c.send(Command::SetPortUp(p, !down));
                         }
@@ -619,6 +624,8 @@ fn housekeeping_loop(
                     }
                 }
                 (true, _, true) if tick.is_multiple_of(10) && info.reopen.is_some() => {
+                    // As at link up: nothing learned there before it went may stay.
+                    fdb.flush_port(p);
                     match reattach(&res, &controls, &ports, p, &info, &counted) {
                         Ok(()) => {
                             failures.remove(&p);

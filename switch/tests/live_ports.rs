@@ -370,6 +370,11 @@ fn vanish_and_come_back(tag: &str, subnet: u8, edit: impl Fn(String) -> String) 
         eventually("the port is marked gone", || info(&gone.name).gone.load(std::sync::atomic::Ordering::Relaxed));
         assert!(others.0.ping(&others.1.ip, 2).unwrap(), "round {round}: the other ports keep forwarding");
         assert_eq!(sw.ports_json()["ports"][id]["up"], false);
+        // What a worker learned there in the round it finished after the stop (the flush when
+        // it went does not wait for the workers) must not outlive its return.
+        let late_mac: wasmswitch_core::wire::MacAddr = "02:00:00:00:0e:02".parse().unwrap();
+        let fdb = sw.dataplane.fdb.get();
+        fdb.learn(1, late_mac, id as u16, sw.dataplane.start.elapsed().as_secs() as u32);
         // An interface of the same name comes back, as a container restart would make it.
         let pid = gone.pid().to_string();
         sh(&["ip", "link", "add", &gone.switch_if, "type", "veth", "peer", "name", "eth0", "netns", &pid]);
@@ -382,6 +387,7 @@ fn vanish_and_come_back(tag: &str, subnet: u8, edit: impl Fn(String) -> String) 
             gone.must(&args).unwrap();
         }
         eventually("the port is re-attached", || count(&info(&gone.name).back_events) == back_before + 1);
+        assert_eq!(fdb.lookup(1, late_mac), None, "round {round}: an entry learned after the stop was flushed");
         assert!(xdp_attached(&gone.switch_if), "round {round}: the XDP program is on the new {}", gone.switch_if);
         assert_eq!(sw.ports_json()["ports"][id]["up"], true);
         assert!(
@@ -521,6 +527,7 @@ fn a_port_whose_link_goes_down_stops_and_starts_again_with_it() {
         (p["up"].as_bool().unwrap(), p["link"].as_str().unwrap().to_string())
     };
     let sw_if = h2.switch_if.as_str();
+    let late_mac: wasmswitch_core::wire::MacAddr = "02:00:00:00:0e:01".parse().unwrap();
     // (what, take the link down, bring it back)
     type Step<'a> = Box<dyn Fn() + 'a>;
     let cases: [(&str, Step, Step); 2] = [
@@ -541,8 +548,14 @@ fn a_port_whose_link_goes_down_stops_and_starts_again_with_it() {
         assert_eq!(count(&info().down_events), round as u64 + 1, "{what}");
         assert!(!info().gone.load(std::sync::atomic::Ordering::Relaxed), "{what}: down, not gone");
         assert!(h1.ping(&h3.ip, 2).unwrap(), "{what}: the other ports keep forwarding");
+        // What a worker learned there in the round it finished after the stop (the flush at
+        // link down does not wait for the workers) must not outlive the link's return.
+        let fdb = sw.dataplane.fdb.get();
+        let now = sw.dataplane.start.elapsed().as_secs() as u32;
+        fdb.learn(1, late_mac, sw.dataplane.ports.id_of(&h2.name).unwrap(), now);
         up();
         eventually("the port is reported up", || reported_up() == (true, "up".to_string()));
+        assert_eq!(fdb.lookup(1, late_mac), None, "{what}: an entry learned after the stop was flushed at link up");
         assert_eq!(count(&info().up_events), round as u64 + 1, "{what}");
         assert!(h1.ping(&h2.ip, 5).unwrap(), "{what}: h2 is reached again");
     }
