@@ -577,8 +577,9 @@ impl Fdb {
         let _edit = self.edit();
         let k = key(vlan, mac);
         let b = &self.buckets[self.bucket_of(k)];
-        // Every slot, not the first match: the address leaves the table whatever a racing
-        // learn did.
+        // Every slot, not the first match: a second copy that a racing learn put in for the
+        // moment (see `learn_slow`) goes too. A learn that publishes after this scan is a learn
+        // after the remove.
         b.slots.iter().fold(false, |removed, s| {
             let v = s.key.load(Ordering::Acquire);
             (same_entry(v, k) && s.key.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()) || removed
