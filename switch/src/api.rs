@@ -135,16 +135,19 @@ impl ApiState {
 const WALKS_QUEUED: usize = 4;
 
 /// Runs `f` on the blocking pool, one such call at a time, at most [`WALKS_QUEUED`] waiting
-/// (past that, 503 at once). For the GETs that walk every port, worker or table entry:
-/// `/metrics` of a switch of 64 ports and 64 workers is 2 MB and takes a tenth of a second, and
-/// on the server's one thread each scrape would hold up `/healthz` and every other request
-/// that long.
+/// (past that, 503 at once). For the GETs that walk every port, worker, plugin or table entry,
+/// or render the whole config: `/metrics` of a switch of 64 ports and 64 workers is 2 MB and
+/// takes a tenth of a second, and on the server's one thread each scrape would hold up
+/// `/healthz` and every other request that long (as a flood of `GET /api/v1/config` of a
+/// 1 MB config held it up to 1.9 s).
 async fn off_thread<T: Send + 'static>(
     s: &ApiState,
     f: impl FnOnce(&dyn Control) -> T + Send + 'static,
 ) -> Result<T, Response> {
     let Ok(queued) = s.walks_queued.clone().try_acquire_owned() else {
-        let busy = format!("{WALKS_QUEUED} reads of /metrics or the FDB are running or waiting already: retry\n");
+        let busy = format!(
+            "{WALKS_QUEUED} reads of /metrics, the FDB, the config, the plugins or the shadows are running or waiting already: retry\n"
+        );
         return Err((StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], busy).into_response());
     };
     let permit = s.walks.clone().acquire_owned().await.map_err(|_| shutting_down())?;
@@ -538,7 +541,12 @@ async fn ports(State(s): State<ApiState>) -> Json<serde_json::Value> {
 }
 
 async fn fdb(State(s): State<ApiState>) -> Response {
-    match off_thread(&s, |c| c.fdb_json()).await {
+    json_off_thread(&s, |c| c.fdb_json()).await
+}
+
+/// A JSON answer made by [`off_thread`].
+async fn json_off_thread(s: &ApiState, f: impl FnOnce(&dyn Control) -> serde_json::Value + Send + 'static) -> Response {
+    match off_thread(s, f).await {
         Ok(j) => Json(j).into_response(),
         Err(r) => r,
     }
@@ -613,12 +621,12 @@ async fn fdb_flush(State(s): State<ApiState>, body: axum::body::Bytes) -> Respon
     fdb_answer(&s, FdbChange::Flush { port: b.port, vlan: b.vlan, statics: b.statics }).await
 }
 
-async fn plugins(State(s): State<ApiState>) -> Json<serde_json::Value> {
-    Json(s.control.plugins_json())
+async fn plugins(State(s): State<ApiState>) -> Response {
+    json_off_thread(&s, |c| c.plugins_json()).await
 }
 
-async fn config(State(s): State<ApiState>) -> Json<serde_json::Value> {
-    Json(s.control.config_json())
+async fn config(State(s): State<ApiState>) -> Response {
+    json_off_thread(&s, |c| c.config_json()).await
 }
 
 async fn reload(State(s): State<ApiState>) -> Response {
@@ -637,8 +645,8 @@ async fn reload(State(s): State<ApiState>) -> Response {
     }
 }
 
-async fn shadow(State(s): State<ApiState>) -> Json<serde_json::Value> {
-    Json(s.control.shadow_json())
+async fn shadow(State(s): State<ApiState>) -> Response {
+    json_off_thread(&s, |c| c.shadow_json()).await
 }
 
 /// `POST /api/v1/ports/{port}/shadow/promote` or `.../discard`.
@@ -797,7 +805,8 @@ async fn drain(conns: &mut JoinSet<()>) {
 mod tests {
     use super::*;
 
-    /// A daemon whose `/metrics` and `/api/v1/fdb` answers take until the test lets them go.
+    /// A daemon whose `/metrics`, FDB, config, plugins and shadow answers take until the test
+    /// lets them go.
     struct HeldWalks(std::sync::Mutex<std::sync::mpsc::Receiver<()>>);
 
     impl HeldWalks {
@@ -825,15 +834,18 @@ mod tests {
             Err("not here".into())
         }
         fn plugins_json(&self) -> serde_json::Value {
+            self.wait();
             json!({})
         }
         fn config_json(&self) -> serde_json::Value {
+            self.wait();
             json!({})
         }
         fn start_reload(&self) -> Result<oneshot::Receiver<ReloadResult>, ReloadBusy> {
             Err(ReloadBusy::ShuttingDown)
         }
         fn shadow_json(&self) -> serde_json::Value {
+            self.wait();
             json!({})
         }
         fn start_shadow(
@@ -902,10 +914,10 @@ mod tests {
     }
 
     #[test]
-    fn healthz_answers_while_metrics_and_fdb_walks_are_under_way() {
+    fn healthz_answers_while_metrics_fdb_config_plugins_and_shadow_walks_are_under_way() {
         let server = HeldServer::start(Limits::default());
         let get = server.getter();
-        let walks: Vec<_> = ["/metrics", "/api/v1/fdb", "/metrics", "/metrics"]
+        let walks: Vec<_> = ["/api/v1/config", "/api/v1/plugins", "/api/v1/shadow", "/api/v1/fdb"]
             .into_iter()
             .map(|p| std::thread::spawn(move || get(p, None).unwrap()))
             .collect();
