@@ -35,8 +35,24 @@ use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 use wasmswitch_core::wire::MacAddr;
 
-/// The result of a reload: `Ok(summary)` or `Err(refusal)`.
+/// The result of a reload: `Ok(summary)` or `Err(refusal)`; a refusal that begins with
+/// [`APPLIED_LATE`] is none: the change was made, and some worker takes it late.
 pub type ReloadResult = Result<String, String>;
+
+/// How the error of a reload or shadow change begins when the change was applied but some
+/// worker did not take it in time (it takes it when it next completes a round): the switch's
+/// own trouble, answered 500, where a refusal (nothing changed) is answered 422.
+pub const APPLIED_LATE: &str = "applied late: ";
+
+/// The status of a reload's or shadow change's error `e`: 500 when it was applied late, 422
+/// when it was refused.
+fn change_error_status(e: &str) -> StatusCode {
+    if e.starts_with(APPLIED_LATE) {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    }
+}
 
 /// The result of a shadow promotion or discard: the answer's JSON, or why not.
 pub type ShadowResult = Result<serde_json::Value, String>;
@@ -231,7 +247,7 @@ impl crate::metrics::MetricsSource for ControlStats {
         let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
         // The statuses the guard and the handlers answer are there from the start, at 0, so
         // that a rate over them has a beginning; any other appears when first answered.
-        const KNOWN: [u16; 11] = [400, 401, 403, 404, 405, 408, 409, 413, 421, 422, 503];
+        const KNOWN: [u16; 12] = [400, 401, 403, 404, 405, 408, 409, 413, 421, 422, 500, 503];
         let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for status in KNOWN {
             errors.entry(status).or_default();
@@ -640,7 +656,7 @@ async fn reload(State(s): State<ApiState>) -> Response {
     };
     match rx.await {
         Ok(Ok(summary)) => (StatusCode::OK, Json(json!({"status": "ok", "summary": summary}))).into_response(),
-        Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, &e),
+        Ok(Err(e)) => error(change_error_status(&e), &e),
         Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the control thread ended before the reload finished"),
     }
 }
@@ -670,7 +686,7 @@ async fn shadow_action(State(s): State<ApiState>, Path((port, action)): Path<(St
     };
     match rx.await {
         Ok(Ok(answer)) => (StatusCode::OK, Json(answer)).into_response(),
-        Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, &e),
+        Ok(Err(e)) => error(change_error_status(&e), &e),
         Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the control thread ended before the change finished"),
     }
 }
@@ -963,6 +979,13 @@ mod tests {
         // With the slots free again, a newcomer is served.
         assert!(get("/healthz", wait).unwrap().starts_with("HTTP/1.1 200"));
         server.stop();
+    }
+
+    #[test]
+    fn a_change_applied_late_is_answered_500_and_a_refusal_422() {
+        let late = format!("{APPLIED_LATE}worker(s) [1] did not apply the change within 5 s; applied: ...");
+        assert_eq!(change_error_status(&late), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(change_error_status("reload refused: x.yaml:3:5: unknown key"), StatusCode::UNPROCESSABLE_ENTITY);
     }
 
     #[test]

@@ -369,6 +369,7 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
                 401 => {
                     bail!("reload refused: the daemon wants its token (`-c` with the daemon's config, or --token-file)")
                 }
+                500 => bail!("the reload was applied, but a worker took it late (above)"),
                 _ => bail!("reload answered {st}"),
             }
         }

@@ -24,6 +24,7 @@ use wasmswitch_core::PortId;
 
 use crate::api::{
     router, ApiState, Control, ControlStats, FdbChange, Limits, ReloadBusy, ReloadOutcome, ReloadResult, ShadowResult,
+    APPLIED_LATE,
 };
 use crate::config::diff::Plan;
 use crate::config::l2::StaticEntry;
@@ -250,7 +251,7 @@ impl Switch {
         );
         if !late.is_empty() {
             return Err(format!(
-                "worker(s) {late:?} did not apply the change within {} s; it is applied when they next complete a round",
+                "{APPLIED_LATE}worker(s) {late:?} did not apply the change within {} s; it is applied when they next complete a round",
                 crate::dataplane::APPLY_BOUND.as_secs()
             ));
         }
@@ -644,7 +645,7 @@ impl Switch {
         );
         match late {
             Ok(()) => Ok(summary),
-            Err(e) => Err(format!("reload applied late: {}; {summary}", ErrorText(&e))),
+            Err(e) => Err(format!("{APPLIED_LATE}{}; {summary}", ErrorText(&e))),
         }
     }
 }
@@ -774,10 +775,13 @@ fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, stats: Arc<Cont
             Job::Shadow(port, op, reply) => {
                 let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.shadow(&port, op)))
                     .unwrap_or_else(|_| Err("it panicked (see the log)".into()));
-                if let Err(e) = &result {
+                let op_name = if matches!(op, ShadowOp::Promote) { "promote" } else { "discard" };
+                match &result {
+                    // Applied, but not everywhere in time: the switch's own trouble.
+                    Err(e) if e.starts_with(APPLIED_LATE) => log::error!("port `{port}`: shadow {op_name} {e}"),
                     // A refusal changed nothing: the client's to act on, not a fault.
-                    let op = if matches!(op, ShadowOp::Promote) { "promote" } else { "discard" };
-                    log::warn!("port `{port}`: shadow {op} refused: {e}");
+                    Err(e) => log::warn!("port `{port}`: shadow {op_name} refused: {e}"),
+                    Ok(_) => {}
                 }
                 reloading.store(false, Ordering::Release);
                 let _ = reply.send(result);
@@ -793,8 +797,8 @@ fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, stats: Arc<Cont
                 ReloadOutcome::Applied
             }
             // Applied, but not everywhere in time: the switch's own trouble.
-            Err(e) if e.starts_with("reload applied late") => {
-                log::error!("{e}");
+            Err(e) if e.starts_with(APPLIED_LATE) => {
+                log::error!("reload {e}");
                 ReloadOutcome::Late
             }
             // Refused, nothing changed: the file's to fix.
@@ -805,10 +809,10 @@ fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, stats: Arc<Cont
         };
         stats.reloaded(outcome);
         // Applied or refused, the switch runs on.
-        crate::notify::notify(if result.is_ok() {
-            "READY=1\nSTATUS=reloaded"
-        } else {
-            "READY=1\nSTATUS=reload refused"
+        crate::notify::notify(match outcome {
+            ReloadOutcome::Applied => "READY=1\nSTATUS=reloaded",
+            ReloadOutcome::Late => "READY=1\nSTATUS=reloaded (a worker took it late)",
+            ReloadOutcome::Refused => "READY=1\nSTATUS=reload refused",
         });
         reloading.store(false, Ordering::Release);
         if let Some(reply) = reply {

@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use wasmswitch::api::APPLIED_LATE;
 use wasmswitch::config::Config;
-use wasmswitch::dataplane::{Command, Dataplane, STALL_BOUND};
+use wasmswitch::dataplane::{Command, Dataplane, APPLY_BOUND, STALL_BOUND};
 use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
 
 /// A stage that blocks its worker for `stall` on its first call, then passes everything.
@@ -83,4 +84,34 @@ fn a_command_reaches_the_worker_through_the_generation_counter() {
     assert!(calls.load(Ordering::Relaxed) > 0, "the stage was installed");
     dp.stop().expect("no frame leaked");
     assert!(dp.workers[0].control.rounds() > before, "rounds are counted");
+}
+
+/// A reload that a worker stuck in a round cannot take in time is still applied (the others
+/// took it, the stuck one takes it when its round ends) and says so: its error begins with
+/// `APPLIED_LATE`, which the API answers 500, not the 422 of a refusal that changed nothing.
+#[test]
+fn a_reload_a_stuck_worker_takes_late_is_applied_and_says_so() {
+    let dir = std::env::temp_dir().join(format!("wasmswitch-late-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("switch.yaml");
+    std::fs::write(&path, TWO_WORKERS).unwrap();
+    let sw = wasmswitch::daemon::Switch::start(&path).unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let stall = APPLY_BOUND + Duration::from_secs(2);
+    sw.dataplane.workers[1]
+        .control
+        .send(Command::SetIngress(0, Some(Box::new(StallOnce { stall, calls: calls.clone() }))));
+    let t = Instant::now();
+    while calls.load(Ordering::Relaxed) == 0 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 1, "worker 1 is inside its stalled call");
+    // A change each worker takes itself.
+    std::fs::write(&path, format!("switch:\n  batch: 32\n{TWO_WORKERS}")).unwrap();
+    let e = sw.reload().expect_err("worker 1 cannot take it in time");
+    assert!(e.starts_with(APPLIED_LATE) && e.contains("worker(s) [1]"), "{e}");
+    assert!(e.contains("applied: switch.batch = 32"), "the summary of what was applied: {e}");
+    assert_eq!(sw.config().switch.batch.value, 32, "the new config is the running one");
+    sw.dataplane.stop_shared().expect("no frame leaked");
+    let _ = std::fs::remove_dir_all(&dir);
 }
