@@ -342,9 +342,23 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/reload", post(reload))
         .route("/api/v1/shadow", get(shadow))
         .route("/api/v1/ports/{port}/shadow/{action}", post(shadow_action))
+        .fallback(no_such_path)
+        .method_not_allowed_fallback(no_such_method)
         // Over every route and every method, unmatched ones included.
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// 404 with a message (axum's own has an empty body, which the CLI would print as nothing).
+async fn no_such_path(uri: axum::http::Uri) -> Response {
+    let why = format!("no endpoint at {}: see the README's Control API", uri.path());
+    (StatusCode::NOT_FOUND, Json(json!({"status": "error", "error": why}))).into_response()
+}
+
+/// 405 with a message; axum has set the `Allow` header.
+async fn no_such_method(method: Method, uri: axum::http::Uri) -> Response {
+    let why = format!("{} does not take {method}", uri.path());
+    (StatusCode::METHOD_NOT_ALLOWED, Json(json!({"status": "error", "error": why}))).into_response()
 }
 
 /// Set while a connection's request is being answered (its head and body are in), so that
@@ -978,6 +992,20 @@ mod tests {
         }
         // With the slots free again, a newcomer is served.
         assert!(get("/healthz", wait).unwrap().starts_with("HTTP/1.1 200"));
+        server.stop();
+    }
+
+    #[test]
+    fn unknown_paths_and_methods_are_answered_with_a_message() {
+        let server = HeldServer::start(Limits::default());
+        let get = server.getter();
+        let wait = Some(Duration::from_secs(10));
+        let nope = get("/api/v1/nope", wait).unwrap();
+        assert!(nope.starts_with("HTTP/1.1 404") && nope.contains("no endpoint at /api/v1/nope"), "{nope}");
+        let get_reload = get("/api/v1/reload", wait).unwrap();
+        assert!(get_reload.starts_with("HTTP/1.1 405"), "{get_reload}");
+        assert!(get_reload.contains("/api/v1/reload does not take GET"), "{get_reload}");
+        assert!(get_reload.to_ascii_lowercase().contains("allow: post"), "{get_reload}");
         server.stop();
     }
 

@@ -204,7 +204,7 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
             edit(target, "POST", "/api/v1/fdb", &body.to_string(), json)?;
         }
         Ask::FdbDel { mac, vlan } => {
-            edit(target, "DELETE", &format!("/api/v1/fdb/{vlan}/{mac}"), "", json)?;
+            edit(target, "DELETE", &format!("/api/v1/fdb/{vlan}/{}", path_segment(&mac)), "", json)?;
         }
         Ask::FdbFlush { port, vlan, statics } => {
             let body = serde_json::json!({"port": port, "vlan": vlan, "static": statics});
@@ -333,7 +333,7 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
         }
         Ask::ShadowChange { port, promote } => {
             let (action, done) = if promote { ("promote", "promoted") } else { ("discard", "discarded") };
-            let path = format!("/api/v1/ports/{port}/shadow/{action}");
+            let path = format!("/api/v1/ports/{}/shadow/{action}", path_segment(&port));
             let (st, body) = target.request_with("POST", &path, "", Duration::from_secs(60))?;
             let answer: Value = serde_json::from_str(&body).unwrap_or_else(|_| Value::String(body.trim().to_string()));
             if json {
@@ -375,6 +375,18 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `s` as one segment of a URL path: every byte but the unreserved ones (and `:`, which MACs
+/// carry) percent-encoded, so that a name with a `/`, a space or a `?` reaches the daemon as
+/// typed, to be refused there by name, instead of naming another path.
+fn path_segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b':' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// An FDB edit: prints what the daemon did (or its JSON); a refusal is a failure.
@@ -447,6 +459,14 @@ mod tests {
             {"name": "s", "up": true},
         ]});
         assert_eq!(super::ports_down(&ports), ["`b` (down)", "`c` (gone)"]);
+    }
+
+    #[test]
+    fn names_go_into_the_path_as_one_segment() {
+        assert_eq!(super::path_segment("02:00:00:00:00:0a"), "02:00:00:00:00:0a");
+        assert_eq!(super::path_segment("zz/../../x"), "zz%2F..%2F..%2Fx");
+        assert_eq!(super::path_segment("a b?c#d%"), "a%20b%3Fc%23d%25");
+        assert_eq!(super::path_segment("é"), "%C3%A9");
     }
 
     #[test]
