@@ -198,8 +198,48 @@ pub struct ControlStats {
     errors: std::sync::Mutex<std::collections::BTreeMap<u16, u64>>,
     connections_refused: std::sync::atomic::AtomicU64,
     connections_evicted: std::sync::atomic::AtomicU64,
+    /// Connections that ended in an error of the HTTP layer, by [`ConnectionError`].
+    connection_errors: [std::sync::atomic::AtomicU64; 3],
     /// Reloads (API and SIGHUP) by result.
     reloads: [std::sync::atomic::AtomicU64; 3],
+}
+
+/// How a connection ended in an error that the HTTP layer handled before any handler saw a
+/// request (so neither the guard's counts nor its log lines cover it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConnectionError {
+    /// No complete request head within `Limits::header_read` of the connection's start: a slow
+    /// or stalled client (slowloris), closed unanswered. (After an answered request the same
+    /// timeout closes an idle keep-alive connection: not counted.)
+    HeaderTimeout,
+    /// A head that does not parse, or too long a URI or too many headers: answered 400, 414
+    /// or 431 by the HTTP layer.
+    BadRequest,
+    /// The client went away in the middle of a request or an answer, or the socket failed.
+    Broken,
+}
+
+impl ConnectionError {
+    const ALL: [ConnectionError; 3] =
+        [ConnectionError::HeaderTimeout, ConnectionError::BadRequest, ConnectionError::Broken];
+
+    fn of(e: &hyper::Error) -> Self {
+        if e.is_timeout() {
+            ConnectionError::HeaderTimeout
+        } else if e.is_parse() || e.is_parse_too_large() || e.is_parse_status() {
+            ConnectionError::BadRequest
+        } else {
+            ConnectionError::Broken
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            ConnectionError::HeaderTimeout => "header_timeout",
+            ConnectionError::BadRequest => "bad_request",
+            ConnectionError::Broken => "broken",
+        }
+    }
 }
 
 /// How a reload ended, for [`ControlStats::reloaded`].
@@ -233,6 +273,20 @@ impl ControlStats {
 
     fn bump(c: &std::sync::atomic::AtomicU64) {
         c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts (and, the first time and every power of two of its kind, logs) a connection that
+    /// ended in `e`; not a header timeout after answered requests, which is how an idle
+    /// keep-alive connection ends.
+    fn connection_failed(&self, e: &hyper::Error, conn: &Answering) {
+        let kind = ConnectionError::of(e);
+        if kind == ConnectionError::HeaderTimeout && conn.0.heads.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            return;
+        }
+        let n = self.connection_errors[kind as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            log::warn!("control API: a connection ended in an error ({}): {e}; {n} such so far", kind.label());
+        }
     }
 
     /// Counts one reload that ended as `how`.
@@ -270,6 +324,16 @@ impl crate::metrics::MetricsSource for ControlStats {
             "wasmswitch_api_connections_evicted",
             "Control API connections closed to make room for a new one: idle, or halfway through a request.",
             &[(vec![], get(&self.connections_evicted))],
+        )?;
+        let connection_errors: Vec<_> = ConnectionError::ALL
+            .iter()
+            .map(|&k| (vec![("kind", k.label().to_string())], get(&self.connection_errors[k as usize])))
+            .collect();
+        counter_family(
+            enc,
+            "wasmswitch_api_connection_errors",
+            "Control API connections that ended in an error of the HTTP layer, before any handler: header_timeout (a request head not complete in 5 s), bad_request (a head that does not parse or is too large, answered 400/414/431), broken (the client went away mid-request or mid-answer).",
+            &connection_errors,
         )?;
         let reloads: Vec<_> = ReloadOutcome::ALL
             .iter()
@@ -361,10 +425,19 @@ async fn no_such_method(method: Method, uri: axum::http::Uri) -> Response {
     (StatusCode::METHOD_NOT_ALLOWED, Json(json!({"status": "error", "error": why}))).into_response()
 }
 
-/// Set while a connection's request is being answered (its head and body are in), so that
-/// [`serve`], when full, can tell a connection worth its slot from one that only holds it.
+/// What [`serve`] knows of a connection's requests: whether one is being answered (its head and
+/// body are in), so that when full it can tell a connection worth its slot from one that only
+/// holds it; and how many heads came, so that a header timeout after answered requests (an idle
+/// keep-alive connection closing) is told from one before any (a client that never sends a
+/// whole head).
 #[derive(Clone, Default)]
-struct Answering(Arc<std::sync::atomic::AtomicBool>);
+struct Answering(Arc<ConnState>);
+
+#[derive(Default)]
+struct ConnState {
+    busy: std::sync::atomic::AtomicBool,
+    heads: std::sync::atomic::AtomicU64,
+}
 
 impl Answering {
     /// Runs `next` with the flag set (cleared when the answer is made or the request dropped).
@@ -373,13 +446,13 @@ impl Answering {
         impl Drop for Clear {
             fn drop(&mut self) {
                 if let Some(a) = &self.0 {
-                    a.0.store(false, std::sync::atomic::Ordering::Relaxed);
+                    a.0.busy.store(false, std::sync::atomic::Ordering::Relaxed);
                 }
             }
         }
         let flag = req.extensions().get::<Answering>().cloned();
         if let Some(a) = &flag {
-            a.0.store(true, std::sync::atomic::Ordering::Relaxed);
+            a.0.busy.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let _clear = Clear(flag);
         next.run(req).await
@@ -388,6 +461,9 @@ impl Answering {
 
 /// The access checks of the module doc, then the route.
 async fn guard(State(s): State<ApiState>, req: Request, next: Next) -> Response {
+    if let Some(a) = req.extensions().get::<Answering>() {
+        a.0.heads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     let response = checked(&s, req, next).await;
     s.stats.answered(response.status());
     response
@@ -803,13 +879,18 @@ pub async fn serve(
             let mut conn = std::pin::pin!(conn);
             let run = async {
                 tokio::select! {
-                    _ = conn.as_mut() => return,
+                    r = conn.as_mut() => {
+                        if let Err(e) = r {
+                            stats.connection_failed(&e, &answering);
+                        }
+                        return;
+                    }
                     _ = stop.wait_for(|s| *s) => {}
                     _ = evict.notified() => {
                         // Holding a slot with nothing to answer (idle, half a head, a body
                         // that does not come, which hyper's graceful close would wait out):
                         // dropped now.
-                        if !answering.0.load(std::sync::atomic::Ordering::Relaxed) {
+                        if !answering.0.busy.load(std::sync::atomic::Ordering::Relaxed) {
                             ControlStats::bump(&stats.connections_evicted);
                             return;
                         }
@@ -817,7 +898,9 @@ pub async fn serve(
                 }
                 // Closes an idle connection now, and a busy one after its response.
                 conn.as_mut().graceful_shutdown();
-                let _ = conn.as_mut().await;
+                if let Err(e) = conn.as_mut().await {
+                    stats.connection_failed(&e, &answering);
+                }
             };
             let _ = tokio::time::timeout(limits.connection, run).await;
         });
@@ -1006,6 +1089,45 @@ mod tests {
         assert!(get_reload.starts_with("HTTP/1.1 405"), "{get_reload}");
         assert!(get_reload.contains("/api/v1/reload does not take GET"), "{get_reload}");
         assert!(get_reload.to_ascii_lowercase().contains("allow: post"), "{get_reload}");
+        server.stop();
+    }
+
+    #[test]
+    fn connections_the_http_layer_ends_in_an_error_are_counted_by_kind() {
+        use std::io::{Read, Write};
+        let server = HeldServer::start(Limits { header_read: Duration::from_millis(300), ..Limits::default() });
+        let count =
+            |k: ConnectionError| server.stats.connection_errors[k as usize].load(std::sync::atomic::Ordering::Relaxed);
+        // Sends `bytes`, then reads until the server closes; the answer.
+        let send = |bytes: &[u8]| {
+            let mut c = std::net::TcpStream::connect(server.addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            c.write_all(bytes).unwrap();
+            let mut answer = String::new();
+            let _ = c.read_to_string(&mut answer);
+            answer
+        };
+        // Counted as the connection's task ends, just after the client sees the close.
+        let settled = |k: ConnectionError, n: u64, wait: Duration| {
+            let t = std::time::Instant::now();
+            while count(k) < n && t.elapsed() < wait {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            count(k)
+        };
+        let slow = send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ");
+        assert_eq!(slow, "", "half a head is closed unanswered");
+        assert_eq!(settled(ConnectionError::HeaderTimeout, 1, Duration::from_secs(5)), 1);
+        let garbage = send(b"BLAH\r\n\r\n");
+        assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage}");
+        assert_eq!(settled(ConnectionError::BadRequest, 1, Duration::from_secs(5)), 1);
+        // A keep-alive connection closed idle after its answer is no error.
+        let idle = send(format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr).as_bytes());
+        assert!(idle.starts_with("HTTP/1.1 200"), "{idle}");
+        let idle_closed = settled(ConnectionError::HeaderTimeout, 2, Duration::from_millis(500));
+        assert_eq!(idle_closed, 1, "an idle keep-alive connection's close is not counted");
+        assert_eq!(count(ConnectionError::Broken), 0);
         server.stop();
     }
 
