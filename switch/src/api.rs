@@ -787,7 +787,8 @@ pub struct Limits {
     /// Time to send a complete request head, counted from when the server starts waiting for
     /// one (so it is also the keep-alive idle timeout).
     pub header_read: Duration,
-    /// Longest a connection may stay open, whatever it does.
+    /// Longest a connection may stay open, whatever it does, but for finishing the answer it
+    /// is making then (for at most [`ANSWER_GRACE`] more).
     pub connection: Duration,
     /// Connections open at once. When full, every open connection that is not being answered
     /// (idle, or with half a request head or a body that has not come) is closed at once, the
@@ -807,6 +808,11 @@ impl Default for Limits {
         }
     }
 }
+
+/// How long past `Limits::connection` a connection may stay to finish the answer it is making
+/// (a body that does not come is bounded by its own timeout): as long as the CLI waits for a
+/// reload's answer.
+const ANSWER_GRACE: Duration = Duration::from_secs(300);
 
 /// Serves `router` on `listener` until `shutdown` becomes true; then stops accepting, asks open
 /// connections to finish (keep-alive ones close after their current request) and waits at most
@@ -869,6 +875,7 @@ pub async fn serve(
         let mut stop = shutdown.clone();
         let evict = evict.clone();
         let stats = stats.clone();
+        let deadline = tokio::time::Instant::now() + limits.connection;
         conns.spawn(async move {
             let _permit = permit;
             let conn = hyper::server::conn::http1::Builder::new()
@@ -895,6 +902,9 @@ pub async fn serve(
                             return;
                         }
                     }
+                    // Its time is up: closed once the request it is answering, if any, is
+                    // answered (a reload may take longer than a connection's time).
+                    _ = tokio::time::sleep_until(deadline) => {}
                 }
                 // Closes an idle connection now, and a busy one after its response.
                 conn.as_mut().graceful_shutdown();
@@ -902,7 +912,7 @@ pub async fn serve(
                     stats.connection_failed(&e, &answering);
                 }
             };
-            let _ = tokio::time::timeout(limits.connection, run).await;
+            let _ = tokio::time::timeout(limits.connection + ANSWER_GRACE, run).await;
         });
     }
     drop(listener);
@@ -1128,6 +1138,18 @@ mod tests {
         let idle_closed = settled(ConnectionError::HeaderTimeout, 2, Duration::from_millis(500));
         assert_eq!(idle_closed, 1, "an idle keep-alive connection's close is not counted");
         assert_eq!(count(ConnectionError::Broken), 0);
+        server.stop();
+    }
+
+    #[test]
+    fn a_request_being_answered_when_its_connections_time_is_up_is_still_answered() {
+        let server = HeldServer::start(Limits { connection: Duration::from_millis(300), ..Limits::default() });
+        let get = server.getter();
+        let held = std::thread::spawn(move || get("/metrics", Some(Duration::from_secs(10))));
+        std::thread::sleep(Duration::from_millis(800));
+        server.release.send(()).unwrap();
+        let answer = held.join().unwrap().expect("answered");
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("# metrics\n"), "{answer:?}");
         server.stop();
     }
 
