@@ -520,8 +520,7 @@ async fn check_mutation(s: &ApiState, req: Request) -> Result<Request, (StatusCo
     if let Some(token) = s.control.token() {
         authorized(req.headers(), token.as_bytes()).map_err(|why| (StatusCode::UNAUTHORIZED, why))?;
     }
-    let too_big =
-        || (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {MAX_BODY_BYTES} bytes (or broke off)"));
+    let too_big = || (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {MAX_BODY_BYTES} bytes"));
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return Err(too_big());
@@ -535,7 +534,15 @@ async fn check_mutation(s: &ApiState, req: Request) -> Result<Request, (StatusCo
         .map_err(|_| {
             (StatusCode::REQUEST_TIMEOUT, format!("the request body did not arrive within {BODY_READ_TIMEOUT:?}"))
         })?
-        .map_err(|_| too_big())?;
+        .map_err(|e| {
+            // Over the bound, or a body that does not parse (a bad chunk, or a declared length and
+            // chunks both: the chunks count, and these are none).
+            if e.into_inner().is::<http_body_util::LengthLimitError>() {
+                too_big()
+            } else {
+                (StatusCode::BAD_REQUEST, "the request body does not parse as HTTP/1.1 (a bad chunk?)".into())
+            }
+        })?;
     Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
@@ -1150,6 +1157,30 @@ mod tests {
         server.release.send(()).unwrap();
         let answer = held.join().unwrap().expect("answered");
         assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("# metrics\n"), "{answer:?}");
+        server.stop();
+    }
+
+    #[test]
+    fn a_body_that_does_not_parse_is_told_from_one_too_large() {
+        use std::io::{Read, Write};
+        let server = HeldServer::start(Limits::default());
+        let post = |body: &str| {
+            let mut c = std::net::TcpStream::connect(server.addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let head = format!(
+                "POST /api/v1/fdb HTTP/1.1\r\nHost: {}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+                server.addr
+            );
+            c.write_all(format!("{head}{body}").as_bytes()).unwrap();
+            let mut answer = String::new();
+            let _ = c.read_to_string(&mut answer);
+            answer
+        };
+        let bad = post("zz\r\n{}\r\n0\r\n\r\n");
+        assert!(bad.starts_with("HTTP/1.1 400") && bad.contains("does not parse"), "{bad}");
+        let chunk = "x".repeat(1000);
+        let big = post(&format!("{}0\r\n\r\n", format!("3e8\r\n{chunk}\r\n").repeat(5)));
+        assert!(big.starts_with("HTTP/1.1 413") && big.contains("over 4096 bytes"), "{big}");
         server.stop();
     }
 
