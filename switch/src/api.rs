@@ -597,6 +597,9 @@ fn host_allowed(req: &Request, listen: SocketAddr) -> Result<(), String> {
     let mut hosts = req.headers().get_all(header::HOST).iter();
     let host = match (hosts.next(), hosts.next()) {
         (Some(h), None) => h.to_str().map_err(|_| "the Host header is not text".to_string())?,
+        // HTTP/1.0 needs none (health checkers send none), and a browser, whose requests are
+        // what this check is about, always sends one.
+        (None, _) if req.version() == axum::http::Version::HTTP_10 => return Ok(()),
         (None, _) => return Err("the request has no Host header".into()),
         (Some(_), Some(_)) => return Err("the request has more than one Host header".into()),
     };
@@ -1233,6 +1236,20 @@ mod tests {
         let any: SocketAddr = "0.0.0.0:9187".parse().unwrap();
         assert!(names_this_server("192.0.2.7:9187", any) && names_this_server("[2001:db8::1]", any));
         assert!(!names_this_server("switch.example:9187", any), "a domain name is what DNS rebinding uses");
+    }
+
+    #[test]
+    fn only_an_http_1_0_request_may_come_without_a_host() {
+        let lo: SocketAddr = "127.0.0.1:9187".parse().unwrap();
+        let bare = |v: axum::http::Version| {
+            Request::builder().version(v).uri("/healthz").body(axum::body::Body::empty()).unwrap()
+        };
+        assert!(host_allowed(&bare(axum::http::Version::HTTP_10), lo).is_ok());
+        let why = host_allowed(&bare(axum::http::Version::HTTP_11), lo).unwrap_err();
+        assert!(why.contains("no Host header"), "{why}");
+        let mut evil = bare(axum::http::Version::HTTP_10);
+        evil.headers_mut().insert(header::HOST, "evil.example".parse().unwrap());
+        assert!(host_allowed(&evil, lo).is_err(), "a Host given is checked, whatever the version");
     }
 
     #[test]
