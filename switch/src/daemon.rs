@@ -340,6 +340,8 @@ impl Switch {
         let batch_changed = old.switch.batch.value != new.switch.batch.value;
         let smoke = if batch_changed { Smoke::All } else { Smoke::Changed };
         let (mut stages, next) = crate::plugins::stages(&new, &id_of, &running, smoke).map_err(refuse)?;
+        // From here to the end the datapath changes: a stop waits for it, or refuses it.
+        let _changing = dp.begin_change().map_err(refuse)?;
         let mut changes = PortChanges::default();
         for &j in added.iter().chain(&replaced) {
             let port = dp.open_port(&new, j, &id_of).map_err(refuse)?;

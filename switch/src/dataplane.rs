@@ -176,6 +176,12 @@ pub struct Dataplane {
     res: Arc<Resources>,
     housekeeping: Mutex<Option<JoinHandle<()>>>,
     stop_housekeeping: Arc<AtomicBool>,
+    /// True once the datapath is stopping. Read-held by a reload from the first port it opens
+    /// to its last change of the datapath ([`Dataplane::begin_change`]), write-held by
+    /// [`Dataplane::stop_shared`] to set it: a stop waits for the ports a reload opened to be
+    /// attached (or dropped, their frames back) instead of counting their frames as leaked, and
+    /// a reload that gets there after the stop is refused.
+    stopped: std::sync::RwLock<bool>,
 }
 
 /// What opening and closing ports needs, shared by reloads and the housekeeping thread (which
@@ -814,6 +820,7 @@ impl Dataplane {
             start,
             housekeeping: Mutex::new(Some(housekeeping)),
             stop_housekeeping,
+            stopped: std::sync::RwLock::new(false),
         })
     }
 
@@ -845,6 +852,16 @@ impl Dataplane {
             bail!("no free port id for {n} new port(s): at most {MAX_PORT_IDS} ports, the host port included");
         }
         Ok(free)
+    }
+
+    /// A reload's leave to open ports and change the datapath, held until it is done with them;
+    /// an error once the datapath is stopping (see the `stopped` field).
+    pub fn begin_change(&self) -> Result<std::sync::RwLockReadGuard<'_, bool>> {
+        let stopped = self.stopped.read().unwrap_or_else(|e| e.into_inner());
+        if *stopped {
+            bail!("the daemon is stopping");
+        }
+        Ok(stopped)
     }
 
     /// Applies `changes` together with `extra[w]` (further commands for worker `w`, e.g. the
@@ -961,6 +978,8 @@ impl Dataplane {
     /// [`Dataplane::stop`] through a shared reference (the daemon's control thread may still
     /// hold one while a reload compiles). Idempotent: a second call finds nothing to stop.
     pub fn stop_shared(&self) -> Result<()> {
+        // After a reload that has opened ports is done with them; none starts after this.
+        *self.stopped.write().unwrap_or_else(|e| e.into_inner()) = true;
         for w in &self.workers {
             w.control.request_stop();
         }

@@ -115,3 +115,26 @@ fn a_reload_a_stuck_worker_takes_late_is_applied_and_says_so() {
     sw.dataplane.stop_shared().expect("no frame leaked");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A stop that comes while a reload is changing the datapath (ports opened, frames taken from
+/// the pool for them) waits for it instead of counting those frames as leaked; a reload that
+/// comes after the stop is refused.
+#[test]
+fn a_stop_waits_for_a_change_under_way_and_refuses_one_after() {
+    let cfg = Config::parse(TWO_WORKERS, Path::new("<test>")).unwrap();
+    let dp = Arc::new(Dataplane::start(&cfg).unwrap());
+    let stopped = {
+        let change = dp.begin_change().unwrap();
+        let stopper = {
+            let dp = dp.clone();
+            std::thread::spawn(move || dp.stop_shared())
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!stopper.is_finished(), "the stop waits for the change under way");
+        drop(change);
+        stopper.join().unwrap()
+    };
+    stopped.expect("no frame leaked");
+    let e = dp.begin_change().expect_err("no change after the stop");
+    assert!(e.to_string().contains("the daemon is stopping"), "{e}");
+}
