@@ -170,10 +170,19 @@ pub fn plan(old: &Config, new: &Config) -> Plan {
     // other port's keys; a removed port is located at `ports` in the new file.
     let pa = a.as_object_mut().and_then(|o| o.remove("ports"));
     let pb = b.as_object_mut().and_then(|o| o.remove("ports"));
-    let (pa, pb) = match (pa, pb) {
+    let (mut pa, mut pb) = match (pa, pb) {
         (Some(Value::Array(x)), Some(Value::Array(y))) => (x, y),
         _ => (Vec::new(), Vec::new()),
     };
+    // A `vlan:` left out is an access port of VLAN 1: written out, it is no change.
+    let default = default_vlan();
+    for section in
+        pa.iter_mut().chain(pb.iter_mut()).chain([a.get_mut("host"), b.get_mut("host")].into_iter().flatten())
+    {
+        if let Some(v) = section.get_mut("vlan").filter(|v| v.is_null()) {
+            *v = default.clone();
+        }
+    }
     let name = |v: &Value| v.get("name").cloned().unwrap_or(Value::Null);
     for (j, q) in pb.iter().enumerate() {
         match pa.iter().find(|p| name(p) == name(q)) {
@@ -206,6 +215,15 @@ pub fn plan(old: &Config, new: &Config) -> Plan {
         }
     }
     plan
+}
+
+/// A port's (or the host port's) `vlan:` when the file leaves it out, as the typed config
+/// serializes it: `{mode: access, vid: 1}`.
+fn default_vlan() -> Value {
+    serde_saphyr::from_str::<super::l2::VlanSection>("{mode: access, vid: 1}")
+        .ok()
+        .and_then(|v| serde_json::to_value(v).ok())
+        .unwrap_or(Value::Null)
 }
 
 fn join(prefix: &str, k: &str) -> String {

@@ -674,6 +674,21 @@ fn the_plan_sorts_keys_into_live_and_restart() {
     // Writing a default out is not a change.
     let plan = diff::plan(&parse(GOOD).unwrap(), &parse(&format!("fdb:\n  capacity: 16384\n{GOOD}")).unwrap());
     assert!(plan.live.is_empty() && plan.restart.is_empty(), "{plan:?}");
+    // So is a port's `vlan:` written out as the access port of VLAN 1 it is without one; another
+    // VID is a change of `vid`, named where it is.
+    let with_vlan = |vid: u16| {
+        GOOD.replace(
+            "    driver: sim\n  - name: p1",
+            &format!("    driver: sim\n    vlan: {{ mode: access, vid: {vid} }}\n  - name: p1"),
+        )
+    };
+    let plan = diff::plan(&parse(GOOD).unwrap(), &parse(&with_vlan(1)).unwrap());
+    assert!(plan.live.is_empty() && plan.restart.is_empty(), "{plan:?}");
+    let plan = diff::plan(&parse(GOOD).unwrap(), &parse(&with_vlan(10)).unwrap());
+    assert_eq!(
+        plan.live.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+        ["test.yaml:5:32: ports[0].vlan.vid (1 -> 10)"]
+    );
     // The RX batch applies live (each worker takes it between two rounds), named where it is.
     let plan = diff::plan(&parse(GOOD).unwrap(), &parse(&format!("switch:\n  batch: 256\n{GOOD}")).unwrap());
     assert_eq!(
