@@ -1331,7 +1331,8 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64, column: u64) ->
             before.rsplit(['{', ',']).next().map(str::to_string)
         })
         .map(|k| k.trim().trim_start_matches("- ").to_string())
-        .filter(|k| !k.is_empty());
+        // A list item's dash with no key after it (`- : :`) is no key.
+        .filter(|k| !k.is_empty() && k != "-");
     if let Some(ty) = msg.strip_prefix("invalid ") {
         // A whole number too large for its type is out of range, not of the wrong type.
         let max: Option<u128> = match ty {
@@ -1368,6 +1369,15 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64, column: u64) ->
     // The library's advice on its own options means nothing to an operator.
     if msg.starts_with("multiple YAML documents detected") {
         return "a second YAML document (after a `---` line) starts here: a config is one document".to_string();
+    }
+    // `- : :`, `name:` with nothing after it: serde's advice is about Rust types.
+    if let Some(ty) = msg.strip_prefix("cannot deserialize null into ") {
+        let ty = ty.split(';').next().unwrap_or(ty).trim();
+        let expected = if ty == "string" { "text" } else { ty };
+        return match key {
+            Some(k) => format!("`{k}` has no value: expected {expected}"),
+            None => format!("a key or value is missing here: expected {expected}"),
+        };
     }
     if let Some(k) = msg.strip_prefix("duplicate mapping key: ") {
         let k = k.split(',').next().unwrap_or(k).trim();

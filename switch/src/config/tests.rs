@@ -232,6 +232,18 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "interface lo: queue 5 does not exist, the interface has 1 queue(s)",
     ),
     (
+        "an empty key and value",
+        "ports:\n  - name: p0\n    driver: sim\n  - : :\n",
+        "4:5",
+        "a key or value is missing here: expected text",
+    ),
+    (
+        "a name left empty",
+        "ports:\n  - name:\n    driver: sim\n",
+        "2:9",
+        "`name` has no value: expected text",
+    ),
+    (
         "a key twice",
         "ports:\n  - name: p0\n    driver: sim\n    driver: sim\n",
         "4:5",
