@@ -1,5 +1,8 @@
-//! Worker liveness and the mailbox: a worker stuck inside a round is reported by name, and a
-//! command sent through the mailbox is applied.
+//! Worker liveness and the mailbox: a worker stuck inside a round is reported by name, a command
+//! sent through the mailbox is applied, a reload the stuck worker takes late says it was applied
+//! late, and a stop waits for a reload that is changing the datapath.
+
+mod common;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -91,11 +94,8 @@ fn a_command_reaches_the_worker_through_the_generation_counter() {
 /// `APPLIED_LATE`, which the API answers 500, not the 422 of a refusal that changed nothing.
 #[test]
 fn a_reload_a_stuck_worker_takes_late_is_applied_and_says_so() {
-    let dir = std::env::temp_dir().join(format!("wasmswitch-late-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("switch.yaml");
-    std::fs::write(&path, TWO_WORKERS).unwrap();
-    let sw = wasmswitch::daemon::Switch::start(&path).unwrap();
+    let dir = common::Scratch::new("late");
+    let sw = wasmswitch::daemon::Switch::start(&dir.write(TWO_WORKERS)).unwrap();
     let calls = Arc::new(AtomicU32::new(0));
     let stall = APPLY_BOUND + Duration::from_secs(2);
     sw.dataplane.workers[1]
@@ -107,13 +107,12 @@ fn a_reload_a_stuck_worker_takes_late_is_applied_and_says_so() {
     }
     assert_eq!(calls.load(Ordering::Relaxed), 1, "worker 1 is inside its stalled call");
     // A change each worker takes itself.
-    std::fs::write(&path, format!("switch:\n  batch: 32\n{TWO_WORKERS}")).unwrap();
+    dir.write(&format!("switch:\n  batch: 32\n{TWO_WORKERS}"));
     let e = sw.reload().expect_err("worker 1 cannot take it in time");
     assert!(e.starts_with(APPLIED_LATE) && e.contains("worker(s) [1]"), "{e}");
     assert!(e.contains("applied: switch.batch = 32"), "the summary of what was applied: {e}");
     assert_eq!(sw.config().switch.batch.value, 32, "the new config is the running one");
     sw.dataplane.stop_shared().expect("no frame leaked");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A stop that comes while a reload is changing the datapath (ports opened, frames taken from
