@@ -44,10 +44,15 @@ pub type ReloadResult = Result<String, String>;
 /// own trouble, answered 500, where a refusal (nothing changed) is answered 422.
 pub const APPLIED_LATE: &str = "applied late: ";
 
+/// True for the error of a reload or shadow change that was applied, late ([`APPLIED_LATE`]).
+pub fn applied_late(e: &str) -> bool {
+    e.starts_with(APPLIED_LATE)
+}
+
 /// The status of a reload's or shadow change's error `e`: 500 when it was applied late, 422
 /// when it was refused.
 fn change_error_status(e: &str) -> StatusCode {
-    if e.starts_with(APPLIED_LATE) {
+    if applied_late(e) {
         StatusCode::INTERNAL_SERVER_ERROR
     } else {
         StatusCode::UNPROCESSABLE_ENTITY
@@ -299,6 +304,11 @@ impl crate::metrics::MetricsSource for ControlStats {
     fn encode(&self, enc: &mut prometheus_client::encoding::DescriptorEncoder) -> std::fmt::Result {
         use crate::metrics::counter_family;
         let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        // One series per value of `label`, each `(value, counter)`.
+        let by = |label: &'static str,
+                  series: &mut dyn Iterator<Item = (&'static str, &std::sync::atomic::AtomicU64)>| {
+            series.map(|(v, c)| (vec![(label, v.to_string())], get(c))).collect::<Vec<_>>()
+        };
         // The statuses the guard and the handlers answer are there from the start, at 0, so
         // that a rate over them has a beginning; any other appears when first answered.
         const KNOWN: [u16; 12] = [400, 401, 403, 404, 405, 408, 409, 413, 421, 422, 500, 503];
@@ -325,20 +335,15 @@ impl crate::metrics::MetricsSource for ControlStats {
             "Control API connections closed to make room for a new one: idle, or halfway through a request.",
             &[(vec![], get(&self.connections_evicted))],
         )?;
-        let connection_errors: Vec<_> = ConnectionError::ALL
-            .iter()
-            .map(|&k| (vec![("kind", k.label().to_string())], get(&self.connection_errors[k as usize])))
-            .collect();
+        let connection_errors =
+            by("kind", &mut ConnectionError::ALL.iter().map(|&k| (k.label(), &self.connection_errors[k as usize])));
         counter_family(
             enc,
             "wasmswitch_api_connection_errors",
             "Control API connections that ended in an error of the HTTP layer, before any handler: header_timeout (a request head not complete in 5 s), bad_request (a head that does not parse or is too large, answered 400/414/431), broken (the client went away mid-request or mid-answer).",
             &connection_errors,
         )?;
-        let reloads: Vec<_> = ReloadOutcome::ALL
-            .iter()
-            .map(|&o| (vec![("result", o.label().to_string())], get(&self.reloads[o as usize])))
-            .collect();
+        let reloads = by("result", &mut ReloadOutcome::ALL.iter().map(|&o| (o.label(), &self.reloads[o as usize])));
         counter_family(
             enc,
             "wasmswitch_reloads",
@@ -416,13 +421,13 @@ pub fn router(state: ApiState) -> Router {
 /// 404 with a message (axum's own has an empty body, which the CLI would print as nothing).
 async fn no_such_path(uri: axum::http::Uri) -> Response {
     let why = format!("no endpoint at {}: see the README's Control API", uri.path());
-    (StatusCode::NOT_FOUND, Json(json!({"status": "error", "error": why}))).into_response()
+    json_error(StatusCode::NOT_FOUND, &why)
 }
 
 /// 405 with a message; axum has set the `Allow` header.
 async fn no_such_method(method: Method, uri: axum::http::Uri) -> Response {
     let why = format!("{} does not take {method}", uri.path());
-    (StatusCode::METHOD_NOT_ALLOWED, Json(json!({"status": "error", "error": why}))).into_response()
+    json_error(StatusCode::METHOD_NOT_ALLOWED, &why)
 }
 
 /// What [`serve`] knows of a connection's requests: whether one is being answered (its head and
@@ -546,9 +551,18 @@ async fn check_mutation(s: &ApiState, req: Request) -> Result<Request, (StatusCo
     Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
+/// The API's error answer: `{"status": "error", "error": why}` with `code`.
+fn json_error(code: StatusCode, why: &str) -> Response {
+    (code, error_body(why)).into_response()
+}
+
+fn error_body(why: &str) -> Json<serde_json::Value> {
+    Json(json!({"status": "error", "error": why}))
+}
+
 /// A JSON error, with the challenge a 401 must carry.
 fn refuse(code: StatusCode, why: &str) -> Response {
-    let body = Json(json!({"status": "error", "error": why}));
+    let body = error_body(why);
     // Closed after the answer: hyper would otherwise keep the connection (and its slot) to
     // drain a body the request declared but never sends.
     let close = (header::CONNECTION, "close");
@@ -693,7 +707,7 @@ fn vlan_one() -> u16 {
 }
 
 fn bad_request(why: String) -> Response {
-    (StatusCode::BAD_REQUEST, Json(json!({"status": "error", "error": why}))).into_response()
+    json_error(StatusCode::BAD_REQUEST, &why)
 }
 
 /// An FDB edit, on the blocking pool: it waits while a reload copies the table into a new one
@@ -701,7 +715,7 @@ fn bad_request(why: String) -> Response {
 async fn fdb_answer(s: &ApiState, change: FdbChange) -> Response {
     match blocking(s, move |c| c.fdb_change(change)).await {
         Ok(Ok(v)) => Json(v).into_response(),
-        Ok(Err(e)) => (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({"status": "error", "error": e}))).into_response(),
+        Ok(Err(e)) => json_error(StatusCode::UNPROCESSABLE_ENTITY, &e),
         Err(r) => r,
     }
 }
@@ -746,18 +760,19 @@ async fn config(State(s): State<ApiState>) -> Response {
 }
 
 async fn reload(State(s): State<ApiState>) -> Response {
-    let error = |code: StatusCode, e: &str| (code, Json(json!({"status": "error", "error": e}))).into_response();
     let rx = match s.control.start_reload() {
         Ok(rx) => rx,
         Err(ReloadBusy::InProgress) => {
-            return error(StatusCode::CONFLICT, "reload in progress: try again when it has finished")
+            return json_error(StatusCode::CONFLICT, "reload in progress: try again when it has finished")
         }
-        Err(ReloadBusy::ShuttingDown) => return error(StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down"),
+        Err(ReloadBusy::ShuttingDown) => {
+            return json_error(StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down")
+        }
     };
     match rx.await {
         Ok(Ok(summary)) => (StatusCode::OK, Json(json!({"status": "ok", "summary": summary}))).into_response(),
-        Ok(Err(e)) => error(change_error_status(&e), &e),
-        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the control thread ended before the reload finished"),
+        Ok(Err(e)) => json_error(change_error_status(&e), &e),
+        Err(_) => json_error(StatusCode::SERVICE_UNAVAILABLE, "the control thread ended before the reload finished"),
     }
 }
 
@@ -768,26 +783,27 @@ async fn shadow(State(s): State<ApiState>) -> Response {
 /// `POST /api/v1/ports/{port}/shadow/promote` or `.../discard`.
 async fn shadow_action(State(s): State<ApiState>, Path((port, action)): Path<(String, String)>) -> Response {
     use crate::dataplane::ShadowOp;
-    let error = |code: StatusCode, e: &str| (code, Json(json!({"status": "error", "error": e}))).into_response();
     let op = match action.as_str() {
         "promote" => ShadowOp::Promote,
         "discard" => ShadowOp::Discard,
-        _ => return error(StatusCode::NOT_FOUND, &format!("no shadow action `{action}`: promote or discard")),
+        _ => return json_error(StatusCode::NOT_FOUND, &format!("no shadow action `{action}`: promote or discard")),
     };
     let rx = match s.control.start_shadow(port, op) {
         Ok(rx) => rx,
         Err(ReloadBusy::InProgress) => {
-            return error(
+            return json_error(
                 StatusCode::CONFLICT,
                 "a reload or shadow change is in progress: try again when it has finished",
             )
         }
-        Err(ReloadBusy::ShuttingDown) => return error(StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down"),
+        Err(ReloadBusy::ShuttingDown) => {
+            return json_error(StatusCode::SERVICE_UNAVAILABLE, "the daemon is shutting down")
+        }
     };
     match rx.await {
         Ok(Ok(answer)) => (StatusCode::OK, Json(answer)).into_response(),
-        Ok(Err(e)) => error(change_error_status(&e), &e),
-        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the control thread ended before the change finished"),
+        Ok(Err(e)) => json_error(change_error_status(&e), &e),
+        Err(_) => json_error(StatusCode::SERVICE_UNAVAILABLE, "the control thread ended before the change finished"),
     }
 }
 

@@ -23,8 +23,8 @@ use wasmswitch_core::wire::MacAddr;
 use wasmswitch_core::PortId;
 
 use crate::api::{
-    router, ApiState, Control, ControlStats, FdbChange, Limits, ReloadBusy, ReloadOutcome, ReloadResult, ShadowResult,
-    APPLIED_LATE,
+    applied_late, router, ApiState, Control, ControlStats, FdbChange, Limits, ReloadBusy, ReloadOutcome, ReloadResult,
+    ShadowResult, APPLIED_LATE,
 };
 use crate::config::diff::Plan;
 use crate::config::l2::StaticEntry;
@@ -780,7 +780,7 @@ fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, stats: Arc<Cont
                 let op_name = if matches!(op, ShadowOp::Promote) { "promote" } else { "discard" };
                 match &result {
                     // Applied, but not everywhere in time: the switch's own trouble.
-                    Err(e) if e.starts_with(APPLIED_LATE) => log::error!("port `{port}`: shadow {op_name} {e}"),
+                    Err(e) if applied_late(e) => log::error!("port `{port}`: shadow {op_name} {e}"),
                     // A refusal changed nothing: the client's to act on, not a fault.
                     Err(e) => log::warn!("port `{port}`: shadow {op_name} refused: {e}"),
                     Ok(_) => {}
@@ -799,7 +799,7 @@ fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, stats: Arc<Cont
                 ReloadOutcome::Applied
             }
             // Applied, but not everywhere in time: the switch's own trouble.
-            Err(e) if e.starts_with(APPLIED_LATE) => {
+            Err(e) if applied_late(e) => {
                 log::error!("reload {e}");
                 ReloadOutcome::Late
             }

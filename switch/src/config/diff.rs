@@ -218,9 +218,10 @@ pub fn plan(old: &Config, new: &Config) -> Plan {
 }
 
 /// A port's (or the host port's) `vlan:` when the file leaves it out, as the typed config
-/// serializes it: `{mode: access, vid: 1}`.
+/// serializes it: an access port of [`Vid::DEFAULT`](wasmswitch_core::vlan::Vid::DEFAULT).
 fn default_vlan() -> Value {
-    serde_saphyr::from_str::<super::l2::VlanSection>("{mode: access, vid: 1}")
+    let text = format!("{{mode: access, vid: {}}}", wasmswitch_core::vlan::Vid::DEFAULT.get());
+    serde_saphyr::from_str::<super::l2::VlanSection>(&text)
         .ok()
         .and_then(|v| serde_json::to_value(v).ok())
         .unwrap_or(Value::Null)
