@@ -214,6 +214,15 @@ impl PoolCache {
         &self.cache
     }
 
+    /// Starts loading the line at `offset` into each of the next `n` frames [`PoolCache::alloc`]
+    /// hands out (the cache's top), for a caller about to write there.
+    #[inline]
+    pub fn prefetch_next(&self, n: usize, offset: u64) {
+        for &a in self.cache.iter().rev().take(n) {
+            self.shared.umem.prefetch(a + offset);
+        }
+    }
+
     /// Allocates one frame (its base address), or `None` when the pool is exhausted.
     #[inline]
     pub fn alloc(&mut self) -> Option<u64> {
