@@ -707,7 +707,7 @@ impl MetricsSource for PluginMetrics {
             l
         };
         type Pick = fn(&PluginStats) -> u64;
-        let counters: [(&str, &str, Pick); 7] = [
+        let counters: [(&str, &str, Pick); 8] = [
             (
                 "wasmswitch_plugin_batches",
                 "Batches the plugin answered for, itself or (faulted, quarantined) by its on_error policy.",
@@ -734,6 +734,11 @@ impl MetricsSource for PluginMetrics {
             ("wasmswitch_plugin_reinstantiations", "Fresh plugin instances made after faults.", |s| {
                 s.reinstantiations.get()
             }),
+            (
+                "wasmswitch_plugin_wall_overruns",
+                "Plugin calls whose wall time passed twice their deadline (the worker descheduled, or code no epoch check stops); the next calls are measured in CPU time.",
+                |s| s.wall_overruns.get(),
+            ),
             (
                 "wasmswitch_plugin_quarantine_lifted",
                 "Quarantines lifted by a reload (the plugin runs again; its counters carry on).",

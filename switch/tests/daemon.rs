@@ -404,6 +404,7 @@ fn plugin_hot_reload_applies_new_verdicts_without_restart() {
     for name in [
         "wasmswitch_plugin_log_suppressed_total{",
         "wasmswitch_plugin_quarantine_lifted_total{",
+        "wasmswitch_plugin_wall_overruns_total{",
         "wasmswitch_plugin_events_total{",
     ] {
         assert!(m1.contains(name), "{name} exported");

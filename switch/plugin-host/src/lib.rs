@@ -54,7 +54,7 @@ pub use engine::{deadline_as_enforced, read_regular_file, EngineOptions, PluginE
 pub use sandbox::HostState;
 pub use smoke::{smoke_frames, SlowestBatch, SmokeFrame, SmokeReport, NEAR_DEADLINE};
 pub use spec::{Bytes, ErrorKind, OnError, PluginError, PluginSpec};
-pub use stage::{stage_from_file, PluginFactory, WasmStage, INIT_DEADLINE};
+pub use stage::{stage_from_file, PluginFactory, WasmStage, CPU_WATCH_CALLS, INIT_DEADLINE};
 // The modules see each other's crate-visible items through `use super::*` (the public ones
 // come through the `pub use`s above).
 use sandbox::*;

@@ -220,6 +220,7 @@ impl PluginFactory {
             buf: Vec::new(),
             ticks: deadline_ticks(self.spec.deadline, self.engine.opts.epoch_tick),
             cpu_watch: 0,
+            cpu_watch_len: 0,
         }
     }
 }
@@ -310,6 +311,9 @@ pub struct WasmStage {
     pub(crate) ticks: u64,
     /// Calls left to measure in CPU time (see [`CPU_WATCH_CALLS`]).
     pub(crate) cpu_watch: u32,
+    /// How many calls the next unmeasured overrun makes measured: 0 before the first, then
+    /// doubled by each (see [`CPU_WATCH_CALLS`]).
+    pub(crate) cpu_watch_len: u32,
 }
 
 /// Calls measured in thread CPU time after one whose wall time passed twice its deadline.
@@ -319,7 +323,9 @@ pub struct WasmStage {
 /// which costs one load per call; but that is wall time, which a descheduled worker also
 /// spends. So the next calls read the thread's CPU clock before and after (two syscalls, some
 /// 1 µs: too dear for every batch), and one that used more than twice its deadline of CPU is
-/// a `deadline` fault.
+/// a `deadline` fault. Each overrun on a call that was not measured doubles how many calls the
+/// next watch measures, for the instance's life: a plugin that overruns once per watch, just
+/// after each ends, would otherwise stall its worker that often and never be faulted.
 pub const CPU_WATCH_CALLS: u32 = 64;
 
 impl WasmStage {
@@ -427,15 +433,31 @@ impl WasmStage {
             self.cpu_watch -= 1;
             CpuWatch::start(self.factory.engine.opts.epoch_tick * self.ticks as u32)
         });
+        let measured = watch.is_some();
         let start = clock.load(Ordering::Relaxed);
         let result = live.process(self.ticks, &self.buf, verdicts, &self.stats, watch);
         // More ticks than twice the deadline, plus the one a call may start just before.
         if clock.load(Ordering::Relaxed).wrapping_sub(start) > 2 * self.ticks + 1 {
-            self.cpu_watch = CPU_WATCH_CALLS;
+            self.wall_overrun(measured);
         }
         if let Err((reason, why)) = result {
             self.fault(reason, &why, verdicts);
         }
+    }
+}
+
+impl WasmStage {
+    /// A call's wall time passed twice its deadline: the worker was descheduled, or the guest
+    /// ran code no epoch check stops. A measured call has had its CPU time judged; after one
+    /// that was not, the next calls are measured, more of them each time.
+    #[cold]
+    fn wall_overrun(&mut self, measured: bool) {
+        self.stats.wall_overruns.inc();
+        if !measured {
+            self.cpu_watch_len =
+                if self.cpu_watch_len == 0 { CPU_WATCH_CALLS } else { self.cpu_watch_len.saturating_mul(2) };
+        }
+        self.cpu_watch = self.cpu_watch.max(self.cpu_watch_len);
     }
 }
 

@@ -74,6 +74,8 @@ pub struct PluginStats {
     pub quarantine_lifted: Counter,
     /// TSC cycles spent in batch calls (encode + call + decode).
     pub call_cycles: Counter,
+    /// Calls whose wall time passed twice their deadline (see `stage::CPU_WATCH_CALLS`).
+    pub wall_overruns: Counter,
     /// The plugin's own counters.
     pub named: NamedCounters,
 }
@@ -115,6 +117,7 @@ impl PluginStats {
             (&self.log_suppressed, &other.log_suppressed),
             (&self.quarantine_lifted, &other.quarantine_lifted),
             (&self.call_cycles, &other.call_cycles),
+            (&self.wall_overruns, &other.wall_overruns),
         ];
         for (a, b) in pairs {
             a.add(b.get());

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use wasmswitch_core::verdict::Verdict;
-use wasmswitch_plugin_host::{EngineOptions, ErrorKind, FaultReason, OnError, PluginEngine, PluginSpec};
+use wasmswitch_plugin_host::{
+    EngineOptions, ErrorKind, FaultReason, OnError, PluginEngine, PluginSpec, CPU_WATCH_CALLS,
+};
 use wasmswitch_plugin_sdk::harness;
 
 fn spec(name: &str, path: std::path::PathBuf, config: &str) -> PluginSpec {
@@ -288,6 +290,39 @@ fn a_bulk_memory_instruction_past_the_deadline_is_a_deadline_fault() {
         assert_eq!(b.run(&mut st), vec![Verdict::Pass; 4]);
     }
     assert_eq!(st.stats().faults_total(), 0);
+}
+
+/// A plugin that overruns once per watch, just after each watch ends, is not measured when it
+/// overruns: each such overrun makes the next watch twice as long, so a later one falls inside
+/// a watch and is a fault (with watches of a fixed 64 calls, calls 1, 66, 131, ... never were).
+#[test]
+fn overrunning_just_after_each_watch_is_still_a_deadline_fault() {
+    // Call number c (from 1) in memory at 48; a 256 MiB fill on calls 1, 66, 131, 196, ...
+    let dodge = "(i32.store (i32.const 48) (i32.add (i32.load (i32.const 48)) (i32.const 1)))
+        (if (i32.eq (i32.rem_u (i32.load (i32.const 48)) (i32.const 65)) (i32.const 1))
+          (then
+            (if (i32.lt_u (memory.size) (i32.const 4097)) (then (drop (memory.grow (i32.const 4096)))))
+            (memory.fill (i32.const 65536) (i32.const 7) (i32.const 268435456))))
+        (call $ok (local.get $p))";
+    assert_eq!(CPU_WATCH_CALLS, 64, "the guest dodges watches of 64 calls");
+    let mut s = spec("dodge", write("dodge.wasm", &component(&guest(dodge), None)), "");
+    s.deadline = Duration::from_millis(1);
+    s.memory_limit = 300 << 20;
+    s.on_error = OnError::Drop;
+    let mut st = engine().compile(&s).unwrap().instantiate(0).unwrap();
+    let b = TestBatch::new(&frames(4), 0);
+    let mut faulted_at = None;
+    for call in 1..=400 {
+        b.run(&mut st);
+        if st.stats().faults_total() > 0 {
+            faulted_at = Some(call);
+            break;
+        }
+    }
+    let overruns = st.stats().wall_overruns.get();
+    assert!(faulted_at.is_some(), "no fault in 400 calls (fills on 7 of them; {overruns} overruns seen)");
+    assert_eq!(st.stats().faults(FaultReason::Deadline).get(), 1);
+    assert!(overruns >= 2, "the fills before the fault were seen by their wall time: {overruns}");
 }
 
 #[test]
