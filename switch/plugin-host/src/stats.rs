@@ -1,5 +1,6 @@
 //! Per-plugin, per-worker counters, read by the daemon's metrics collector.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use wasmswitch_core::counter::{Counter, Gauge};
@@ -136,12 +137,18 @@ impl PluginStats {
 #[derive(Debug)]
 pub struct NamedCounters {
     names: Mutex<Vec<String>>,
+    /// How many names are registered: an id at or past it names no counter.
+    registered: AtomicUsize,
     values: Box<[Counter]>,
 }
 
 impl Default for NamedCounters {
     fn default() -> Self {
-        Self { names: Mutex::new(Vec::new()), values: (0..MAX_NAMED).map(|_| Counter::default()).collect() }
+        Self {
+            names: Mutex::new(Vec::new()),
+            registered: AtomicUsize::new(0),
+            values: (0..MAX_NAMED).map(|_| Counter::default()).collect(),
+        }
     }
 }
 
@@ -163,16 +170,20 @@ impl NamedCounters {
             return Err(format!("too many counters (at most {MAX_NAMED})"));
         }
         names.push(name.to_owned());
+        self.registered.store(names.len(), Ordering::Release);
         Ok(names.len() as u32 - 1)
     }
 
-    /// Adds to counter `id` (the owning worker only). Unknown ids are ignored. Saturating: a
-    /// plugin's delta is whatever it says, and a wrapping sum would read as the counter going
-    /// backwards (a reset, to Prometheus).
+    /// Adds to counter `id` (the owning worker only). Unknown ids are ignored, also those below
+    /// the limit that no name has yet: a delta parked there would show up in the series of the
+    /// name registered there later. Saturating: a plugin's delta is whatever it says, and a
+    /// wrapping sum would read as the counter going backwards (a reset, to Prometheus).
     #[inline]
     pub fn add(&self, id: u32, delta: u64) {
-        if let Some(c) = self.values.get(id as usize) {
-            c.add_saturating(delta);
+        if (id as usize) < self.registered.load(Ordering::Acquire) {
+            if let Some(c) = self.values.get(id as usize) {
+                c.add_saturating(delta);
+            }
         }
     }
 
@@ -204,5 +215,16 @@ mod tests {
         assert_eq!(n.get("w"), Some(u64::MAX));
         n.add(99, 1);
         assert_eq!(n.snapshot(), vec![("w".to_string(), u64::MAX)], "an unknown id is ignored");
+    }
+
+    #[test]
+    fn a_delta_to_an_unregistered_id_is_not_kept_for_a_later_name() {
+        let n = NamedCounters::default();
+        n.register("a").unwrap();
+        n.add(1, 1000);
+        let b = n.register("b").unwrap();
+        assert_eq!(b, 1);
+        n.add(b, 3);
+        assert_eq!(n.get("b"), Some(3), "b starts at 0, not at what was sent to its id before");
     }
 }
