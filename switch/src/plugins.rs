@@ -211,9 +211,12 @@ pub fn stages(
                 r.port == *name && r.role == Role::Live && r.name() == f.spec().name && r.factory.same_plugin(f)
             })
         };
+        // The id the port's frames will carry (`in-port`), which a reload can set apart from
+        // its position in the file.
+        let in_port = id_of(name).unwrap_or(index as PortId);
         for f in c.live.iter().filter(|f| smoke == Smoke::All || !running_as_is(f)) {
             let report = f
-                .smoke_batch(index as u16, cfg.switch.batch.value)
+                .smoke_batch(in_port, cfg.switch.batch.value)
                 .map_err(|e| anyhow::anyhow!("port `{name}`: {e} (the smoke run of `wasmswitch check`)"))?;
             if let Some(w) = report.near_deadline() {
                 log::warn!("port `{name}`, plugin `{}`: {w}", f.spec().name);

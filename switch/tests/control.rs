@@ -687,3 +687,43 @@ fn reload_changes_the_batch_size_live() {
     let (_, ok, err) = terminate(child);
     assert!(ok, "{err}");
 }
+
+/// A plugin's smoke run sees the port id it will see in traffic (the batch header's `in-port`),
+/// not the port's position in the file: after a reload removed p1, p2 keeps id 2 at position 1.
+#[test]
+fn the_smoke_run_passes_the_port_id_not_the_position() {
+    let dir = Scratch::new("smoke-id");
+    let port = free_port();
+    let cfg = dir.path("sim.yaml");
+    let ports = |names: &[&str], plugin: &str| {
+        let mut y =
+            format!("switch:\n  mode: l2\nmetrics:\n  listen: 127.0.0.1:{port}\nworkers:\n  - idle: sleep\nports:\n");
+        for n in names {
+            y += &format!("  - name: {n}\n    driver: sim\n    sim: {{}}\n");
+            if *n == "p2" {
+                y += plugin;
+            }
+        }
+        y
+    };
+    std::fs::write(&cfg, ports(&["p0", "p1", "p2"], "")).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    let reload = |yaml: String| {
+        std::fs::write(&cfg, yaml).unwrap();
+        http(port, "POST", "/api/v1/reload").unwrap()
+    };
+    let (st, body) = reload(ports(&["p0", "p2"], ""));
+    assert_eq!(st, 200, "{body}");
+    // Traps unless the batch comes from port id 2.
+    let body = "(if (i32.ne (i32.load16_u offset=8 (local.get 0)) (i32.const 2)) (then unreachable))
+         (local.set 1 (i32.mul (i32.load16_u offset=2 (local.get 0)) (i32.const 4)))
+         (i32.store (i32.const 32) (i32.const 32768))
+         (i32.store (i32.const 36) (local.get 1))
+         (memory.fill (i32.const 32768) (i32.const 0) (local.get 1))
+         (return (i32.const 32))";
+    std::fs::write(dir.path("only2.wasm"), plugin_with_process(body)).unwrap();
+    let (st, body) = reload(ports(&["p0", "p2"], "    plugins:\n      - name: only2\n        path: only2.wasm\n"));
+    assert_eq!(st, 200, "the smoke run of p2's plugin saw another in-port: {body}");
+    let (_, ok, err) = terminate(child);
+    assert!(ok, "{err}");
+}
