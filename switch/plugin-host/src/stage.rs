@@ -130,6 +130,9 @@ impl PluginFactory {
                 }
             )
         };
+        // One bound for instantiation (a core module's start function) and init together, as
+        // the message above says: the watch notes the CPU clock here, once.
+        store.data_mut().deadline.arm();
         let instance = self.pre.instantiate(&mut *store).map_err(|e| {
             let m = if let Some(r) = store.data().limiter.denied {
                 match r {
@@ -157,7 +160,6 @@ impl PluginFactory {
             err(spec, ErrorKind::WrongWorld, format!("export `process` has the wrong type: {}", wt(&e)))
         })?;
         store.set_epoch_deadline(init_ticks);
-        store.data_mut().deadline.arm();
         match init.call(&mut *store, (spec.config.as_str(),)) {
             Ok((Ok(()),)) => {}
             Ok((Err(msg),)) => {

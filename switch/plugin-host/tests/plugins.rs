@@ -505,6 +505,31 @@ fn init_runs_under_its_own_deadline() {
     );
 }
 
+/// Instantiation (a core module's start function) and `init` share the one bound the error
+/// names: a start function that spins for a while does not give init a fresh second.
+#[test]
+fn a_start_function_and_init_share_one_bound() {
+    let init = r#"(func (export "init") (param $p i32) (param $len i32) (result i32)"#;
+    // Some 0.7 s of CPU here in the start function (under the bound on its own), then an
+    // init that spins until stopped.
+    let spin = guest("(call $ok (local.get $p))").replace(init, &format!("{init} (loop $l (br $l))")).replacen(
+        "(memory (export \"memory\") 1)",
+        "(memory (export \"memory\") 1)
+  (func $start (local $i i64) (local.set $i (i64.const 3500000000))
+    (loop $l (local.set $i (i64.sub (local.get $i) (i64.const 1))) (br_if $l (i64.ne (local.get $i) (i64.const 0)))))
+  (start $start)",
+        1,
+    );
+    assert!(spin.contains("(start $start)"));
+    let e = engine().compile(&spec("slow-start", write("slow-start.wasm", &component(&spin, None)), "")).err().unwrap();
+    let msg = e.to_string();
+    assert!(msg.contains("instantiation and init may use 1000 ms of CPU"), "{msg}");
+    let ran: u64 = msg.split("it ran ").nth(1).and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+    // Stopped at 1 to 1.25 s of CPU in all (as `init_runs_under_its_own_deadline` allows, up to
+    // 1.6 s); with a bound per phase it ran the start's time more.
+    assert!(ran < 1600, "ran {ran} ms of CPU in instantiation and init against one 1000 ms bound: {msg}");
+}
+
 #[test]
 fn a_fault_is_followed_by_a_fresh_working_instance() {
     // Traps on a batch of exactly one packet, works otherwise.
