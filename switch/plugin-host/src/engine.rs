@@ -76,7 +76,7 @@ impl PluginEngine {
             let mut host = root.instance(abi::HOST_INTERFACE).map_err(|e| wt(&e))?;
             host.func_wrap("log", host_log).map_err(|e| wt(&e))?;
             // The name as a view of the guest's memory: a name of many MiB is not copied out
-            // (nor back in an error), only checked.
+            // (nor back in an error), only checked; UTF-8 only (`refuse_utf16_strings`).
             host.func_wrap("register-counter", |cx: StoreContextMut<'_, HostState>, (name,): (WasmStr,)| {
                 let name = name.to_str(&cx)?;
                 Ok((cx.data().stats.named.register(&name),))
@@ -231,6 +231,7 @@ impl PluginEngine {
                 &read[..]
             }
         };
+        refuse_utf16_strings(bytes).map_err(|m| err(spec, ErrorKind::WrongWorld, m))?;
         let (component, from_cache) = self.load_component(spec, bytes)?;
         let ty = component.component_type();
 
@@ -345,4 +346,27 @@ pub fn read_regular_file(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
         ));
     }
     Ok(data)
+}
+
+/// Refuses a component that passes strings as UTF-16 (or compact UTF-16) across its boundary.
+/// The host reads a guest's string (`log`, `register-counter`) before checking its length: a
+/// UTF-8 string is read in place, but a UTF-16 one is transcoded whole into host memory, so a
+/// guest could make the host allocate twice its own memory per call. Rust, C (`wit-bindgen`)
+/// and the usual componentize tools pass UTF-8.
+fn refuse_utf16_strings(bytes: &[u8]) -> Result<(), String> {
+    use wasmparser::{CanonicalFunction, CanonicalOption, Payload};
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        // What does not parse is left to the compiler, whose message names it.
+        let Ok(Payload::ComponentCanonicalSection(section)) = payload else { continue };
+        for f in section.into_iter().flatten() {
+            let options = match &f {
+                CanonicalFunction::Lift { options, .. } | CanonicalFunction::Lower { options, .. } => options,
+                _ => continue,
+            };
+            if options.iter().any(|o| matches!(o, CanonicalOption::UTF16 | CanonicalOption::CompactUTF16)) {
+                return Err("refused: it passes strings as UTF-16; plugins pass them as UTF-8 (the host reads a UTF-16 string whole before it can check its length)".into());
+            }
+        }
+    }
+    Ok(())
 }

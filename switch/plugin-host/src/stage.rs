@@ -19,7 +19,9 @@ pub(crate) struct Live {
     pub(crate) process: Func,
 }
 
-pub(crate) type InitFn = TypedFunc<(&'static str,), (Result<(), String>,)>;
+/// `init`'s error comes as a `WasmStr`, read in place and cut to one line, where a `String`
+/// would copy all of it (up to the guest's whole memory) first.
+pub(crate) type InitFn = TypedFunc<(&'static str,), (Result<(), WasmStr>,)>;
 pub(crate) type ProcessFn<'a> = TypedFunc<(&'a [u8],), (WasmList<u8>,)>;
 
 impl PluginFactory {
@@ -163,7 +165,10 @@ impl PluginFactory {
         match init.call(&mut *store, (spec.config.as_str(),)) {
             Ok((Ok(()),)) => {}
             Ok((Err(msg),)) => {
-                let msg = crate::sandbox::one_line(&msg, INIT_ERROR_MAX_LEN);
+                let msg = match msg.to_str(&*store) {
+                    Ok(m) => crate::sandbox::one_line(&m, INIT_ERROR_MAX_LEN),
+                    Err(e) => format!("(an error that is not a string: {})", wt(&e)),
+                };
                 return Err(err(spec, ErrorKind::Init, format!("init refused the config: {msg}")));
             }
             Err(e) => {

@@ -325,6 +325,24 @@ fn overrunning_just_after_each_watch_is_still_a_deadline_fault() {
     assert!(overruns >= 2, "the fills before the fault were seen by their wall time: {overruns}");
 }
 
+/// A component that passes strings as UTF-16 is refused at load: the host would transcode a
+/// `log` line or counter name whole before checking its length. The same module with UTF-8
+/// strings loads.
+#[test]
+fn a_component_with_utf16_strings_is_refused() {
+    let body = guest("(call $ok (local.get $p))");
+    let utf8 = write("utf8.wasm", &component_with_strings(&body, None, wit_component::StringEncoding::UTF8));
+    engine().compile(&spec("utf8", utf8, "")).expect("UTF-8 strings load");
+    for (name, encoding) in
+        [("utf16", wit_component::StringEncoding::UTF16), ("latin1", wit_component::StringEncoding::CompactUTF16)]
+    {
+        let path = write(&format!("{name}.wasm"), &component_with_strings(&body, None, encoding));
+        let e = engine().compile(&spec(name, path, "")).err().expect("refused");
+        assert_eq!(e.kind, ErrorKind::WrongWorld, "{e}");
+        assert!(e.to_string().contains("passes strings as UTF-16"), "{e}");
+    }
+}
+
 #[test]
 fn memory_bomb_is_capped() {
     let bomb = "(loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) (unreachable)";

@@ -109,6 +109,11 @@ pub fn engine() -> Arc<PluginEngine> {
 
 /// Wraps a core module (WAT) into a component of `wit` (the real world when `None`).
 pub fn component(core_wat: &str, wit: Option<&str>) -> Vec<u8> {
+    component_with_strings(core_wat, wit, wit_component::StringEncoding::UTF8)
+}
+
+/// [`component`] whose strings cross the boundary in `encoding`.
+pub fn component_with_strings(core_wat: &str, wit: Option<&str>, encoding: wit_component::StringEncoding) -> Vec<u8> {
     let mut resolve = wit_parser::Resolve::default();
     let pkg = match wit {
         None => resolve.push_dir(repo().join("wit")).unwrap().0,
@@ -116,7 +121,7 @@ pub fn component(core_wat: &str, wit: Option<&str>) -> Vec<u8> {
     };
     let world = resolve.select_world(&[pkg], None).unwrap();
     let mut module = wat::parse_str(core_wat).unwrap();
-    wit_component::embed_component_metadata(&mut module, &resolve, world, wit_component::StringEncoding::UTF8).unwrap();
+    wit_component::embed_component_metadata(&mut module, &resolve, world, encoding).unwrap();
     wit_component::ComponentEncoder::default().module(&module).unwrap().validate(true).encode().unwrap()
 }
 
