@@ -25,6 +25,19 @@ fn sim_yaml(port: u16) -> String {
     std::fs::read_to_string(repo("configs/sim.yaml")).unwrap().replace("127.0.0.1:9187", &format!("127.0.0.1:{port}"))
 }
 
+/// A `process` body that traps where the WAT condition `trap_if` holds on the batch (local 0)
+/// and otherwise passes every packet.
+fn pass_all_unless(trap_if: &str) -> String {
+    format!(
+        "(if {trap_if} (then unreachable))
+         (local.set 1 (i32.mul (i32.load16_u offset=2 (local.get 0)) (i32.const 4)))
+         (i32.store (i32.const 32) (i32.const 32768))
+         (i32.store (i32.const 36) (local.get 1))
+         (memory.fill (i32.const 32768) (i32.const 0) (local.get 1))
+         (return (i32.const 32))"
+    )
+}
+
 /// Starts the daemon on `cfg` with its own plugin cache (so nothing compiled by another test
 /// is reused) and waits until it is healthy.
 /// A daemon on `configs/sim.yaml` in a fresh scratch folder: (folder, config path, port, child).
@@ -660,12 +673,7 @@ fn reload_changes_the_batch_size_live() {
     // A plugin that traps on batches of more than 64 packets runs fine at 64; raising the batch
     // puts every live plugin through the smoke run at the new size, so the reload is refused by
     // the plugin's name and the batch stays.
-    let body = "(if (i32.gt_u (i32.load16_u offset=2 (local.get 0)) (i32.const 64)) (then unreachable))
-         (local.set 1 (i32.mul (i32.load16_u offset=2 (local.get 0)) (i32.const 4)))
-         (i32.store (i32.const 32) (i32.const 32768))
-         (i32.store (i32.const 36) (local.get 1))
-         (memory.fill (i32.const 32768) (i32.const 0) (local.get 1))
-         (return (i32.const 32))";
+    let body = &pass_all_unless("(i32.gt_u (i32.load16_u offset=2 (local.get 0)) (i32.const 64))");
     std::fs::write(dir.path("small.wasm"), plugin_with_process(body)).unwrap();
     let with_plugin = |batch: u32| {
         base.replace("  mode: l2\n", &format!("  mode: l2\n  batch: {batch}\n")).replace(
@@ -715,12 +723,7 @@ fn the_smoke_run_passes_the_port_id_not_the_position() {
     let (st, body) = reload(ports(&["p0", "p2"], ""));
     assert_eq!(st, 200, "{body}");
     // Traps unless the batch comes from port id 2.
-    let body = "(if (i32.ne (i32.load16_u offset=8 (local.get 0)) (i32.const 2)) (then unreachable))
-         (local.set 1 (i32.mul (i32.load16_u offset=2 (local.get 0)) (i32.const 4)))
-         (i32.store (i32.const 32) (i32.const 32768))
-         (i32.store (i32.const 36) (local.get 1))
-         (memory.fill (i32.const 32768) (i32.const 0) (local.get 1))
-         (return (i32.const 32))";
+    let body = &pass_all_unless("(i32.ne (i32.load16_u offset=8 (local.get 0)) (i32.const 2))");
     std::fs::write(dir.path("only2.wasm"), plugin_with_process(body)).unwrap();
     let (st, body) = reload(ports(&["p0", "p2"], "    plugins:\n      - name: only2\n        path: only2.wasm\n"));
     assert_eq!(st, 200, "the smoke run of p2's plugin saw another in-port: {body}");
