@@ -774,7 +774,7 @@ impl Pipeline {
         // The copies (those in the frame's own group) take the frames on top of its pool's
         // cache: their lines start loading while the members are found.
         let pool = &self.pools[f.pool as usize];
-        pool.prefetch_next(FLOOD_PREFETCH, f.d.addr - pool.umem().frame_base(f.d.addr));
+        pool.prefetch_next(FLOOD_PREFETCH, pool.umem().frame_offset(f.d.addr));
         let Some(last) = self.ports.iter().enumerate().rposition(|(q, s)| member(q, s)) else {
             self.drop_frame(pi, f.pool, f.d.addr, DropReason::NoEgress);
             return;
@@ -1007,7 +1007,7 @@ fn egress_form(umem: &Umem, f: Frame, untagged: bool) -> Option<Desc> {
             ethernet::pop_tag(frame).then_some(Desc { addr: d.addr + tag, len: d.len - tag as u32, ..d })
         }
         (false, false) => {
-            if d.addr - umem.frame_base(d.addr) < tag {
+            if umem.frame_offset(d.addr) < tag {
                 return None;
             }
             // SAFETY: as above; the 4 bytes before the packet are the same frame's headroom,
@@ -1025,7 +1025,7 @@ fn egress_form(umem: &Umem, f: Frame, untagged: bool) -> Option<Desc> {
 fn duplicate(from: &Umem, pool: &mut PoolCache, d: Desc) -> Option<Desc> {
     let copy = pool.alloc()?;
     let to = pool.umem();
-    let off = d.addr - from.frame_base(d.addr);
+    let off = from.frame_offset(d.addr);
     let len = d.len as usize;
     // SAFETY: `d`'s frame is held by this worker and only read while this slice lives.
     let src = unsafe { from.bytes(d.addr, len) };

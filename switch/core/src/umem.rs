@@ -86,6 +86,12 @@ impl Umem {
         addr & !(self.frame_size as u64 - 1)
     }
 
+    /// How far `addr` lies into its frame (a packet's headroom, when `addr` is its start).
+    #[inline]
+    pub fn frame_offset(&self, addr: u64) -> u64 {
+        addr & (self.frame_size as u64 - 1)
+    }
+
     /// The index of the frame that contains `addr`.
     #[inline]
     pub fn frame_index(&self, addr: u64) -> u32 {
@@ -113,7 +119,7 @@ impl Umem {
         // The region is whole frames, so a range that starts inside it and does not run past
         // the end of its own frame lies inside it (an empty range may also sit at the very end).
         // Checked per frame read on the datapath: no wide arithmetic.
-        let off = (addr & (self.frame_size as u64 - 1)) as usize;
+        let off = self.frame_offset(addr) as usize;
         let starts_inside = addr < self.len as u64 || (len == 0 && addr == self.len as u64);
         starts_inside && len <= self.frame_size as usize - off
     }

@@ -451,9 +451,7 @@ impl WasmStage {
             self.fault(reason, &why, verdicts);
         }
     }
-}
 
-impl WasmStage {
     /// A call's wall time passed twice its deadline: the worker was descheduled, or the guest
     /// ran code no epoch check stops. A measured call has had its CPU time judged; after one
     /// that was not, the next calls are measured, more of them each time.

@@ -180,10 +180,9 @@ impl NamedCounters {
     /// wrapping sum would read as the counter going backwards (a reset, to Prometheus).
     #[inline]
     pub fn add(&self, id: u32, delta: u64) {
-        if (id as usize) < self.registered.load(Ordering::Acquire) {
-            if let Some(c) = self.values.get(id as usize) {
-                c.add_saturating(delta);
-            }
+        let registered = &self.values[..self.registered.load(Ordering::Acquire)];
+        if let Some(c) = registered.get(id as usize) {
+            c.add_saturating(delta);
         }
     }
 
