@@ -474,6 +474,12 @@ impl Chain {
                 stage.lift_quarantine();
             }
         }
+        // The replaced stages stop counting here: each new one takes their counters over now
+        // (with what its `init` counted in staging), not at its first batch, which an idle
+        // port may never see.
+        for stage in &mut self.stages {
+            stage.install();
+        }
     }
 
     fn bad_redirect(&mut self, port: &str, packet: usize, to: PortId) {

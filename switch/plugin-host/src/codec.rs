@@ -34,9 +34,16 @@ pub fn encode_batch(batch: &BatchView<'_>, header_bytes: usize, buf: &mut Vec<u8
 
 /// Decodes a `process` result for `out.len()` packets: the verdict records into `out`
 /// (counting kinds once per batch), then the counter-delta trailer into the plugin's named
-/// counters. `Err` when a length is wrong or a kind is unknown: then no counter is touched,
-/// but `out` may be partly written (the caller applies the plugin's policy to all of it).
-pub fn decode_verdicts(bytes: &[u8], out: &mut [Verdict], stats: &PluginStats) -> Result<(), String> {
+/// counters (`ids`: the instance's counter ids as `stats` numbers them, `None` when the same;
+/// see [`PluginStats::absorb_staged`]). `Err` when a length is wrong or a kind is unknown: then
+/// no counter is touched, but `out` may be partly written (the caller applies the plugin's
+/// policy to all of it).
+pub fn decode_verdicts(
+    bytes: &[u8],
+    out: &mut [Verdict],
+    stats: &PluginStats,
+    ids: Option<&[u32]>,
+) -> Result<(), String> {
     let (bytes, trailer) = abi::split_result(bytes, out.len())?;
     // One pass, kinds counted in locals: a `counts[kind] += 1` table would chain every packet
     // through the same memory slot (store-to-load forwarding) when most verdicts agree.
@@ -64,7 +71,7 @@ pub fn decode_verdicts(bytes: &[u8], out: &mut [Verdict], stats: &PluginStats) -
         };
     }
     for (id, delta) in abi::counter_deltas(trailer) {
-        stats.named.add(id, delta);
+        stats.named.add(crate::stats::counter_id(ids, id), delta);
     }
     stats.verdict_pass.add(out.len() as u64 - drop - redirect - host - host_copy);
     stats.verdict_drop.add(drop);
@@ -108,7 +115,7 @@ impl<P: wasmswitch_plugin_sdk::Plugin + Send> wasmswitch_core::verdict::VerdictS
         encode_batch(batch, self.header_bytes, &mut self.buf);
         let n = batch.descs.len().min(verdicts.len());
         let ok = wasmswitch_plugin_sdk::rt::run_batch(&mut self.plugin, &self.buf, &mut self.out).is_ok();
-        if !ok || decode_verdicts(&self.out, &mut verdicts[..n], &self.stats).is_err() {
+        if !ok || decode_verdicts(&self.out, &mut verdicts[..n], &self.stats, None).is_err() {
             verdicts[..n].fill(Verdict::Pass);
         }
     }

@@ -77,13 +77,15 @@ impl PluginEngine {
             host.func_wrap("log", host_log).map_err(|e| wt(&e))?;
             // The name as a view of the guest's memory: a name of many MiB is not copied out
             // (nor back in an error), only checked; UTF-8 only (`refuse_utf16_strings`).
-            host.func_wrap("register-counter", |cx: StoreContextMut<'_, HostState>, (name,): (WasmStr,)| {
+            host.func_wrap("register-counter", |mut cx: StoreContextMut<'_, HostState>, (name,): (WasmStr,)| {
                 let name = name.to_str(&cx)?;
-                Ok((cx.data().stats.named.register(&name),))
+                let id = cx.data().stats.named.register(&name);
+                drop(name);
+                Ok((id.map(|id| cx.data_mut().guest_counter_id(id)),))
             })
             .map_err(|e| wt(&e))?;
             host.func_wrap("counter-add", |cx: StoreContextMut<'_, HostState>, (id, delta): (u32, u64)| {
-                cx.data().stats.named.add(id, delta);
+                cx.data().counter_add(id, delta);
                 Ok(())
             })
             .map_err(|e| wt(&e))?;

@@ -24,6 +24,9 @@ pub struct HostState {
     pub(crate) name: Arc<str>,
     pub(crate) worker: usize,
     pub(crate) stats: Arc<PluginStats>,
+    /// The instance's counter ids as `stats` numbers them, when they differ (an instance that
+    /// registered its counters in staging; see [`PluginStats::absorb_staged`]).
+    pub(crate) counter_ids: Option<Vec<u32>>,
     pub(crate) limiter: Limiter,
     /// The plugin's log lines and the host's fault warnings for it, on this worker. Carried
     /// over to the fresh instance after a fault, so a plugin that faults in a loop does not
@@ -31,6 +34,26 @@ pub struct HostState {
     pub(crate) log: LogGate,
     pub(crate) clock_base: Instant,
     pub(crate) deadline: DeadlineWatch,
+}
+
+impl HostState {
+    /// The id the guest is given for counter `id` of `stats` (`register-counter`'s answer).
+    pub(crate) fn guest_counter_id(&mut self, id: u32) -> u32 {
+        let Some(ids) = &mut self.counter_ids else { return id };
+        // Mapped ids: the guest's id is its position in the map; a new name takes the next.
+        match ids.iter().position(|&i| i == id) {
+            Some(mine) => mine as u32,
+            None => {
+                ids.push(id);
+                ids.len() as u32 - 1
+            }
+        }
+    }
+
+    /// The guest's `counter-add`.
+    pub(crate) fn counter_add(&self, id: u32, delta: u64) {
+        self.stats.named.add(crate::stats::counter_id(self.counter_ids.as_deref(), id), delta);
+    }
 }
 
 /// Turns the epoch deadline (wall time) into a CPU-time deadline. The epoch ticks on wall

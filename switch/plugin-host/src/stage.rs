@@ -83,6 +83,7 @@ impl PluginFactory {
             name: spec.label().into(),
             worker,
             stats,
+            counter_ids: None,
             limiter: Limiter::new(spec.memory_limit),
             log: *log,
             clock_base: now,
@@ -190,22 +191,27 @@ impl PluginFactory {
 
     /// A stage for worker `worker` with fresh counters.
     pub fn instantiate(self: &Arc<Self>, worker: usize) -> Result<WasmStage, PluginError> {
-        self.instantiate_with_stats(worker, Arc::default())
+        let stats = Arc::<PluginStats>::default();
+        let live = self.new_instance(worker, stats.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
+        Ok(WasmStage { live: Some(live), ..self.deferred(worker, stats) })
     }
 
     /// A stage that keeps counting into `stats` (e.g. the previous version's, across a
-    /// reload, so the counters never go backwards). It starts unquarantined: at its first
-    /// batch it sets the `quarantined` gauge to 0 and, if the gauge was 1, counts a lifted
-    /// quarantine (on the worker, which owns the counters: the old stage may still run, and
-    /// even quarantine itself, until the new one is installed, or forever if the reload is
-    /// refused after this).
+    /// reload, so the counters never go backwards), from its install on the worker
+    /// ([`WasmStage::install`]). Until then the stage, and the old one it replaces, may both
+    /// be counting: the old one runs on until the install, or forever if the reload is
+    /// refused after this. So this instance's `init` counts into
+    /// [`PluginStats::staging`], never into `stats`, which only the worker writes; the install
+    /// adds what it counted. At the install it also sets the `quarantined` gauge to 0 and, if
+    /// the gauge was 1, counts a lifted quarantine.
     pub fn instantiate_with_stats(
         self: &Arc<Self>,
         worker: usize,
         stats: Arc<PluginStats>,
     ) -> Result<WasmStage, PluginError> {
-        let live = self.new_instance(worker, stats.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
-        Ok(WasmStage { live: Some(live), ..self.deferred(worker, stats) })
+        let staged = Arc::new(stats.staging());
+        let live = self.new_instance(worker, staged.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
+        Ok(WasmStage { live: Some(live), staged: Some(staged), ..self.deferred(worker, stats) })
     }
 }
 
@@ -220,6 +226,7 @@ impl PluginFactory {
             worker,
             live: None,
             stats,
+            staged: None,
             faults: 0,
             quarantined: false,
             fresh: true,
@@ -307,9 +314,12 @@ pub struct WasmStage {
     /// `None` after a fault until a fresh instance is made (at the next batch).
     pub(crate) live: Option<Live>,
     pub(crate) stats: Arc<PluginStats>,
+    /// What the instance counted before its install, when `stats` are shared with the stage
+    /// it replaces (see [`PluginFactory::instantiate_with_stats`]).
+    pub(crate) staged: Option<Arc<PluginStats>>,
     pub(crate) faults: u32,
     pub(crate) quarantined: bool,
-    /// Until the first batch (see [`PluginFactory::instantiate_with_stats`]).
+    /// Until the install (see [`PluginFactory::instantiate_with_stats`]).
     pub(crate) fresh: bool,
     /// The log gate while no instance is live (after a fault); see [`HostState::log`].
     pub(crate) log: LogGate,
@@ -359,6 +369,28 @@ impl WasmStage {
 
     pub fn factory(&self) -> &Arc<PluginFactory> {
         &self.factory
+    }
+
+    /// Makes this stage the one counting into its stats (worker only: when it replaces the
+    /// running stage, or at its first batch): what its instance counted in staging is added,
+    /// and its counter ids are mapped where they differ; a quarantine of the stage it replaces
+    /// is lifted (counted in `quarantine_lifted`). Once; later calls do nothing.
+    pub fn install(&mut self) {
+        if !std::mem::take(&mut self.fresh) {
+            return;
+        }
+        if let Some(staged) = self.staged.take() {
+            let ids = self.stats.absorb_staged(&staged);
+            if let Some(live) = self.live.as_mut() {
+                let state = live.store.data_mut();
+                state.stats = self.stats.clone();
+                state.counter_ids = ids.map(Vec::from);
+            }
+        }
+        if self.stats.quarantined.get() != 0 {
+            self.stats.quarantine_lifted.inc();
+            self.stats.quarantined.set(0);
+        }
     }
 
     /// What a reload does to a plugin it keeps (same component and config): the instance
@@ -493,7 +525,9 @@ impl Live {
                 if let Some(w) = watch {
                     w.check()?;
                 }
-                decode_verdicts(list.as_le_slice(&self.store), verdicts, stats).map_err(|m| (FaultReason::BadOutput, m))
+                let ids = self.store.data().counter_ids.as_deref();
+                decode_verdicts(list.as_le_slice(&self.store), verdicts, stats, ids)
+                    .map_err(|m| (FaultReason::BadOutput, m))
             }
             Err(e) => Err(describe_fault(&e, &self.store)),
         }
@@ -553,11 +587,7 @@ impl VerdictStage for WasmStage {
         let verdicts = &mut verdicts[..n];
         let start = cycles();
         if self.fresh {
-            self.fresh = false;
-            if self.stats.quarantined.get() != 0 {
-                self.stats.quarantine_lifted.inc();
-                self.stats.quarantined.set(0);
-            }
+            self.install();
         }
         self.stats.batches.inc();
         self.stats.packets.add(n as u64);

@@ -129,6 +129,43 @@ impl PluginStats {
             }
         }
     }
+
+    /// Fresh counters for a new instance of a plugin that is to count into these ones once
+    /// installed (a reload's changed version): its `init` registers and counts there, off the
+    /// worker, so a reload refused after it leaves these untouched. The names these already
+    /// have are registered first, in their order, so that the instance's ids match these
+    /// (see [`PluginStats::absorb_staged`]).
+    pub fn staging(&self) -> PluginStats {
+        let staged = PluginStats::default();
+        for name in self.named.names() {
+            // Valid and within the limit: they were registered here.
+            let _ = staged.named.register(&name);
+        }
+        staged
+    }
+
+    /// Takes what an instance counted into [`PluginStats::staging`] before its install (the
+    /// owning worker only, at the install). The instance goes on with the ids it was given
+    /// there: `None` when each is the same here, else its id → the id here (an id here may
+    /// differ when a name was registered here since the staging; `u32::MAX`, which no counter
+    /// has, for a name there was no room for).
+    pub fn absorb_staged(&self, staged: &PluginStats) -> Option<Box<[u32]>> {
+        self.absorb(staged);
+        let ids: Box<[u32]> =
+            staged.named.names().iter().map(|name| self.named.register(name).unwrap_or(u32::MAX)).collect();
+        let same = ids.iter().enumerate().all(|(i, &id)| id as usize == i);
+        (!same).then_some(ids)
+    }
+}
+
+/// Counter `id` of an instance as its stats number it: `ids` maps an instance's ids (`None`:
+/// the same; see [`PluginStats::absorb_staged`]).
+#[inline]
+pub(crate) fn counter_id(ids: Option<&[u32]>, id: u32) -> u32 {
+    match ids {
+        None => id,
+        Some(ids) => ids.get(id as usize).copied().unwrap_or(u32::MAX),
+    }
 }
 
 /// Named counters a plugin registered (`register-counter`). The data path adds by id without
@@ -184,6 +221,11 @@ impl NamedCounters {
         if let Some(c) = registered.get(id as usize) {
             c.add_saturating(delta);
         }
+    }
+
+    /// Every registered name, by id.
+    pub fn names(&self) -> Vec<String> {
+        self.names.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// `(name, value)` of every registered counter.

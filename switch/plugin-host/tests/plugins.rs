@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use wasmswitch_core::verdict::Verdict;
 use wasmswitch_plugin_host::{
-    EngineOptions, ErrorKind, FaultReason, OnError, PluginEngine, PluginSpec, CPU_WATCH_CALLS,
+    EngineOptions, ErrorKind, FaultReason, OnError, PluginEngine, PluginFactory, PluginSpec, CPU_WATCH_CALLS,
 };
 use wasmswitch_plugin_sdk::harness;
 
@@ -1103,4 +1103,74 @@ fn componentize_refuses_wasi_imports_by_name() {
     let (ok, err) = run(r#"(import "wasmswitch:plugin/host@0.2.0" "now-ns" (func (result i64)))"#);
     assert!(ok, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A plugin whose `init` registers the counter its config names and adds 5 to it; each batch
+/// adds 11 more: 1 by a `counter-add` call, 10 in the result's counter-delta trailer.
+fn counting(version: &str) -> Arc<PluginFactory> {
+    let init = r#"(func (export "init") (param $p i32) (param $len i32) (result i32)"#;
+    let body = "(local $n i32)
+        (call $add (i32.load (i32.const 200)) (i64.const 1))
+        (local.set $n (i32.mul (i32.load16_u offset=2 (local.get $p)) (i32.const 4)))
+        (memory.fill (i32.const 32768) (i32.const 0) (local.get $n))
+        (i32.store (i32.add (i32.const 32768) (local.get $n)) (i32.load (i32.const 200)))
+        (i64.store (i32.add (i32.const 32772) (local.get $n)) (i64.const 10))
+        (i32.store (i32.const 32) (i32.const 32768))
+        (i32.store (i32.const 36) (i32.add (local.get $n) (i32.const 12)))
+        (i32.const 32)";
+    let core = guest(body)
+        .replacen(
+            "(module\n",
+            "(module
+  (import \"wasmswitch:plugin/host@0.2.0\" \"register-counter\" (func $reg (param i32 i32 i32)))
+  (import \"wasmswitch:plugin/host@0.2.0\" \"counter-add\" (func $add (param i32 i64)))\n",
+            1,
+        )
+        .replace(
+            init,
+            &format!(
+                "{init} (call $reg (local.get $p) (local.get $len) (i32.const 192))
+                 (i32.store (i32.const 200) (i32.load (i32.const 196)))
+                 (call $add (i32.load (i32.const 200)) (i64.const 5))"
+            ),
+        );
+    let file = write(&format!("counting-{version}.wasm"), &component(&core, None));
+    engine().compile(&spec("counting", file, version)).unwrap()
+}
+
+#[test]
+fn a_new_versions_counters_reach_the_running_ones_at_its_install_and_never_before() {
+    let old = counting("alpha");
+    let mut running = old.instantiate(0).unwrap();
+    let one = || TestBatch::new(&frames(1), 0);
+    one().run(&mut running);
+    let stats = running.stats().clone();
+    assert_eq!(stats.named.snapshot(), [("alpha".to_string(), 16)]);
+
+    // A reload that is refused after the new version's init: the running counters are as if
+    // it never ran (before, `beta` stayed, with init's 5, and init's adds raced the worker's).
+    let refused = counting("beta").instantiate_with_stats(0, stats.clone()).unwrap();
+    one().run(&mut running);
+    drop(refused);
+    assert_eq!(stats.named.snapshot(), [("alpha".to_string(), 27)]);
+
+    // Applied: nothing shows before the install; at it, init's 5; then its own batches.
+    let mut new = counting("beta").instantiate_with_stats(0, stats.clone()).unwrap();
+    one().run(&mut running);
+    assert_eq!(stats.named.snapshot(), [("alpha".to_string(), 38)], "installed: not yet");
+    new.install();
+    assert_eq!(stats.named.snapshot(), [("alpha".to_string(), 38), ("beta".to_string(), 5)]);
+    one().run(&mut new);
+    assert_eq!(stats.named.snapshot(), [("alpha".to_string(), 38), ("beta".to_string(), 16)]);
+
+    // A name registered by the running stage after the new one's init (a plugin may register
+    // lazily) takes the id the new one was given in staging: its adds are mapped, so they
+    // still count as its own name, not as the other.
+    let mut late = counting("gamma").instantiate_with_stats(0, stats.clone()).unwrap();
+    stats.named.register("lazy").unwrap();
+    one().run(&mut late);
+    assert_eq!(
+        stats.named.snapshot(),
+        [("alpha".to_string(), 38), ("beta".to_string(), 16), ("lazy".to_string(), 0), ("gamma".to_string(), 16)]
+    );
 }

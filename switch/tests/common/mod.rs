@@ -178,8 +178,29 @@ pub fn plugin_with_process(body: &str) -> Vec<u8> {
 
 /// [`plugin_with_process`] whose `init` first runs the WAT `init` (a local `$i` is there for it).
 pub fn plugin_with_init_and_process(init: &str, body: &str) -> Vec<u8> {
+    plugin_with_imports("", init, body)
+}
+
+/// A plugin whose `init` registers a counter named by its config and adds 5 to it; `process`
+/// passes every packet.
+pub fn counting_plugin() -> Vec<u8> {
+    let imports = r#"(import "wasmswitch:plugin/host@0.2.0" "register-counter" (func $reg (param i32 i32 i32)))
+  (import "wasmswitch:plugin/host@0.2.0" "counter-add" (func $add (param i32 i64)))"#;
+    // The config is at 1024 (where `cabi_realloc` puts everything), its length in local 1.
+    let init = "(call $reg (i32.const 1024) (local.get 1) (i32.const 192))
+        (call $add (i32.load (i32.const 196)) (i64.const 5))";
+    let body = "(i32.store (i32.const 32) (i32.const 32768))
+        (i32.store (i32.const 36) (i32.mul (i32.load16_u offset=2 (local.get 0)) (i32.const 4)))
+        (memory.fill (i32.const 32768) (i32.const 0) (i32.load (i32.const 36)))
+        (return (i32.const 32))";
+    plugin_with_imports(imports, init, body)
+}
+
+/// [`plugin_with_init_and_process`] with the WAT `imports` (and data) at the module's top.
+fn plugin_with_imports(imports: &str, init: &str, body: &str) -> Vec<u8> {
     let core = format!(
         r#"(module
+  {imports}
   (memory (export "memory") 1)
   (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 1024))
   (func (export "init") (param i32 i32) (result i32)
