@@ -32,7 +32,7 @@ use crate::config::{Config, PortSection};
 use crate::dataplane::{storm_share, AddPort, Command, Dataplane, PortChanges, ShadowOp};
 use crate::error_text::ErrorText;
 use crate::metrics::{Metrics, SwitchCollector};
-use crate::plugins::{Role, Smoke};
+use crate::plugins::{Role, Running, Smoke};
 
 /// The running switch: its config and datapath.
 pub struct Switch {
@@ -227,9 +227,16 @@ impl Switch {
         let p = &mut new_cfg.ports[j];
         let (names, verb) = match op {
             ShadowOp::Promote => {
+                // A promoted plugin named like a live one goes on in its counters (as the
+                // workers' `ChainStage::promote` does).
+                let live: Vec<Running> =
+                    next.plugins.iter().filter(|r| r.port == port && r.role == Role::Live).cloned().collect();
                 next.plugins.retain(|r| !(r.port == port && r.role == Role::Live));
                 for r in next.plugins.iter_mut().filter(|r| r.port == port) {
                     r.role = Role::Live;
+                    if let Some(l) = live.iter().find(|l| l.worker == r.worker && l.name() == r.name()) {
+                        r.stats = l.stats.clone();
+                    }
                 }
                 p.plugins = std::mem::take(&mut p.shadow);
                 (p.plugins.iter().map(|x| x.name.value.clone()).collect::<Vec<_>>(), "promoted")

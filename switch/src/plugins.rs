@@ -357,14 +357,15 @@ impl ChainStage {
     }
 
     /// Makes the shadow chain the live one (the worker calls it between two rounds, so no
-    /// batch sees half of each). A promoted plugin named like one of the live chain continues
-    /// its counters, so that series never goes backwards. The old live chain comes back, to
-    /// be dropped off the worker; `None` when there is no shadow chain.
+    /// batch sees half of each). A promoted plugin named like one of the live chain counts
+    /// into that one's counters from now on ([`WasmStage::count_into`]), so its live series
+    /// neither goes backwards nor counts the shadow's batches twice. The old live chain comes
+    /// back, to be dropped off the worker; `None` when there is no shadow chain.
     pub fn promote(&mut self) -> Option<Chain> {
-        let shadow = self.shadow.take()?;
-        for st in &shadow.chain.stages {
+        let mut shadow = self.shadow.take()?;
+        for st in &mut shadow.chain.stages {
             if let Some(old) = self.live.stages.iter().find(|o| o.name() == st.name()) {
-                st.stats().absorb(old.stats());
+                st.count_into(old.stats().clone());
             }
         }
         Some(std::mem::replace(&mut self.live, shadow.chain))

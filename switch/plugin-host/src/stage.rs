@@ -393,6 +393,31 @@ impl WasmStage {
         }
     }
 
+    /// Makes this stage count into `stats` from now on (worker only): a promoted shadow plugin
+    /// going on with the counters of the live plugin of its name, whose series must neither go
+    /// backwards nor take in the batches this one ran as a shadow (those stay in its own,
+    /// which stop). The instance's counter ids are mapped to the names of `stats`, registered
+    /// there as needed; the `quarantined` gauge becomes this stage's.
+    pub fn count_into(&mut self, stats: Arc<PluginStats>) {
+        self.install();
+        let names = self.stats.named.names();
+        if let Some(live) = self.live.as_mut() {
+            let state = live.store.data_mut();
+            let guest_ids = state.counter_ids.as_ref().map_or(names.len(), Vec::len) as u32;
+            let ids: Vec<u32> = (0..guest_ids)
+                .map(|g| {
+                    let here = crate::stats::counter_id(state.counter_ids.as_deref(), g);
+                    names.get(here as usize).and_then(|n| stats.named.register(n).ok()).unwrap_or(u32::MAX)
+                })
+                .collect();
+            let same = ids.iter().enumerate().all(|(i, &id)| id as usize == i);
+            state.counter_ids = (!same).then_some(ids);
+            state.stats = stats.clone();
+        }
+        stats.quarantined.set(u64::from(self.quarantined));
+        self.stats = stats;
+    }
+
     /// What a reload does to a plugin it keeps (same component and config): the instance
     /// and its state stay, the fault count starts again, and a quarantine is lifted (counted
     /// in `quarantine_lifted`), as for a plugin the reload loads afresh. Worker only.

@@ -97,8 +97,8 @@ impl PluginStats {
         FaultReason::ALL.iter().map(|r| self.faults(*r).get()).sum()
     }
 
-    /// Adds `other`'s totals to these counters (a promoted shadow plugin continuing the live
-    /// one of the same name, so that series never goes backwards). The owning worker only.
+    /// Adds `other`'s totals to these counters (what an instance counted in staging; see
+    /// [`PluginStats::absorb_staged`]). The owning worker only.
     pub fn absorb(&self, other: &PluginStats) {
         let pairs = [
             (&self.batches, &other.batches),

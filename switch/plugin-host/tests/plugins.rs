@@ -1174,3 +1174,20 @@ fn a_new_versions_counters_reach_the_running_ones_at_its_install_and_never_befor
         [("alpha".to_string(), 38), ("beta".to_string(), 16), ("lazy".to_string(), 0), ("gamma".to_string(), 16)]
     );
 }
+
+#[test]
+fn a_promoted_stage_counts_into_the_live_counters_from_then_on_ids_mapped() {
+    let one = || TestBatch::new(&frames(1), 0);
+    let mut live = counting("alpha").instantiate(0).unwrap();
+    one().run(&mut live);
+    let mut shadow = counting("beta").instantiate(0).unwrap();
+    one().run(&mut shadow);
+    let (live_stats, shadow_stats) = (live.stats().clone(), shadow.stats().clone());
+    assert_eq!(shadow_stats.named.snapshot(), [("beta".to_string(), 16)]);
+    // Promoted: its `beta` is id 0 to it, id 1 in the live table (after `alpha`).
+    shadow.count_into(live_stats.clone());
+    one().run(&mut shadow);
+    assert_eq!(live_stats.named.snapshot(), [("alpha".to_string(), 16), ("beta".to_string(), 11)]);
+    assert_eq!(live_stats.batches.get(), 2, "the live one's batch and the promoted one's, not its shadow's");
+    assert_eq!(shadow_stats.named.snapshot(), [("beta".to_string(), 16)], "its shadow series stops");
+}
