@@ -874,9 +874,14 @@ impl Dataplane {
             self.ports.set(*id, None);
         }
         extra.resize_with(self.workers.len(), Vec::new);
+        // A port reopened under its id is detached by its own attach, which hands its plugins
+        // over to the new slot (`Pipeline::attach_port`); detached first, there was nothing left
+        // to take over, and a plugin that stays lost its instance and state.
+        let detach: Vec<PortId> =
+            changes.remove.iter().copied().filter(|&p| !changes.add.iter().any(|a| a.id == p && !a.fresh)).collect();
         let mut sent = Vec::new();
         for (w, (h, extra)) in self.workers.iter().zip(extra).enumerate() {
-            let mut cmds: Vec<Command> = changes.remove.iter().map(|&p| Command::DetachPort(p)).collect();
+            let mut cmds: Vec<Command> = detach.iter().map(|&p| Command::DetachPort(p)).collect();
             for a in changes.add.iter_mut() {
                 let stage = a.stages.get_mut(w).and_then(Option::take);
                 cmds.push(Command::AttachPort { port: a.id, slot: slot(&mut a.port, w, stage), fresh: a.fresh });

@@ -776,3 +776,38 @@ fn a_refused_reload_leaves_no_counter_of_the_version_it_refused() {
     let (_, ok, err) = terminate(child);
     assert!(ok, "{err}");
 }
+
+/// A reload that reopens a port (a new `ring_size`: new queues, same id) keeps the instance
+/// of a plugin that did not change: it is not made again, so its `init` does not run again
+/// (it would count 5 more) and no reinstantiation is counted.
+#[test]
+fn a_reopened_port_keeps_its_unchanged_plugins_instance() {
+    let dir = Scratch::new("reopened-port");
+    let port = free_port();
+    let cfg = dir.path("sim.yaml");
+    std::fs::write(dir.path("count.wasm"), counting_plugin()).unwrap();
+    let yaml = |ring: u32| {
+        format!(
+            "metrics:\n  listen: 127.0.0.1:{port}\nworkers:\n  - idle: sleep\nports:
+  - name: p0\n    driver: sim\n    sim:\n      ring_size: {ring}\n      traffic:\n        rate_pps: 2000\n    plugins:\n      - name: count\n        path: count.wasm\n        config: alpha
+  - name: p1\n    driver: sim\n    sim: {{}}\n"
+        )
+    };
+    std::fs::write(&cfg, yaml(1024)).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    let labels = "{port=\"p0\",plugin=\"count\",worker=\"0\"";
+    let metric = |name: &str, extra: &str| {
+        let m = http(port, "GET", "/metrics").unwrap().1;
+        series(&m, &format!("wasmswitch_plugin_{name}{labels}{extra}}}")).unwrap_or(-1.0)
+    };
+    eventually("p0's plugin runs", || metric("batches_total", "") > 0.0);
+    std::fs::write(&cfg, yaml(512)).unwrap();
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    assert!(st == 200 && body.contains("count kept with its state") && body.contains("p0"), "{st} {body}");
+    let batches = metric("batches_total", "");
+    eventually("p0's plugin runs after the reload", || metric("batches_total", "") > batches + 5.0);
+    assert_eq!(metric("events_total", ",counter=\"alpha\""), 5.0, "init ran once");
+    assert_eq!(metric("reinstantiations_total", ""), 0.0);
+    let (_, ok, err) = terminate(child);
+    assert!(ok, "{err}");
+}
