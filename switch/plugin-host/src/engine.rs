@@ -81,7 +81,7 @@ impl PluginEngine {
                 let name = name.to_str(&cx)?;
                 let id = cx.data().stats.named.register(&name);
                 drop(name);
-                Ok((id.map(|id| cx.data_mut().guest_counter_id(id)),))
+                Ok((id.and_then(|id| cx.data_mut().guest_counter_id(id)),))
             })
             .map_err(|e| wt(&e))?;
             host.func_wrap("counter-add", |cx: StoreContextMut<'_, HostState>, (id, delta): (u32, u64)| {

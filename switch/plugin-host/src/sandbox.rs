@@ -38,14 +38,16 @@ pub struct HostState {
 
 impl HostState {
     /// The id the guest is given for counter `id` of `stats` (`register-counter`'s answer).
-    pub(crate) fn guest_counter_id(&mut self, id: u32) -> u32 {
-        let Some(ids) = &mut self.counter_ids else { return id };
-        // Mapped ids: the guest's id is its position in the map; a new name takes the next.
+    pub(crate) fn guest_counter_id(&mut self, id: u32) -> Result<u32, String> {
+        let Some(ids) = &mut self.counter_ids else { return Ok(id) };
+        // Mapped ids: the guest's id is its position in the map; a new name takes the next,
+        // within the ids a guest may use.
         match ids.iter().position(|&i| i == id) {
-            Some(mine) => mine as u32,
+            Some(mine) => Ok(mine as u32),
+            None if ids.len() >= MAX_NAMED => Err(format!("too many counters (at most {MAX_NAMED})")),
             None => {
                 ids.push(id);
-                ids.len() as u32 - 1
+                Ok(ids.len() as u32 - 1)
             }
         }
     }

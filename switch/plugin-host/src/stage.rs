@@ -381,6 +381,10 @@ impl WasmStage {
         }
         if let Some(staged) = self.staged.take() {
             let ids = self.stats.absorb_staged(&staged);
+            // The staged instance's ids are the staging table's.
+            let names = staged.named.names();
+            let lost = ids.iter().flatten().zip(&names).filter(|(&id, _)| id == u32::MAX).map(|(_, n)| n.clone());
+            self.warn_unplaced(lost.collect());
             if let Some(live) = self.live.as_mut() {
                 let state = live.store.data_mut();
                 state.stats = self.stats.clone();
@@ -401,13 +405,18 @@ impl WasmStage {
     pub fn count_into(&mut self, stats: Arc<PluginStats>) {
         self.install();
         let names = self.stats.named.names();
+        let mut lost = Vec::new();
         if let Some(live) = self.live.as_mut() {
             let state = live.store.data_mut();
             let guest_ids = state.counter_ids.as_ref().map_or(names.len(), Vec::len) as u32;
             let ids: Vec<u32> = (0..guest_ids)
                 .map(|g| {
                     let here = crate::stats::counter_id(state.counter_ids.as_deref(), g);
-                    names.get(here as usize).and_then(|n| stats.named.register(n).ok()).unwrap_or(u32::MAX)
+                    let Some(name) = names.get(here as usize) else { return u32::MAX };
+                    stats.named.register(name).unwrap_or_else(|_| {
+                        lost.push(name.clone());
+                        u32::MAX
+                    })
                 })
                 .collect();
             let same = ids.iter().enumerate().all(|(i, &id)| id as usize == i);
@@ -416,6 +425,22 @@ impl WasmStage {
         }
         stats.quarantined.set(u64::from(self.quarantined));
         self.stats = stats;
+        self.warn_unplaced(lost);
+    }
+
+    /// Warns of the counters that found no room in the stats this stage now counts into: they
+    /// keep at most [`MAX_NAMED`] names and never let one go, so one version's names can fill
+    /// them for the next.
+    fn warn_unplaced(&self, lost: Vec<String>) {
+        if !lost.is_empty() {
+            log::warn!(
+                target: "wasmswitch::plugin",
+                "{} (worker {}): no room for counter(s) {} among the {MAX_NAMED} names its counters keep (earlier versions' included); their counts are dropped until a restart",
+                self.factory.spec.label(),
+                self.worker,
+                lost.join(", ")
+            );
+        }
     }
 
     /// What a reload does to a plugin it keeps (same component and config): the instance

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use wasmswitch_core::verdict::Verdict;
 use wasmswitch_plugin_host::{
-    EngineOptions, ErrorKind, FaultReason, OnError, PluginEngine, PluginFactory, PluginSpec, CPU_WATCH_CALLS,
+    EngineOptions, ErrorKind, FaultReason, OnError, PluginEngine, PluginFactory, PluginSpec, CPU_WATCH_CALLS, MAX_NAMED,
 };
 use wasmswitch_plugin_sdk::harness;
 
@@ -1106,10 +1106,15 @@ fn componentize_refuses_wasi_imports_by_name() {
 }
 
 /// A plugin whose `init` registers the counter its config names and adds 5 to it; each batch
-/// adds 11 more: 1 by a `counter-add` call, 10 in the result's counter-delta trailer.
+/// adds 11 more: 1 by a `counter-add` call, 10 in the result's counter-delta trailer. A config
+/// starting with `l` also registers `late` in each batch (the same id after the first) and adds
+/// 1 to it.
 fn counting(version: &str) -> Arc<PluginFactory> {
     let init = r#"(func (export "init") (param $p i32) (param $len i32) (result i32)"#;
     let body = "(local $n i32)
+        (if (i32.load (i32.const 204))
+          (then (call $reg (i32.const 300) (i32.const 4) (i32.const 320))
+                (call $add (i32.load (i32.const 324)) (i64.const 1))))
         (call $add (i32.load (i32.const 200)) (i64.const 1))
         (local.set $n (i32.mul (i32.load16_u offset=2 (local.get $p)) (i32.const 4)))
         (memory.fill (i32.const 32768) (i32.const 0) (local.get $n))
@@ -1123,7 +1128,8 @@ fn counting(version: &str) -> Arc<PluginFactory> {
             "(module\n",
             "(module
   (import \"wasmswitch:plugin/host@0.2.0\" \"register-counter\" (func $reg (param i32 i32 i32)))
-  (import \"wasmswitch:plugin/host@0.2.0\" \"counter-add\" (func $add (param i32 i64)))\n",
+  (import \"wasmswitch:plugin/host@0.2.0\" \"counter-add\" (func $add (param i32 i64)))
+  (data (i32.const 300) \"late\")\n",
             1,
         )
         .replace(
@@ -1131,6 +1137,7 @@ fn counting(version: &str) -> Arc<PluginFactory> {
             &format!(
                 "{init} (call $reg (local.get $p) (local.get $len) (i32.const 192))
                  (i32.store (i32.const 200) (i32.load (i32.const 196)))
+                 (i32.store (i32.const 204) (i32.eq (i32.load8_u (local.get $p)) (i32.const 108)))
                  (call $add (i32.load (i32.const 200)) (i64.const 5))"
             ),
         );
@@ -1190,4 +1197,42 @@ fn a_promoted_stage_counts_into_the_live_counters_from_then_on_ids_mapped() {
     assert_eq!(live_stats.named.snapshot(), [("alpha".to_string(), 16), ("beta".to_string(), 11)]);
     assert_eq!(live_stats.batches.get(), 2, "the live one's batch and the promoted one's, not its shadow's");
     assert_eq!(shadow_stats.named.snapshot(), [("beta".to_string(), 16)], "its shadow series stops");
+}
+
+#[test]
+fn a_counter_registered_after_a_mapped_install_counts_under_its_name() {
+    let running = counting("alpha").instantiate(0).unwrap();
+    let stats = running.stats().clone();
+    // Its `lbeta` is id 1 in staging; `other`, registered meanwhile, takes 1 in the running table.
+    let mut new = counting("lbeta").instantiate_with_stats(0, stats.clone()).unwrap();
+    stats.named.register("other").unwrap();
+    TestBatch::new(&frames(1), 0).run(&mut new);
+    TestBatch::new(&frames(1), 0).run(&mut new);
+    let got = stats.named.snapshot();
+    assert_eq!(
+        got,
+        [("alpha", 5), ("other", 0), ("lbeta", 27), ("late", 2)].map(|(n, v)| (n.to_string(), v)),
+        "`late`, registered in a batch after the install, is the guest's id 2 and the table's 3"
+    );
+}
+
+#[test]
+fn a_counter_with_no_room_at_the_install_is_named_in_a_warning() {
+    let running = counting("alpha").instantiate(0).unwrap();
+    let stats = running.stats().clone();
+    for i in 1..MAX_NAMED - 1 {
+        stats.named.register(&format!("n{i}")).unwrap();
+    }
+    // `nroom` is the 64th name in staging; the running plugin takes the 64th place meanwhile.
+    let mut new = counting("nroom").instantiate_with_stats(0, stats.clone()).unwrap();
+    stats.named.register("lazy").unwrap();
+    TestBatch::new(&frames(1), 0).run(&mut new);
+    assert_eq!(stats.named.snapshot().len(), MAX_NAMED);
+    assert_eq!(stats.named.get("nroom"), None);
+    assert_eq!(stats.named.get("lazy"), Some(0), "its adds do not land on another name");
+    assert!(
+        logged().iter().any(|(l, m)| *l == log::Level::Warn && m.contains("no room for counter(s) nroom")),
+        "{:?}",
+        logged()
+    );
 }
