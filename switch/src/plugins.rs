@@ -52,6 +52,14 @@ impl Role {
             Role::Shadow => "shadow",
         }
     }
+
+    /// Where a plugin of this chain of `port` runs, as its log lines say.
+    pub fn context(self, port: &str) -> String {
+        match self {
+            Role::Live => format!("port `{port}`"),
+            Role::Shadow => format!("port `{port}`'s shadow chain"),
+        }
+    }
 }
 
 /// One port's compiled chains.
@@ -116,10 +124,7 @@ pub fn compile(engine: &Arc<PluginEngine>, cfg: &Config) -> Result<CompiledChain
         {
             for s in list {
                 let mut sp = spec(s);
-                sp.context = match role {
-                    Role::Live => format!("port `{}`", port.name.value),
-                    Role::Shadow => format!("port `{}`'s shadow chain", port.name.value),
-                };
+                sp.context = role.context(&port.name.value);
                 let f = engine.compile(&sp).map_err(|e| match role {
                     Role::Live => anyhow::anyhow!("port `{}`: {e}", port.name.value),
                     Role::Shadow => anyhow::anyhow!("port `{}` (shadow chain): {e}", port.name.value),
@@ -367,6 +372,7 @@ impl ChainStage {
             if let Some(old) = self.live.stages.iter().find(|o| o.name() == st.name()) {
                 st.count_into(old.stats().clone());
             }
+            st.relabel(&Role::Live.context(&self.port));
         }
         Some(std::mem::replace(&mut self.live, shadow.chain))
     }
@@ -846,5 +852,31 @@ mod tests {
         log.last = log.last.and_then(|t| t.checked_sub(REDIRECT_LOG_EVERY));
         assert!(log.note("acl", "p0", 0, 9), "a minute later, with the count");
         assert_eq!(log.since, 0);
+    }
+
+    #[test]
+    fn a_promoted_plugin_counts_on_in_its_live_namesakes_counters_under_its_live_name() {
+        let core = r#"(module (memory (export "memory") 1)
+            (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) (i32.const 1024))
+            (func (export "init") (param i32 i32) (result i32) (i32.store8 (i32.const 16) (i32.const 0)) (i32.const 16))
+            (func (export "process") (param i32 i32) (result i32) unreachable))"#;
+        let module = wat::parse_str(core).unwrap();
+        let component = wasmswitch_componentize::World::embedded().unwrap().componentize(&module, "test").unwrap();
+        let path = std::env::temp_dir().join(format!("wasmswitch-promote-{}.wasm", std::process::id()));
+        std::fs::write(&path, component).unwrap();
+        let engine = PluginEngine::new(wasmswitch_plugin_host::EngineOptions::default()).unwrap();
+        let stage = |role: Role| {
+            let mut spec = wasmswitch_plugin_host::PluginSpec::new("x", &path);
+            spec.context = role.context("p0");
+            engine.compile(&spec).unwrap().instantiate(0).unwrap()
+        };
+        let mut chains = ChainStage::new("p0", vec![stage(Role::Live)], vec![stage(Role::Shadow)]);
+        let live = chains.live.stages[0].stats().clone();
+        assert_eq!(chains.shadow.as_ref().unwrap().chain.stages[0].label(), "plugin `x` on port `p0`'s shadow chain");
+        drop(chains.promote());
+        std::fs::remove_file(&path).unwrap();
+        let promoted = &chains.live.stages[0];
+        assert_eq!(promoted.label(), "plugin `x` on port `p0`");
+        assert!(Arc::ptr_eq(promoted.stats(), &live), "counts on in the live one's counters");
     }
 }

@@ -282,7 +282,13 @@ impl PluginEngine {
             component_digest: Sha256::digest(bytes).into(),
         });
         // The check run: types of the exports, instantiation under the limits, init.
-        factory.new_instance(usize::MAX, Arc::default(), &mut LogGate::new(), INIT_DEADLINE)?;
+        factory.new_instance(
+            usize::MAX,
+            factory.spec.label().into(),
+            Arc::default(),
+            &mut LogGate::new(),
+            INIT_DEADLINE,
+        )?;
         Ok(factory)
     }
 

@@ -240,7 +240,8 @@ impl PluginFactory {
         let spec = &self.spec;
         let frames = Frames::new(&smoke_frames()).map_err(|m| err(spec, ErrorKind::Smoke, m))?;
         let stats = Arc::new(PluginStats::default());
-        let mut live = self.new_instance(usize::MAX, stats.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
+        let mut live =
+            self.new_instance(usize::MAX, spec.label().into(), stats.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
         let ticks = deadline_ticks(spec.deadline, self.engine.opts.epoch_tick);
         let allowed = self.engine.opts.epoch_tick * (ticks - 1) as u32;
         let mut report =

@@ -72,7 +72,12 @@ impl PluginSpec {
 
     /// How log lines name the plugin: ``plugin `acl` on port `p0` ``.
     pub fn label(&self) -> String {
-        match self.context.as_str() {
+        self.label_at(&self.context)
+    }
+
+    /// [`PluginSpec::label`] for the plugin running at `context` instead.
+    pub fn label_at(&self, context: &str) -> String {
+        match context {
             "" => format!("plugin `{}`", self.name),
             at => format!("plugin `{}` on {at}", self.name),
         }

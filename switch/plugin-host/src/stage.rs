@@ -60,10 +60,11 @@ impl PluginFactory {
     /// instance after a fault, made on the worker, so that a worker never waits longer for
     /// a plugin than for one batch call. `log` goes into
     /// the instance, and comes back on failure: an init that logs and fails on every retry
-    /// stays under the same gate.
+    /// stays under the same gate. `label` names the plugin in its log lines.
     pub(crate) fn new_instance(
         &self,
         worker: usize,
+        label: Arc<str>,
         stats: Arc<PluginStats>,
         log: &mut LogGate,
         init_bound: Duration,
@@ -80,7 +81,7 @@ impl PluginFactory {
         };
         let init_ticks = watch.ticks;
         let state = HostState {
-            name: spec.label().into(),
+            name: label,
             worker,
             stats,
             counter_ids: None,
@@ -192,7 +193,8 @@ impl PluginFactory {
     /// A stage for worker `worker` with fresh counters.
     pub fn instantiate(self: &Arc<Self>, worker: usize) -> Result<WasmStage, PluginError> {
         let stats = Arc::<PluginStats>::default();
-        let live = self.new_instance(worker, stats.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
+        let live =
+            self.new_instance(worker, self.spec.label().into(), stats.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
         Ok(WasmStage { live: Some(live), ..self.deferred(worker, stats) })
     }
 
@@ -210,7 +212,8 @@ impl PluginFactory {
         stats: Arc<PluginStats>,
     ) -> Result<WasmStage, PluginError> {
         let staged = Arc::new(stats.staging());
-        let live = self.new_instance(worker, staged.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
+        let live =
+            self.new_instance(worker, self.spec.label().into(), staged.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
         Ok(WasmStage { live: Some(live), staged: Some(staged), ..self.deferred(worker, stats) })
     }
 }
@@ -225,6 +228,7 @@ impl PluginFactory {
             factory: self.clone(),
             worker,
             live: None,
+            label: self.spec.label().into(),
             stats,
             staged: None,
             faults: 0,
@@ -313,6 +317,8 @@ pub struct WasmStage {
     pub(crate) worker: usize,
     /// `None` after a fault until a fresh instance is made (at the next batch).
     pub(crate) live: Option<Live>,
+    /// How its log lines name it (the spec's label, until a promote makes a shadow plugin live).
+    pub(crate) label: Arc<str>,
     pub(crate) stats: Arc<PluginStats>,
     /// What the instance counted before its install, when `stats` are shared with the stage
     /// it replaces (see [`PluginFactory::instantiate_with_stats`]).
@@ -352,6 +358,11 @@ impl WasmStage {
 
     pub fn name(&self) -> &str {
         &self.factory.spec.name
+    }
+
+    /// How its log lines name it (see [`WasmStage::relabel`]).
+    pub fn label(&self) -> &str {
+        &self.label
     }
 
     pub fn is_quarantined(&self) -> bool {
@@ -397,6 +408,15 @@ impl WasmStage {
         }
     }
 
+    /// Names the stage in its log lines as the plugin at `context` (``port `p0` ``): a promoted
+    /// shadow plugin, whose spec says it runs in the shadow chain.
+    pub fn relabel(&mut self, context: &str) {
+        self.label = self.factory.spec.label_at(context).into();
+        if let Some(live) = self.live.as_mut() {
+            live.store.data_mut().name = self.label.clone();
+        }
+    }
+
     /// Makes this stage count into `stats` from now on (worker only): a promoted shadow plugin
     /// going on with the counters of the live plugin of its name, whose series must neither go
     /// backwards nor take in the batches this one ran as a shadow (those stay in its own,
@@ -436,7 +456,7 @@ impl WasmStage {
             log::warn!(
                 target: "wasmswitch::plugin",
                 "{} (worker {}): no room for counter(s) {} among the {MAX_NAMED} names its counters keep (earlier versions' included); their counts are dropped until a restart",
-                self.factory.spec.label(),
+                self.label,
                 self.worker,
                 lost.join(", ")
             );
@@ -481,8 +501,8 @@ impl WasmStage {
         self.apply_policy(verdicts);
         let spec = &self.factory.spec;
         // The quarantine line below is written whatever the gate says: it comes once.
-        let label = spec.label();
-        if self.log.admit(&self.stats, &label, self.worker) {
+        let label = &self.label;
+        if self.log.admit(&self.stats, label, self.worker) {
             log::warn!(
             target: "wasmswitch::plugin",
             "{} (worker {}): fault {}/{} ({}): {}; on_error {:?} applied to {} packets",
@@ -505,8 +525,14 @@ impl WasmStage {
 
     pub(crate) fn call(&mut self, batch: &BatchView<'_>, verdicts: &mut [Verdict]) {
         if self.live.is_none() {
-            match self.factory.new_instance(self.worker, self.stats.clone(), &mut self.log, self.factory.spec.deadline)
-            {
+            let label = self.label.clone();
+            match self.factory.new_instance(
+                self.worker,
+                label,
+                self.stats.clone(),
+                &mut self.log,
+                self.factory.spec.deadline,
+            ) {
                 Ok(l) => {
                     self.stats.reinstantiations.inc();
                     self.live = Some(l);

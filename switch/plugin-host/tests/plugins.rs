@@ -1236,3 +1236,21 @@ fn a_counter_with_no_room_at_the_install_is_named_in_a_warning() {
         logged()
     );
 }
+
+#[test]
+fn a_relabelled_stage_names_its_new_place_in_its_fault_lines() {
+    let mut sp = spec("relabelled", write("relabelled.wasm", &component(&guest("(unreachable)"), None)), "");
+    sp.context = "port `p7`'s shadow chain".into();
+    let mut st = engine().compile(&sp).unwrap().instantiate(0).unwrap();
+    st.relabel("port `p7`");
+    TestBatch::new(&frames(1), 0).run(&mut st);
+    let lines: Vec<String> = logged()
+        .into_iter()
+        .map(|(_, m)| m)
+        .filter(|m| m.contains("plugin `relabelled`") && m.contains("fault"))
+        .collect();
+    assert!(
+        !lines.is_empty() && lines.iter().all(|m| m.contains("plugin `relabelled` on port `p7` (worker 0)")),
+        "{lines:?}"
+    );
+}
