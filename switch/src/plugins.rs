@@ -292,7 +292,10 @@ impl CompiledChains {
                             .map_err(|e| anyhow::anyhow!("port `{port_name}`: {e}"))?,
                         true,
                     ),
-                    Some(r) if r.factory.same_plugin(f) => (r.factory.deferred(w, r.stats.clone()), true),
+                    // The reload's factory, not the running one's: the same plugin, but a
+                    // promoted one's running factory was compiled for the shadow chain, and
+                    // its label would say so.
+                    Some(r) if r.factory.same_plugin(f) => (f.deferred(w, r.stats.clone()), true),
                     Some(r) => (
                         f.instantiate_with_stats(w, r.stats.clone())
                             .map_err(|e| anyhow::anyhow!("port `{port_name}`: {e}"))?,
@@ -369,10 +372,10 @@ impl ChainStage {
     pub fn promote(&mut self) -> Option<Chain> {
         let mut shadow = self.shadow.take()?;
         for st in &mut shadow.chain.stages {
+            st.relabel(&Role::Live.context(&self.port));
             if let Some(old) = self.live.stages.iter().find(|o| o.name() == st.name()) {
                 st.count_into(old.stats().clone());
             }
-            st.relabel(&Role::Live.context(&self.port));
         }
         Some(std::mem::replace(&mut self.live, shadow.chain))
     }

@@ -443,6 +443,10 @@ impl WasmStage {
             state.counter_ids = (!same).then_some(ids);
             state.stats = stats.clone();
         }
+        // The live one's quarantine ends here, counted as a reload's lift would be.
+        if stats.quarantined.get() != 0 && !self.quarantined {
+            stats.quarantine_lifted.inc();
+        }
         stats.quarantined.set(u64::from(self.quarantined));
         self.stats = stats;
         self.warn_unplaced(lost);

@@ -1191,8 +1191,11 @@ fn a_promoted_stage_counts_into_the_live_counters_from_then_on_ids_mapped() {
     one().run(&mut shadow);
     let (live_stats, shadow_stats) = (live.stats().clone(), shadow.stats().clone());
     assert_eq!(shadow_stats.named.snapshot(), [("beta".to_string(), 16)]);
-    // Promoted: its `beta` is id 0 to it, id 1 in the live table (after `alpha`).
+    // Promoted: its `beta` is id 0 to it, id 1 in the live table (after `alpha`). The live one
+    // was quarantined (as if): that ends, counted as a lift.
+    live_stats.quarantined.set(1);
     shadow.count_into(live_stats.clone());
+    assert_eq!((live_stats.quarantined.get(), live_stats.quarantine_lifted.get()), (0, 1));
     one().run(&mut shadow);
     assert_eq!(live_stats.named.snapshot(), [("alpha".to_string(), 16), ("beta".to_string(), 11)]);
     assert_eq!(live_stats.batches.get(), 2, "the live one's batch and the promoted one's, not its shadow's");
