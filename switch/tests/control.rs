@@ -38,13 +38,23 @@ fn pass_all_unless(trap_if: &str) -> String {
     )
 }
 
+/// A fresh scratch folder, a free port for the daemon's listener, and the config's path in it.
+fn scratch(tag: &str) -> (Scratch, u16, PathBuf) {
+    let dir = Scratch::new(tag);
+    let cfg = dir.path("sim.yaml");
+    (dir, free_port(), cfg)
+}
+
+/// The head of a config of sim ports, listening on `port`: `ports:` and its entries follow.
+fn sim_head(port: u16) -> String {
+    format!("switch:\n  mode: l2\nmetrics:\n  listen: 127.0.0.1:{port}\nworkers:\n  - idle: sleep\nports:\n")
+}
+
 /// Starts the daemon on `cfg` with its own plugin cache (so nothing compiled by another test
 /// is reused) and waits until it is healthy.
 /// A daemon on `configs/sim.yaml` in a fresh scratch folder: (folder, config path, port, child).
 fn start_sim(tag: &str) -> (Scratch, PathBuf, u16, Child) {
-    let dir = Scratch::new(tag);
-    let port = free_port();
-    let cfg = dir.path("sim.yaml");
+    let (dir, port, cfg) = scratch(tag);
     std::fs::write(&cfg, sim_yaml(port)).unwrap();
     let child = start(&cfg, &dir.path("cache"), port);
     (dir, cfg, port, child)
@@ -188,9 +198,7 @@ fn large_component(funcs: usize, ops: usize, salt: u64) -> Vec<u8> {
 
 #[test]
 fn healthz_metrics_and_sigterm_do_not_wait_for_a_reload_compiling_a_large_plugin() {
-    let dir = Scratch::new("big");
-    let port = free_port();
-    let cfg = dir.path("sim.yaml");
+    let (dir, port, cfg) = scratch("big");
     let base = sim_yaml(port);
     std::fs::write(&cfg, &base).unwrap();
     let salt = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64;
@@ -242,9 +250,7 @@ fn healthz_metrics_and_sigterm_do_not_wait_for_a_reload_compiling_a_large_plugin
 
 #[test]
 fn reload_refuses_restart_keys_by_name_and_changes_nothing() {
-    let dir = Scratch::new("keys");
-    let port = free_port();
-    let cfg = dir.path("sim.yaml");
+    let (dir, port, cfg) = scratch("keys");
     let base = sim_yaml(port);
     std::fs::write(&cfg, &base).unwrap();
     let child = start(&cfg, &dir.path("cache"), port);
@@ -533,9 +539,7 @@ fn mutating_requests_need_the_token_and_a_local_host_and_no_origin() {
 
 #[test]
 fn check_refuses_a_shared_token_file_and_an_open_listener_without_one() {
-    let dir = Scratch::new("authcheck");
-    let port = free_port();
-    let cfg = dir.path("sim.yaml");
+    let (dir, port, cfg) = scratch("authcheck");
     let check = || {
         let out = Command::new(bin()).args(["check", "-c"]).arg(&cfg).output().unwrap();
         (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -700,12 +704,9 @@ fn reload_changes_the_batch_size_live() {
 /// not the port's position in the file: after a reload removed p1, p2 keeps id 2 at position 1.
 #[test]
 fn the_smoke_run_passes_the_port_id_not_the_position() {
-    let dir = Scratch::new("smoke-id");
-    let port = free_port();
-    let cfg = dir.path("sim.yaml");
+    let (dir, port, cfg) = scratch("smoke-id");
     let ports = |names: &[&str], plugin: &str| {
-        let mut y =
-            format!("switch:\n  mode: l2\nmetrics:\n  listen: 127.0.0.1:{port}\nworkers:\n  - idle: sleep\nports:\n");
+        let mut y = sim_head(port);
         for n in names {
             y += &format!("  - name: {n}\n    driver: sim\n    sim: {{}}\n");
             if *n == "p2" {
@@ -738,14 +739,12 @@ fn the_smoke_run_passes_the_port_id_not_the_position() {
 /// batch brings it.
 #[test]
 fn a_refused_reload_leaves_no_counter_of_the_version_it_refused() {
-    let dir = Scratch::new("refused-counters");
-    let port = free_port();
-    let cfg = dir.path("sim.yaml");
+    let (dir, port, cfg) = scratch("refused-counters");
     std::fs::write(dir.path("count.wasm"), counting_plugin()).unwrap();
     let yaml = |config: &str, missing_port: bool| {
-        let mut y = format!(
-            "switch:\n  mode: l2\nmetrics:\n  listen: 127.0.0.1:{port}\nworkers:\n  - idle: sleep\nports:
-  - name: p0\n    driver: sim\n    sim: {{}}\n    plugins:\n      - name: count\n        path: count.wasm\n        config: {config}
+        let mut y = sim_head(port)
+            + &format!(
+                "  - name: p0\n    driver: sim\n    sim: {{}}\n    plugins:\n      - name: count\n        path: count.wasm\n        config: {config}
   - name: p1\n    driver: sim\n    sim: {{}}\n"
         );
         if missing_port {
@@ -782,14 +781,12 @@ fn a_refused_reload_leaves_no_counter_of_the_version_it_refused() {
 /// (it would count 5 more) and no reinstantiation is counted.
 #[test]
 fn a_reopened_port_keeps_its_unchanged_plugins_instance() {
-    let dir = Scratch::new("reopened-port");
-    let port = free_port();
-    let cfg = dir.path("sim.yaml");
+    let (dir, port, cfg) = scratch("reopened-port");
     std::fs::write(dir.path("count.wasm"), counting_plugin()).unwrap();
     let yaml = |ring: u32| {
-        format!(
-            "metrics:\n  listen: 127.0.0.1:{port}\nworkers:\n  - idle: sleep\nports:
-  - name: p0\n    driver: sim\n    sim:\n      ring_size: {ring}\n      traffic:\n        rate_pps: 2000\n    plugins:\n      - name: count\n        path: count.wasm\n        config: alpha
+        sim_head(port)
+            + &format!(
+                "  - name: p0\n    driver: sim\n    sim:\n      ring_size: {ring}\n      traffic:\n        rate_pps: 2000\n    plugins:\n      - name: count\n        path: count.wasm\n        config: alpha
   - name: p1\n    driver: sim\n    sim: {{}}\n"
         )
     };
