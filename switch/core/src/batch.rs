@@ -23,6 +23,14 @@ pub struct Desc {
     pub options: u32,
 }
 
+impl Desc {
+    /// The descriptor of a copy of this packet placed at `addr` (its flags start clear).
+    #[inline]
+    pub fn copy_at(self, addr: u64) -> Desc {
+        Desc { addr, len: self.len, options: 0 }
+    }
+}
+
 /// What the L2 stage needs of a frame: where the FDB keeps its source and destination (worked
 /// out by the parser, which prefetches both buckets as it goes, so the misses of a batch overlap
 /// and are over by the time the forwarding pass learns and looks up) and the VLAN it is switched

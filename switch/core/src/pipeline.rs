@@ -539,7 +539,7 @@ impl Pipeline {
                     if let Some(mp) = self.ports.get(m as usize).filter(|s| s.up).map(|s| s.pool as usize) {
                         match duplicate(umem, &mut self.pools[mp], d) {
                             Some(addr) => {
-                                self.staged[m as usize].push(Desc { addr, len: d.len, options: 0 });
+                                self.staged[m as usize].push(d.copy_at(addr));
                                 self.stats.mirror_copies.inc();
                             }
                             None => st.drop(DropReason::PoolEmpty),
@@ -853,7 +853,7 @@ impl Pipeline {
         // Through a `Frame` it was built on the stack and read back whole, and that read
         // stalled on the narrower stores just made (half of `copy_to`'s time in perf).
         let untagged = self.ports[q].l2.vlan.untagged(f.vlan);
-        let d = Desc { addr, len: f.d.len, options: 0 };
+        let d = f.d.copy_at(addr);
         if leaves_as_is(f.tag, untagged) {
             self.staged[q].push(d);
         } else {
@@ -867,7 +867,7 @@ impl Pipeline {
     fn copy_for(&mut self, q: usize, f: Frame) -> Option<Frame> {
         let to = self.ports[q].pool;
         let addr = duplicate(&self.umems[f.pool as usize], &mut self.pools[to as usize], f.d)?;
-        Some(Frame { d: Desc { addr, len: f.d.len, options: 0 }, pool: to, ..f })
+        Some(Frame { d: f.d.copy_at(addr), pool: to, ..f })
     }
 
     /// Drops a frame of `pool` received on port `ingress`, counted there.
@@ -928,7 +928,7 @@ impl Pipeline {
                     };
                     match duplicate(from, &mut self.pools[to], d) {
                         Some(addr) => {
-                            self.staged[m].push(Desc { addr, len: d.len, options: 0 });
+                            self.staged[m].push(d.copy_at(addr));
                             self.stats.mirror_copies.inc();
                         }
                         None => self.stats.ports[q].drop(DropReason::PoolEmpty),
@@ -1043,8 +1043,8 @@ fn leaves_as_is(tag: u16, untagged: bool) -> bool {
 }
 
 /// Copies `d` (a frame of `from`) into a fresh frame from `pool`, at the same offset in its
-/// frame (so it keeps the original's headroom), and gives the copy's address (its length is
-/// `d`'s); `None` when the pool is empty. `pool` may be `from`'s or another UMEM group's.
+/// frame (so it keeps the original's headroom), and gives the copy's address (its descriptor is
+/// [`Desc::copy_at`] of it); `None` when the pool is empty. `pool` may be `from`'s or another UMEM group's.
 ///
 /// The address alone, not a `Desc`: a 16-byte result goes back through the stack, and the
 /// caller's wide load of it stalled on the two narrower stores (half of `copy_to`'s time in

@@ -399,7 +399,7 @@ impl WasmStage {
             if let Some(live) = self.live.as_mut() {
                 let state = live.store.data_mut();
                 state.stats = self.stats.clone();
-                state.counter_ids = ids.map(Vec::from);
+                state.counter_ids = ids;
             }
         }
         if self.stats.quarantined.get() != 0 {
@@ -439,8 +439,7 @@ impl WasmStage {
                     })
                 })
                 .collect();
-            let same = ids.iter().enumerate().all(|(i, &id)| id as usize == i);
-            state.counter_ids = (!same).then_some(ids);
+            state.counter_ids = crate::stats::id_map(ids);
             state.stats = stats.clone();
         }
         // The live one's quarantine ends here, counted as a reload's lift would be.

@@ -149,13 +149,18 @@ impl PluginStats {
     /// there: `None` when each is the same here, else its id → the id here (an id here may
     /// differ when a name was registered here since the staging; `u32::MAX`, which no counter
     /// has, for a name there was no room for).
-    pub fn absorb_staged(&self, staged: &PluginStats) -> Option<Box<[u32]>> {
+    pub fn absorb_staged(&self, staged: &PluginStats) -> Option<Vec<u32>> {
         self.absorb(staged);
-        let ids: Box<[u32]> =
-            staged.named.names().iter().map(|name| self.named.register(name).unwrap_or(u32::MAX)).collect();
-        let same = ids.iter().enumerate().all(|(i, &id)| id as usize == i);
-        (!same).then_some(ids)
+        let ids = staged.named.names().iter().map(|name| self.named.register(name).unwrap_or(u32::MAX)).collect();
+        id_map(ids)
     }
+}
+
+/// `ids` (an instance's counter ids → its stats' ids) as an instance keeps them: `None` when
+/// each is the same.
+pub(crate) fn id_map(ids: Vec<u32>) -> Option<Vec<u32>> {
+    let same = ids.iter().enumerate().all(|(i, &id)| id as usize == i);
+    (!same).then_some(ids)
 }
 
 /// Counter `id` of an instance as its stats number it: `ids` maps an instance's ids (`None`:
