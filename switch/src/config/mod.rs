@@ -747,10 +747,18 @@ impl Config {
 
     /// Parses and checks `text` (named `path` in errors).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        Config::parse_as(text, path, Ranges::Documented)
+    }
+
+    /// [`Config::parse`], naming a too-large number's documented range or the type's.
+    fn parse_as(text: &str, path: &Path, ranges: Ranges) -> Result<Config, ConfigError> {
         let mut cfg: Config = serde_saphyr::from_str(text).map_err(|e| {
             let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((0, 0));
             let message = plain_message(&e, text, line, column);
-            let message = documented_range(text, path, line, column, &message).unwrap_or(message);
+            let message = match ranges {
+                Ranges::Documented => documented_range(text, path, line, column, &message).unwrap_or(message),
+                Ranges::OfTheType => message,
+            };
             ConfigError { file: path.to_owned(), line, column, message }
         })?;
         for port in &mut cfg.ports {
@@ -1293,6 +1301,15 @@ impl Config {
     }
 }
 
+/// Which range a too-large number's error names.
+#[derive(Clone, Copy)]
+enum Ranges {
+    /// The key's documented range ([`documented_range`]).
+    Documented,
+    /// The type's (inside [`documented_range`]'s own parse).
+    OfTheType,
+}
+
 /// For a number too large for its key's type (`message` quotes the type's range), the range
 /// the key documents: the file parsed again with the type's largest value in its place, whose
 /// check names the key's own range, quoted with the number as written. `None` when that check
@@ -1304,7 +1321,9 @@ fn documented_range(text: &str, path: &Path, line: u64, column: u64, message: &s
     let written = row[at..].split(|c: char| !c.is_ascii_digit()).next().filter(|v| !v.is_empty())?;
     let mut clamped: Vec<String> = text.lines().map(str::to_string).collect();
     clamped[line as usize - 1] = format!("{}{max}{}", &row[..at], &row[at + written.len()..]);
-    let e = Config::parse(&clamped.join("\n"), path).err()?;
+    // Once, not again for the next such number: a file of thousands of them would nest as many
+    // parses and overflow the stack (a reload's thread has a small one).
+    let e = Config::parse_as(&clamped.join("\n"), path, Ranges::OfTheType).err()?;
     (e.line == line && e.message.contains(max)).then(|| e.message.replace(max, written))
 }
 

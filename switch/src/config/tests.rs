@@ -742,3 +742,24 @@ fn a_wildcard_listen_address_is_on_every_interface_of_its_family() {
     assert!(!listens_on(ip("::"), ip("fe80::1")), "link-local needs a scope");
     assert!(listens_on(ip("192.0.2.7"), ip("192.0.2.7")) && !listens_on(ip("192.0.2.7"), ip("192.0.2.8")));
 }
+
+/// A file of thousands of numbers too large for their keys is refused on a thread with a
+/// reload's stack: naming the first one's documented range parses the file again once, not
+/// once more per number (that nested a parse per line and overflowed the stack, which aborts
+/// the daemon).
+#[test]
+fn thousands_of_too_large_numbers_are_refused_on_a_small_stack() {
+    let mut yaml =
+        String::from("ports:\n  - name: p0\n    driver: sim\n    sim:\n      traffic:\n        frame_sizes:\n");
+    for _ in 0..3000 {
+        yaml += "          - 99999999999999999999999\n";
+    }
+    let e = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || parse(&yaml).unwrap_err())
+        .unwrap()
+        .join()
+        .expect("the parse overflowed a 256 KiB stack");
+    assert_eq!(e.line, 7, "{e}");
+    assert!(e.message.contains("99999999999999999999999"), "{e}");
+}
