@@ -189,7 +189,8 @@ impl Switch {
     pub fn shadow(&self, port: &str, op: ShadowOp) -> Result<serde_json::Value, String> {
         let cfg = self.config();
         let Some(j) = cfg.port_index(port) else { return Err(format!("`{port}` is not a port of the switch")) };
-        if cfg.ports[j].shadow.is_empty() {
+        // The host port (past the ports) takes no plugins.
+        if cfg.ports.get(j).is_none_or(|p| p.shadow.is_empty()) {
             return Err(format!("port `{port}` has no shadow chain (configure `ports[].shadow` and reload)"));
         }
         let dp = &self.dataplane;

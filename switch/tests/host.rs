@@ -281,6 +281,27 @@ fn the_api_refuses_a_static_entry_for_the_hosts_address_on_another_port() {
 }
 
 #[test]
+fn a_shadow_promote_or_discard_on_the_host_port_is_refused_by_name() {
+    // The host port's index is past the ports' (it takes no plugins): this indexed past them
+    // and panicked.
+    if !require_lab("a_shadow_promote_or_discard_on_the_host_port_is_refused_by_name") {
+        return;
+    }
+    use wasmswitch::dataplane::ShadowOp;
+    let tap = tap_name("p");
+    let dir = Scratch::new("host-shadow");
+    let sw =
+        wasmswitch::daemon::Switch::start(&dir.write(&sim_yaml("rate_pps: 1000", &host_section(&tap, 1024)))).unwrap();
+    for op in [ShadowOp::Promote, ShadowOp::Discard] {
+        let e = sw.shadow("host", op).unwrap_err();
+        assert!(e.contains("port `host` has no shadow chain"), "{e}");
+    }
+    sw.dataplane.stop_shared().expect("every frame back");
+    drop(sw);
+    assert!(gone_soon(&tap));
+}
+
+#[test]
 fn a_restart_right_after_a_clean_exit_takes_its_tap_again() {
     // The TAP of a daemon that has just exited lingers for tens of milliseconds (io_uring
     // gives its file back from a kernel worker): a restart with no pause in between (a unit's
@@ -365,7 +386,7 @@ fn a_deleted_tap_is_one_error_line_with_what_to_do() {
     if !require_lab("a_deleted_tap_is_one_error_line_with_what_to_do") {
         return;
     }
-    let tap = tap_name("e");
+    let tap = tap_name("x");
     let port = free_port();
     let dir = Scratch::new("tap-deleted");
     let cfg = dir.write(&daemon_yaml(port, &tap));
