@@ -362,20 +362,21 @@ impl Collector for SwitchCollector {
             for (name, help, v) in host {
                 counter_family(e, name, help, &[(l(), v)])?;
             }
-            // Delivered list sizes as a Prometheus histogram (buckets 1, 2, 4, ... 64).
+            // Delivered list sizes as a Prometheus histogram (buckets 1, 2, 4, ... 64, +Inf).
             let mut m = e.encode_descriptor(
                 "wasmswitch_host_batch_size",
                 "Frames per host delivery (one io_uring submission each).",
                 None,
                 MetricType::Histogram,
             )?;
-            // Per-bucket counts: the encoder accumulates them and adds the +Inf bucket.
-            let buckets: Vec<(f64, u64)> =
-                wasmswitch_tap::BATCH_BUCKETS.iter().zip(t.batch_hist.iter()).map(|(&b, &n)| (b as f64, n)).collect();
+            // Per-bucket counts, the encoder accumulates them; it writes only the buckets it is
+            // given, so the `+Inf` one (which the format requires) is the last of them.
+            let bounds = wasmswitch_tap::BATCH_BUCKETS.iter().map(|&b| b as f64).chain([f64::INFINITY]);
+            let buckets: Vec<(f64, u64)> = bounds.zip(t.batch_hist).collect();
             let batches = t.batch_hist.iter().sum();
             let labels = l();
             m.encode_family(&labels)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                t.delivered as f64,
+                t.batch_frames as f64,
                 batches,
                 &buckets,
                 None,

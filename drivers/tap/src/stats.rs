@@ -8,9 +8,12 @@ use std::sync::Arc;
 
 use wasmswitch_core::counter::{Counter, Gauge};
 
-/// Upper bounds of the batch-size histogram buckets (a batch of n goes into the first bucket
-/// whose bound is ≥ n).
+/// Upper bounds of the batch-size histogram's finite buckets (a batch of n goes into the first
+/// bucket whose bound is ≥ n, one larger than all into the last, unbounded one).
 pub const BATCH_BUCKETS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// Buckets of the histogram: the finite ones and the unbounded (`+Inf`) one.
+pub const HIST_LEN: usize = BATCH_BUCKETS.len() + 1;
 
 /// Written by one datapath worker (its host `PortQueue`).
 #[derive(Debug, Default)]
@@ -36,8 +39,10 @@ pub struct HostWorkerStats {
     pub delivered: Counter,
     /// Writes that failed (the frame is still returned to the pool).
     pub write_errors: Counter,
-    /// Delivery batches by size ([`BATCH_BUCKETS`]).
-    pub batch_hist: [Counter; 7],
+    /// Delivery batches by size ([`BATCH_BUCKETS`], then larger ones).
+    pub batch_hist: [Counter; HIST_LEN],
+    /// Frames in those batches (the histogram's sum: what was handed to the TAP, written or not).
+    pub batch_frames: Counter,
     pub tap_tx_packets: Counter,
     pub tap_tx_bytes: Counter,
     /// Frames read from the TAP (sent by the host).
@@ -58,8 +63,9 @@ pub struct HostWorkerStats {
 
 impl HostWorkerStats {
     pub(crate) fn record_batch(&self, n: usize) {
-        let i = BATCH_BUCKETS.iter().position(|&b| n <= b).unwrap_or(BATCH_BUCKETS.len() - 1);
+        let i = BATCH_BUCKETS.iter().position(|&b| n <= b).unwrap_or(BATCH_BUCKETS.len());
         self.batch_hist[i].inc();
+        self.batch_frames.add(n as u64);
     }
 }
 
@@ -82,7 +88,8 @@ pub struct TapTotals {
     pub rx_frames: u64,
     pub delivered: u64,
     pub write_errors: u64,
-    pub batch_hist: [u64; 7],
+    pub batch_hist: [u64; HIST_LEN],
+    pub batch_frames: u64,
     pub tap_tx_packets: u64,
     pub tap_tx_bytes: u64,
     pub tap_rx_packets: u64,
@@ -110,6 +117,7 @@ impl TapStats {
             for (d, c) in t.batch_hist.iter_mut().zip(&w.batch_hist) {
                 *d += c.get();
             }
+            t.batch_frames += w.batch_frames.get();
             t.tap_tx_packets += w.tap_tx_packets.get();
             t.tap_tx_bytes += w.tap_tx_bytes.get();
             t.tap_rx_packets += w.tap_rx_packets.get();
@@ -121,5 +129,22 @@ impl TapStats {
             t.sleeps += w.sleeps.get();
         }
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_larger_than_the_last_bound_goes_in_the_unbounded_bucket() {
+        let w = HostWorkerStats::default();
+        for n in [1, 3, 64, 65, 1000] {
+            w.record_batch(n);
+        }
+        let hist: Vec<u64> = w.batch_hist.iter().map(Counter::get).collect();
+        // 1 → le 1, 3 → le 4, 64 → le 64; 65 and 1000 are in no finite bucket.
+        assert_eq!(hist, [1, 0, 1, 0, 0, 0, 1, 2]);
+        assert_eq!(w.batch_frames.get(), 1 + 3 + 64 + 65 + 1000);
     }
 }

@@ -229,6 +229,7 @@ fn deliver_and_read_back(uring: UringOptions, bulk: usize) {
     assert_eq!(t.ring_full, 0);
     assert_eq!(t.write_errors, 0);
     assert!(t.batch_hist.iter().sum::<u64>() >= lists);
+    assert_eq!(t.batch_frames, N as u64, "the histogram's sum is the frames in its lists");
     let max_bucket = wasmswitch_tap::BATCH_BUCKETS.iter().position(|&b| b >= bulk).unwrap();
     assert!(t.batch_hist[max_bucket + 1..].iter().all(|&c| c == 0), "no list larger than the bulk: {:?}", t.batch_hist);
     eprintln!("features {:?}, totals {t:?}", host.features()[0]);

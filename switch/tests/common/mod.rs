@@ -294,6 +294,18 @@ pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 #[allow(dead_code)]
 pub fn assert_promtool_accepts(metrics: &str) {
     use std::process::{Command, Stdio};
+    // What `promtool check metrics` lets through: a histogram without its `+Inf` bucket
+    // (`histogram_quantile` then answers NaN).
+    for family in metrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" histogram")) {
+        for count in metrics.lines().filter_map(|l| l.strip_prefix(&format!("{family}_count"))) {
+            let (labels, value) = count.rsplit_once(' ').unwrap();
+            let inf = match labels.strip_suffix('}') {
+                Some(l) => format!("{family}_bucket{l},le=\"+Inf\"}} {value}"),
+                None => format!("{family}_bucket{{le=\"+Inf\"}} {value}"),
+            };
+            assert!(metrics.lines().any(|l| l == inf), "{family}: no `{inf}` for its count:\n{metrics}");
+        }
+    }
     match Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
