@@ -789,6 +789,33 @@ impl Config {
             .or_else(|| self.host.as_ref().filter(|h| h.name.value == name).map(|_| self.ports.len()))
     }
 
+    /// In a mode other than `l2`, the first setting only the L2 stage applies (where, and what
+    /// it is): the pipeline neither parses nor looks up there, so it would be ignored.
+    fn check_mode(&self) -> Option<(Location, String)> {
+        if self.switch.mode == Mode::L2 {
+            return None;
+        }
+        for p in &self.ports {
+            let port = &p.name.value;
+            if let Some(pl) = p.plugins.first().or(p.shadow.first()) {
+                return Some((pl.name.referenced, format!("port `{port}`: plugin `{}`", pl.name.value)));
+            }
+            if p.vlan.is_some() {
+                return Some((p.name.referenced, format!("port `{port}`: `vlan`")));
+            }
+            if p.storm.is_some() {
+                return Some((p.name.referenced, format!("port `{port}`: `storm`")));
+            }
+        }
+        if let Some(m) = self.mirrors.first() {
+            return Some((m.name.referenced, format!("mirror `{}`", m.name.value)));
+        }
+        if let Some(e) = self.fdb.statics.first() {
+            return Some((e.mac.referenced, format!("the static FDB entry {}", e.mac.value.0)));
+        }
+        self.host.as_ref().map(|h| (h.tap.referenced, "the host port".to_string()))
+    }
+
     pub fn listen_addr(&self) -> SocketAddr {
         self.metrics.listen.value.0
     }
@@ -821,6 +848,19 @@ impl Config {
                 format!("too many ports ({}): at most {}", self.ports.len(), range::PORTS.1),
             ));
         }
+        self.check_mode()
+            .map(|(at, what)| {
+                let mode = match self.switch.mode {
+                    Mode::L2 => "l2",
+                    Mode::Passthrough => "passthrough",
+                    Mode::Cross => "cross",
+                };
+                err(
+                    at,
+                    format!("{what} needs switch.mode l2: `{mode}` sends frames on unparsed, so it would be ignored"),
+                )
+            })
+            .map_or(Ok(()), Err)?;
         let listen = self.listen_addr();
         if !listen.ip().is_loopback() && self.control.token_file.is_none() {
             return Err(err(

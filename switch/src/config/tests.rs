@@ -359,6 +359,45 @@ fn cross_mode_parses() {
     assert_eq!(c.switch.mode, Mode::Cross);
 }
 
+/// Outside `l2` the pipeline neither parses nor looks up, so what only the L2 stage applies is
+/// refused by name where it is written, not accepted and ignored (an ACL that looked enforced).
+#[test]
+fn what_only_l2_applies_is_refused_in_the_other_modes() {
+    let port = "ports:\n  - name: p0\n    driver: sim\n";
+    let cases = [
+        ("    plugins:\n      - name: acl\n        path: acl.wasm\n", "5:15", "port `p0`: plugin `acl`"),
+        ("    shadow:\n      - name: new\n        path: acl.wasm\n", "5:15", "port `p0`: plugin `new`"),
+        ("    vlan: { mode: access, vid: 10 }\n", "2:11", "port `p0`: `vlan`"),
+        ("    storm: { broadcast_pps: 100 }\n", "2:11", "port `p0`: `storm`"),
+        (
+            "  - name: p1\n    driver: sim\nmirrors:\n  - name: m\n    sources: [p0]\n    destination: p1\n",
+            "7:11",
+            "mirror `m`",
+        ),
+        (
+            "fdb:\n  static:\n    - { mac: \"02:00:00:00:00:01\", port: p0 }\n",
+            "6:14",
+            "the static FDB entry 02:00:00:00:00:01",
+        ),
+        ("host:\n  tap: wsx0\n", "5:8", "the host port"),
+    ];
+    for mode in ["passthrough", "cross"] {
+        for (extra, at, what) in cases {
+            let yaml = format!("{port}{extra}switch:\n  mode: {mode}\n");
+            let e = parse(&yaml).unwrap_err();
+            assert_eq!(format!("{}:{}", e.line, e.column), at, "{mode}, {what}: {e}");
+            assert_eq!(
+                e.message,
+                format!("{what} needs switch.mode l2: `{mode}` sends frames on unparsed, so it would be ignored"),
+                "{yaml}"
+            );
+            // The same file in l2 passes this check (it may fail a later one, never this one).
+            let l2 = parse(&yaml.replace(&format!("mode: {mode}"), "mode: l2"));
+            assert!(l2.as_ref().err().is_none_or(|e| !e.message.contains("needs switch.mode l2")), "{l2:?}");
+        }
+    }
+}
+
 /// A folder of token files for one test, removed when the test ends (also when it fails).
 struct TokenDir(PathBuf);
 
