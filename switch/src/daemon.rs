@@ -361,6 +361,8 @@ impl Switch {
             changes.add.push(AddPort { id, port, fresh, stages: Vec::new() });
         }
         changes.remove.extend(&removed);
+        // No API edit of the table from here to the new config in place (see `fdb_edits`).
+        let no_edits = dp.fdb_edits.write().unwrap_or_else(|e| e.into_inner());
         // The config's static FDB entries: the ones no longer there go, new ones come. Whether
         // they fit (at the new capacity, the API's entries included) is asked first, so that one
         // that does not refuses the reload before anything changes.
@@ -525,7 +527,7 @@ impl Switch {
             applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` {what}"));
         }
         if old.fdb.capacity.value != new.fdb.capacity.value {
-            let r = dp.resize_fdb(new.fdb.capacity.value);
+            let r = dp.resize_fdb(new.fdb.capacity.value, &no_edits);
             late = late.and(r);
             applied.push(format!(
                 "fdb.capacity = {} (a table of {} entries, the learned ones copied over)",
@@ -648,6 +650,7 @@ impl Switch {
             note
         };
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
+        drop(no_edits);
         let summary = format!(
             "applied: {}; changed keys: {}; everything else unchanged{note}",
             if applied.is_empty() { "nothing (no plugins, no change)".to_string() } else { applied.join("; ") },

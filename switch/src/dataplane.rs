@@ -165,10 +165,12 @@ pub struct Dataplane {
     pub groups: Arc<[UmemGroup]>,
     pub fdb: Arc<CurrentFdb>,
     /// Read-held by every edit of the table's entries from outside the datapath (the API's;
-    /// they may run together, the table being lock-free) and write-held by
-    /// [`Dataplane::resize_fdb`] while it copies the table and puts the copy in: an edit made on
-    /// the old table after its entries were copied would be lost (a delete would come back).
-    /// The lock prefers the writer, so a flood of edits cannot hold a resize off.
+    /// they may run together, the table being lock-free) and write-held by a reload from its
+    /// check of the static entries to its new config in place: an edit checked against the old
+    /// VLANs after that check would leave a static entry outside its port's (and refuse every
+    /// later reload), and one made on the old table after [`Dataplane::resize_fdb`] copied it
+    /// would be lost (a delete would come back). The lock prefers the writer, so a flood of
+    /// edits cannot hold a reload off.
     pub fdb_edits: std::sync::RwLock<()>,
     pub ports: PortTable,
     pub workers: Vec<WorkerHandle>,
@@ -923,16 +925,13 @@ impl Dataplane {
 
     /// Replaces the FDB with one of `capacity` holding the current entries (see
     /// [`Fdb::resized`]); entries learned by a worker in the old table while the copy is made
-    /// are learned again from the next frame they send.
-    pub fn resize_fdb(&self, capacity: usize) -> Result<()> {
-        let new = {
-            let _no_edits = self.fdb_edits.write().unwrap_or_else(|e| e.into_inner());
-            let new =
-                self.fdb.get().resized(capacity, self.start.elapsed().as_secs() as u32).map_err(anyhow::Error::msg)?;
-            let new = Arc::new(new);
-            self.fdb.set(new.clone());
-            new
-        };
+    /// are learned again from the next frame they send. The caller holds
+    /// [`Dataplane::fdb_edits`] for writing (`_no_edits`).
+    pub fn resize_fdb(&self, capacity: usize, _no_edits: &std::sync::RwLockWriteGuard<'_, ()>) -> Result<()> {
+        let new =
+            self.fdb.get().resized(capacity, self.start.elapsed().as_secs() as u32).map_err(anyhow::Error::msg)?;
+        let new = Arc::new(new);
+        self.fdb.set(new.clone());
         let sent: Vec<u64> =
             self.workers.iter().map(|w| w.control.send_all(vec![Command::SetFdb(new.clone())])).collect();
         let late: Vec<usize> = self

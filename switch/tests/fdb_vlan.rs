@@ -412,6 +412,59 @@ fn api_edits_made_while_a_reload_resizes_the_table_are_kept() {
 }
 
 #[test]
+fn an_api_add_racing_a_reload_that_removes_its_vlan_is_checked_against_the_new_one() {
+    // A reload takes p1 out of VLAN 10 and resizes the table. An editor waits for the new
+    // table (the reload has checked the static entries by then, and has yet to put its config
+    // in place) and adds a static entry in VLAN 10 on p1. Checked against the old VLANs, that
+    // add was answered ok and left an entry outside p1's VLANs (a black hole) that refused
+    // every later reload; now it waits for the reload and is refused.
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use wasmswitch::api::FdbChange;
+    use wasmswitch_core::wire::MacAddr;
+    let dir = Scratch::new("fdb-vlan-race");
+    let yaml = |allowed: &str, capacity: usize| {
+        format!(
+            "fdb:\n  capacity: {capacity}\nworkers:\n  - idle: sleep\nports:\n  - name: p1\n    driver: sim\n    vlan: {{ mode: trunk, allowed: [{allowed}] }}\n  - name: p2\n    driver: sim\n"
+        )
+    };
+    let sw = wasmswitch::daemon::Switch::start(&dir.write(&yaml("1, 10", 1024))).unwrap();
+    let mac = MacAddr::from_u64(0x0200_0400_0001);
+    let mut in_window = 0;
+    for round in 0..10 {
+        let capacity = if round % 2 == 0 { 2048 } else { 1024 };
+        dir.write(&yaml("1", capacity));
+        let before = sw.dataplane.fdb.get();
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let editor = s.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    if !Arc::ptr_eq(&sw.dataplane.fdb.get(), &before) {
+                        let r = sw.fdb_change(FdbChange::Add { mac, vlan: 10, port: "p1".into() });
+                        return Some(r);
+                    }
+                    std::hint::spin_loop();
+                }
+                None
+            });
+            sw.reload().expect("applied");
+            done.store(true, Ordering::Relaxed);
+            if let Some(r) = editor.join().unwrap() {
+                in_window += 1;
+                let e = r.expect_err("an add in VLAN 10 on p1 while the reload takes VLAN 10 off p1");
+                assert!(e.contains("does not carry VLAN 10"), "{e}");
+            }
+        });
+        let outside: Vec<_> = sw.dataplane.fdb.get().entries(0).into_iter().filter(|e| e.vlan == 10).collect();
+        assert!(outside.is_empty(), "p1 carries only VLAN 1 now, yet the table has {outside:?}");
+        dir.write(&yaml("1, 10", capacity));
+        sw.reload().expect("VLAN 10 back");
+    }
+    assert!(in_window >= 5, "only {in_window} of 10 adds were made inside the reload");
+    sw.dataplane.stop_shared().expect("every frame back");
+}
+
+#[test]
 fn a_reload_that_would_leave_a_static_entry_outside_its_vlan_is_refused_by_name() {
     use wasmswitch::api::FdbChange;
     use wasmswitch_core::wire::MacAddr;
