@@ -332,7 +332,7 @@ impl crate::metrics::MetricsSource for ControlStats {
         counter_family(
             enc,
             "wasmswitch_api_connections_evicted",
-            "Control API connections closed to make room for a new one: idle, or halfway through a request.",
+            "Control API connections closed to make room for a new one (idle, halfway through a request, or not reading its answers), or past their time with answers the client did not read.",
             &[(vec![], get(&self.connections_evicted))],
         )?;
         let connection_errors =
@@ -840,6 +840,11 @@ impl Default for Limits {
 /// reload's answer.
 const ANSWER_GRACE: Duration = Duration::from_secs(300);
 
+/// How long a connection past its time, with no handler running, may take to send what it
+/// answered: a client that pipelines requests and never reads the answers would otherwise hold
+/// its slot until [`ANSWER_GRACE`] ran out (256 of them kept `/healthz` out for minutes).
+const FINISH_GRACE: Duration = Duration::from_secs(5);
+
 /// Serves `router` on `listener` until `shutdown` becomes true; then stops accepting, asks open
 /// connections to finish (keep-alive ones close after their current request) and waits at most
 /// `limits.shutdown_grace` before dropping the rest.
@@ -932,10 +937,26 @@ pub async fn serve(
                     // answered (a reload may take longer than a connection's time).
                     _ = tokio::time::sleep_until(deadline) => {}
                 }
-                // Closes an idle connection now, and a busy one after its response.
+                // Closes an idle connection now, and a busy one after its response. What holds
+                // the slot then is a handler still answering (a reload), or a client that does
+                // not read what it was answered: the latter is closed to make room, and in any
+                // case once its answers had FINISH_GRACE to go out.
                 conn.as_mut().graceful_shutdown();
-                if let Err(e) = conn.as_mut().await {
-                    stats.connection_failed(&e, &answering);
+                loop {
+                    tokio::select! {
+                        r = conn.as_mut() => {
+                            if let Err(e) = r {
+                                stats.connection_failed(&e, &answering);
+                            }
+                            return;
+                        }
+                        _ = evict.notified() => {}
+                        _ = tokio::time::sleep(FINISH_GRACE) => {}
+                    }
+                    if !answering.0.busy.load(std::sync::atomic::Ordering::Relaxed) {
+                        ControlStats::bump(&stats.connections_evicted);
+                        return;
+                    }
                 }
             };
             let _ = tokio::time::timeout(limits.connection + ANSWER_GRACE, run).await;
@@ -1164,6 +1185,58 @@ mod tests {
         let idle_closed = settled(ConnectionError::HeaderTimeout, 2, Duration::from_millis(500));
         assert_eq!(idle_closed, 1, "an idle keep-alive connection's close is not counted");
         assert_eq!(count(ConnectionError::Broken), 0);
+        server.stop();
+    }
+
+    /// A connection with a small receive buffer that pipelines `/healthz` requests until its
+    /// writes stall and never reads an answer: the server's writes to it are stuck.
+    fn unread_client(addr: SocketAddr) -> std::net::TcpStream {
+        use std::io::Write;
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain socket(2), no pointers.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        // SAFETY: `fd` is a new socket that nothing else owns; the stream closes it.
+        let s = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+        let small: libc::c_int = 2048;
+        let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: setsockopt reads `len` bytes of `small`, an int that outlives the call.
+        let rc = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, (&raw const small).cast(), len) };
+        assert_eq!(rc, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
+        let std::net::SocketAddr::V4(v4) = addr else { unreachable!("bound on 127.0.0.1") };
+        let sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from(*v4.ip()).to_be() },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: `sa` is a sockaddr_in of `len` bytes; the fd is the stream's.
+        let rc = unsafe { libc::connect(std::os::fd::AsRawFd::as_raw_fd(&s), (&raw const sa).cast(), len) };
+        assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
+        let mut s = s;
+        s.set_write_timeout(Some(Duration::from_millis(300))).unwrap();
+        let burst = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").repeat(100);
+        while s.write_all(burst.as_bytes()).is_ok() {}
+        s
+    }
+
+    #[test]
+    fn clients_that_never_read_their_answers_give_their_slots_up_past_their_time() {
+        let server = HeldServer::start(Limits {
+            connection: Duration::from_millis(300),
+            max_connections: 2,
+            ..Limits::default()
+        });
+        let stuck: Vec<_> = (0..2).map(|_| unread_client(server.addr)).collect();
+        // Past their time (they kept the slots until ANSWER_GRACE ran out: 5 minutes).
+        std::thread::sleep(Duration::from_millis(600));
+        let health = server.getter()("/healthz", Some(Duration::from_secs(5))).expect("answered");
+        assert!(health.starts_with("HTTP/1.1 200"), "a newcomer gets the slot of one that does not read: {health:?}");
+        let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(count(&server.stats.connections_evicted) >= 1);
+        assert_eq!(count(&server.stats.connections_refused), 0);
+        drop(stuck);
         server.stop();
     }
 
