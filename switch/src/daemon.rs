@@ -527,12 +527,20 @@ impl Switch {
             applied.push(format!("fdb.static {mac} in VLAN {vlan} on `{port}` {what}"));
         }
         if old.fdb.capacity.value != new.fdb.capacity.value {
+            let dropped = || dp.fdb.get().stats.resize_dropped.get();
+            let before = dropped();
             let r = dp.resize_fdb(new.fdb.capacity.value, &no_edits);
             late = late.and(r);
+            let fdb = dp.fdb.get();
+            let lost = match dropped() - before {
+                0 => "every entry copied over".to_string(),
+                n => format!("{n} learned entries it had no room for dropped, the stalest"),
+            };
             applied.push(format!(
-                "fdb.capacity = {} (a table of {} entries, the learned ones copied over)",
+                "fdb.capacity = {} (a table of {} entries, {} in it; {lost})",
                 new.fdb.capacity.value,
-                dp.fdb.get().capacity()
+                fdb.capacity(),
+                fdb.len()
             ));
         }
         let fdb = dp.fdb.get();

@@ -502,6 +502,12 @@ impl Collector for SwitchCollector {
         )?;
         counter_family(
             e,
+            "wasmswitch_fdb_resize_dropped",
+            "Learned entries a reload to a smaller fdb.capacity had no room for (the stalest go).",
+            &[(vec![], self.fdb.get().stats.resize_dropped.get())],
+        )?;
+        counter_family(
+            e,
             "wasmswitch_flood_copies",
             "Frame copies made by flooding.",
             &self.worker_samples(|w| w.flood_copies.get()),

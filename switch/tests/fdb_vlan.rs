@@ -412,6 +412,31 @@ fn api_edits_made_while_a_reload_resizes_the_table_are_kept() {
 }
 
 #[test]
+fn a_reload_to_a_smaller_table_says_how_many_learned_entries_it_dropped_and_counts_them() {
+    use wasmswitch_core::wire::MacAddr;
+    let dir = Scratch::new("fdb-shrink");
+    let sw = wasmswitch::daemon::Switch::start(&dir.write(&fdb_yaml(1024, 300, &[]))).unwrap();
+    let fdb = sw.dataplane.fdb.get();
+    for i in 0..500u64 {
+        fdb.learn(1, MacAddr::from_u64(0x0200_0500_0000 + i), (i % 2) as u16, 0);
+    }
+    let had = fdb.len();
+    dir.write(&fdb_yaml(64, 300, &[]));
+    let r = sw.reload().unwrap();
+    let kept = sw.dataplane.fdb.get().len();
+    assert!(kept <= 64 && had == 500, "{had} → {kept}");
+    let said = format!("fdb.capacity = 64 (a table of 64 entries, {kept} in it; {} learned entries", had - kept);
+    assert!(r.contains(&said), "{r}");
+    let metrics = wasmswitch::metrics::Metrics::new(sw.collector()).render();
+    let line = format!("wasmswitch_fdb_resize_dropped_total {}", had - kept);
+    assert!(metrics.lines().any(|l| l == line), "{line} not in the metrics");
+    // Back to a larger table: nothing lost, said so.
+    dir.write(&fdb_yaml(1024, 300, &[]));
+    assert!(sw.reload().unwrap().contains(&format!("{kept} in it; every entry copied over")));
+    sw.dataplane.stop_shared().expect("every frame back");
+}
+
+#[test]
 fn an_api_add_racing_a_reload_that_removes_its_vlan_is_checked_against_the_new_one() {
     // A reload takes p1 out of VLAN 10 and resizes the table. An editor waits for the new
     // table (the reload has checked the static entries by then, and has yet to put its config

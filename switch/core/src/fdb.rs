@@ -177,10 +177,13 @@ pub struct Flush {
     pub statics: bool,
 }
 
-/// Counters written by the aging sweep (a single thread).
+/// Counters of the table as a whole, each written by one thread at a time.
 #[derive(Debug, Default)]
 pub struct FdbStats {
+    /// Entries the aging sweep removed (its thread).
     pub aged: Counter,
+    /// Learned entries a resize into a smaller table had no room for (the reload's thread).
+    pub resize_dropped: Counter,
 }
 
 pub struct Fdb {
@@ -671,7 +674,8 @@ impl Fdb {
     /// A table of `capacity` with this one's aging time, entries (each with its last-seen
     /// tick) and counters: what a reload that changes `fdb.capacity` swaps in. Static entries
     /// go first, and one that does not fit is an error (nothing is swapped in); learned ones
-    /// that do not fit a smaller table are dropped stalest first by the usual eviction.
+    /// that do not fit a smaller table are dropped stalest first by the usual eviction, counted
+    /// in `resize_dropped`.
     pub fn resized(&self, capacity: usize, now: u32) -> Result<Fdb, String> {
         let new = Fdb::new(capacity, self.aging_ticks());
         let mut entries = self.entries(now);
@@ -682,11 +686,12 @@ impl Fdb {
                 new.add_static(e.vlan, e.mac, e.port).map_err(|why| {
                     format!("the static entry {} in VLAN {} does not fit a table of {capacity}: {why}", e.mac, e.vlan)
                 })?;
-            } else {
-                new.learn(e.vlan, e.mac, e.port, now.wrapping_sub(e.age));
+            } else if let Learned::Evicted | Learned::Full = new.learn(e.vlan, e.mac, e.port, now.wrapping_sub(e.age)) {
+                new.stats.resize_dropped.inc();
             }
         }
         new.stats.aged.add(self.stats.aged.get());
+        new.stats.resize_dropped.add(self.stats.resize_dropped.get());
         Ok(new)
     }
 }
@@ -1078,6 +1083,9 @@ mod tests {
         assert_eq!(big.aging_ticks(), 300);
         let small = old.resized(8, 100).unwrap();
         assert!(small.len() <= small.capacity() && !small.is_empty());
+        // What did not fit is counted, and the count carries over to the next table.
+        assert_eq!(small.stats.resize_dropped.get() as usize, old.len() - small.len());
+        assert_eq!(small.resized(4096, 100).unwrap().stats.resize_dropped.get(), small.stats.resize_dropped.get());
         assert_eq!(small.lookup(7, mac(1000)), Some(2), "static entries go first");
         // What was kept is what the old table said.
         for e in small.entries(100) {
