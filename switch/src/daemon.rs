@@ -340,6 +340,20 @@ impl Switch {
             ids.insert(new.ports[j].name.value.clone(), id);
         }
         let id_of = |n: &str| ids.get(n).copied();
+        // `cross` pairs ports by id (0↔1, 2↔3, …), which at a start is their place in the file.
+        // Ids stay with their ports across reloads, so a reload that would pair them otherwise
+        // than the file does (ports reordered, or one removed and another added) is refused.
+        if new.switch.mode == crate::config::Mode::Cross {
+            for (j, p) in new.ports.iter().enumerate() {
+                let id = id_of(&p.name.value).expect("every port of the new config has an id");
+                if usize::from(id) != j {
+                    return Err(format!(
+                        "{UNCHANGED}: switch.mode cross pairs ports by their place in the file (0↔1, 2↔3, …): port `{}` is number {j} in the file but would run as number {id}; this order needs a restart",
+                        p.name.value
+                    ));
+                }
+            }
+        }
         // Plugins compiled and ports opened before anything changes: an error here leaves
         // everything as it was (opened ports are closed again when dropped).
         // The running plugins' counters: a plugin that stays (same port and name) keeps

@@ -586,3 +586,33 @@ fn a_reload_that_parts_port_ids_from_the_files_order_says_so_where_plugins_see_t
     assert!(!r.contains("note:"), "{r}");
     sw.dataplane.stop_shared().expect("every frame is back");
 }
+
+#[test]
+fn in_cross_mode_a_reload_that_would_pair_ports_otherwise_than_the_file_is_refused() {
+    // `cross` pairs ports by id, which at a start is their place in the file; ids stay with
+    // their ports across reloads. A reorder, or a port removed and another added, answered
+    // "applied" while the running pairs stayed as before (a restart would pair them otherwise).
+    let dir = Scratch::new("cross-order");
+    let yaml = |names: &[&str]| {
+        let mut y = String::from("switch:\n  mode: cross\nworkers:\n  - idle: sleep\nports:\n");
+        for n in names {
+            y += &format!("  - name: {n}\n    driver: sim\n    sim: {{}}\n");
+        }
+        y
+    };
+    let sw = Switch::start(&dir.write(&yaml(&["a", "b", "c", "d"]))).unwrap();
+    for (names, moved) in [(&["a", "c", "b", "d"][..], "c` is number 1"), (&["a", "c", "d", "e"][..], "c` is number 1")]
+    {
+        dir.write(&yaml(names));
+        let e = sw.reload().expect_err("a new pairing");
+        assert!(e.contains("reload refused, nothing was changed") && e.contains(moved), "{e}");
+        assert_eq!(port_names(&sw), ["a", "b", "c", "d"], "nothing changed");
+    }
+    // Ports added after the others, or the last ones removed, keep every pair.
+    dir.write(&yaml(&["a", "b", "c", "d", "e", "f"]));
+    reload_ok(&sw, "two ports added at the end");
+    dir.write(&yaml(&["a", "b"]));
+    reload_ok(&sw, "the last four removed");
+    assert_eq!(port_names(&sw), ["a", "b"]);
+    sw.dataplane.stop_shared().expect("every frame back");
+}
