@@ -987,6 +987,16 @@ impl Config {
                         ),
                     ));
                 }
+                // It labels metrics and log lines and names the plugin in the API.
+                if !is_name(&pl.name.value) {
+                    return Err(err(
+                        pl.name.referenced,
+                        format!(
+                            "port `{name}`: plugin name {:?} is not valid: expected 1-32 letters, digits, `-`, `_` or `.`",
+                            pl.name.value
+                        ),
+                    ));
+                }
                 within(&err, "header_bytes", &pl.header_bytes, range::HEADER_BYTES)?;
                 within(&err, "deadline_us", &pl.deadline_us, range::DEADLINE_US)?;
                 within(&err, "memory_limit_kib", &pl.memory_limit_kib, range::MEMORY_KIB)?;

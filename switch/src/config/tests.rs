@@ -30,6 +30,18 @@ fn minimal_config_gets_defaults() {
 
 /// Each broken config: (what, yaml, expected line:col, a fragment of the message).
 const BROKEN: &[(&str, &str, &str, &str)] = &[
+    (
+        "empty plugin name",
+        "ports:\n  - name: p0\n    driver: sim\n    plugins:\n      - name: \"\"\n        path: a.wasm\n",
+        "5:15",
+        "port `p0`: plugin name \"\" is not valid: expected 1-32 letters",
+    ),
+    (
+        "plugin name with a quote and a newline",
+        "ports:\n  - name: p0\n    driver: sim\n    shadow:\n      - name: \"a\\\"b\\nc\"\n        path: a.wasm\n",
+        "5:15",
+        "plugin name \"a\\\"b\\nc\" is not valid",
+    ),
     ("unknown key", "ports:\n  - name: p0\n    driver: sim\n    colour: blue\n", "4:5", "unknown field `colour`"),
     ("unknown top-level key", "portz: []\nports:\n  - name: p0\n    driver: sim\n", "1:1", "unknown field `portz`"),
     (
