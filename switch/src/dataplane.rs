@@ -872,15 +872,18 @@ impl Dataplane {
     /// forwarding throughout. Removed ports are closed once every worker has let go of them.
     pub fn change_ports(&self, mut changes: PortChanges, mut extra: Vec<Vec<Command>>) -> Result<()> {
         let _changing = self.res.changing.lock().unwrap_or_else(|e| e.into_inner());
-        for id in &changes.remove {
-            self.ports.set(*id, None);
+        // A reopened port stays in the table (its series on /metrics) until its new info is in.
+        let reopened: Vec<PortId> = changes.add.iter().filter(|a| !a.fresh).map(|a| a.id).collect();
+        for &id in &changes.remove {
+            if !reopened.contains(&id) {
+                self.ports.set(id, None);
+            }
         }
         extra.resize_with(self.workers.len(), Vec::new);
         // A port reopened under its id is detached by its own attach, which hands its plugins
         // over to the new slot (`Pipeline::attach_port`); detached first, there was nothing left
         // to take over, and a plugin that stays lost its instance and state.
-        let detach: Vec<PortId> =
-            changes.remove.iter().copied().filter(|&p| !changes.add.iter().any(|a| a.id == p && !a.fresh)).collect();
+        let detach: Vec<PortId> = changes.remove.iter().copied().filter(|p| !reopened.contains(p)).collect();
         let mut sent = Vec::new();
         for (w, (h, extra)) in self.workers.iter().zip(extra).enumerate() {
             let mut cmds: Vec<Command> = detach.iter().map(|&p| Command::DetachPort(p)).collect();
@@ -906,13 +909,17 @@ impl Dataplane {
                 // A port reopened with new settings keeps its name and id, so its static
                 // entries (the config's and the API's) stay; what it learned goes with its old
                 // queues. A removed port's id may go to another port: its statics go too.
-                let reopened = changes.add.iter().any(|a| a.id == *id && !a.fresh);
-                self.fdb.get().flush(Flush { port: Some(*id), statics: !reopened, ..Flush::default() });
+                self.fdb.get().flush(Flush { port: Some(*id), statics: !reopened.contains(id), ..Flush::default() });
             }
         }
         for a in changes.add {
             self.res.replace_handle(a.id, Some(a.port.handle), !late.is_empty());
-            self.ports.set(a.id, Some(Arc::new(a.port.info)));
+            let mut info = a.port.info;
+            if let Some(old) = self.ports.get(a.id).filter(|_| !a.fresh) {
+                // The old queues are let go of (unless a worker is late): their counts are final.
+                info.sim_missed_before = (0..old.sim.len()).map(|q| old.sim_missed(q)).collect();
+            }
+            self.ports.set(a.id, Some(Arc::new(info)));
         }
         if !late.is_empty() {
             bail!(

@@ -161,8 +161,8 @@ impl Collector for SwitchCollector {
         )?;
         let mut missed = Vec::new();
         for (_, info) in &ports {
-            for (q, s) in info.sim.iter().enumerate() {
-                missed.push((vec![("port", info.name.clone()), ("queue", q.to_string())], s.rx_missed.get()));
+            for q in 0..info.sim.len() {
+                missed.push((vec![("port", info.name.clone()), ("queue", q.to_string())], info.sim_missed(q)));
             }
         }
         counter_family(

@@ -616,3 +616,49 @@ fn in_cross_mode_a_reload_that_would_pair_ports_otherwise_than_the_file_is_refus
     assert_eq!(port_names(&sw), ["a", "b"]);
     sw.dataplane.stop_shared().expect("every frame back");
 }
+
+#[test]
+fn a_port_a_reload_reopens_stays_listed_and_keeps_counting_from_where_it_was() {
+    // A reload that reopens a port (a new sim ring size) took it out of the port table until
+    // its new queues were in: scrapes in between had none of its series. Its sim NIC's
+    // rx_missed went back to 0 with the new queues (Prometheus reads a reset).
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = Scratch::new("reopen-counts");
+    let yaml = |ring: usize| {
+        format!(
+            "workers:\n  - idle: sleep\nports:\n  - name: p0\n    driver: sim\n    sim:\n      ring_size: {ring}\n      traffic:\n        rate_pps: 5000000\n  - name: p1\n    driver: sim\n    sim: {{}}\n"
+        )
+    };
+    let sw = Switch::start(&dir.write(&yaml(64))).unwrap();
+    let missed = || {
+        let dp = &sw.dataplane;
+        dp.ports.get(dp.ports.id_of("p0").expect("p0 is listed")).unwrap().sim_missed(0)
+    };
+    let t = Instant::now();
+    while missed() == 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for ring in [128, 64, 128] {
+        let before = missed();
+        assert!(before > 0, "a 64-frame ring at 5 Mpps misses some");
+        dir.write(&yaml(ring));
+        let done = AtomicBool::new(false);
+        let (looks, absent) = std::thread::scope(|s| {
+            let watcher = s.spawn(|| {
+                let (mut looks, mut absent) = (0u64, 0u64);
+                while !done.load(Ordering::Relaxed) {
+                    looks += 1;
+                    absent += u64::from(sw.dataplane.ports.id_of("p0").is_none());
+                }
+                (looks, absent)
+            });
+            let r = reload_ok(&sw, "a new ring size");
+            assert!(r.contains("port `p0` reopened"), "{r}");
+            done.store(true, Ordering::Relaxed);
+            watcher.join().unwrap()
+        });
+        assert_eq!(absent, 0, "p0 missing from the port table in {absent} of {looks} looks during the reload");
+        assert!(missed() >= before, "rx_missed went from {before} to {}", missed());
+    }
+    sw.dataplane.stop_shared().expect("every frame back");
+}

@@ -120,6 +120,9 @@ pub struct PortInfo {
     pub mode: String,
     /// Per-queue NIC-side counters of sim ports.
     pub sim: Vec<Arc<SimStats>>,
+    /// Per queue, the `rx_missed` of the queues this port had before a reload reopened it
+    /// (its series goes on from there rather than back to 0).
+    pub sim_missed_before: Vec<u64>,
     /// The rates of a sim port's rate-limited generators (one per queue), which a reload sets.
     pub sim_rates: Vec<Arc<AtomicU64>>,
     /// Per-queue driver and kernel counters of AF_XDP ports.
@@ -153,6 +156,12 @@ pub struct PortInfo {
 }
 
 impl PortInfo {
+    /// Sim queue `q`'s `rx_missed`, counting the queues a reload replaced.
+    pub fn sim_missed(&self, q: usize) -> u64 {
+        let now = self.sim.get(q).map_or(0, |s| s.rx_missed.get());
+        now + self.sim_missed_before.get(q).copied().unwrap_or(0)
+    }
+
     /// A port of `driver` with no driver-specific counters yet.
     pub fn new(name: &str, driver: &'static str, queues: usize, mode: String) -> Self {
         Self {
@@ -161,6 +170,7 @@ impl PortInfo {
             queues,
             mode,
             sim: Vec::new(),
+            sim_missed_before: Vec::new(),
             sim_rates: Vec::new(),
             afxdp: Vec::new(),
             complete_partial_checksums: false,
