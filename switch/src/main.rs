@@ -221,6 +221,17 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            // The metrics and API address: its IP on a port of the kernel's choosing, so that a
+            // daemon already on the address (this config's own, say) does not fail the probe.
+            let listen = c.listen_addr();
+            if let Err(e) = std::net::TcpListener::bind((listen.ip(), 0)) {
+                if e.kind() == std::io::ErrorKind::AddrNotAvailable {
+                    eprintln!(
+                        "warning: metrics.listen {listen}: this machine has no address {} ({e}), so `run` on this machine would refuse it",
+                        listen.ip()
+                    );
+                }
+            }
             // Plugins are loaded, type-checked against the world and initialised with their
             // config, then (unless --no-smoke) run on the built-in test frames.
             let n: usize = c.ports.iter().map(|p| p.plugins.len() + p.shadow.len()).sum();

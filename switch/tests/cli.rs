@@ -271,6 +271,26 @@ fn check_warns_of_an_interface_this_machine_lacks() {
 }
 
 #[test]
+fn check_warns_of_a_listen_address_this_machine_lacks() {
+    let dir = Scratch::new("check-noaddr");
+    let token = dir.path("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ports = "ports:\n  - name: p0\n    driver: sim\n";
+    // 192.0.2.0/24 is TEST-NET-1: documentation only, on no machine.
+    let cfg = dir.write(&format!("metrics:\n  listen: 192.0.2.1:9187\ncontrol:\n  token_file: token\n{ports}"));
+    let o = Command::new(bin()).arg("check").arg("-c").arg(&cfg).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{o:?}");
+    assert!(err.contains("warning: metrics.listen 192.0.2.1:9187: this machine has no address 192.0.2.1"), "{err}");
+    // Loopback, even on a port something listens on (a running daemon of this config), is no warning.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let cfg = dir.write(&format!("metrics:\n  listen: {}\n{ports}", busy.local_addr().unwrap()));
+    let o = Command::new(bin()).arg("check").arg("-c").arg(&cfg).output().unwrap();
+    assert!(o.status.success() && !String::from_utf8_lossy(&o.stderr).contains("warning"), "{o:?}");
+}
+
+#[test]
 fn a_command_that_prints_into_a_closed_pipe_dies_quietly() {
     // `wasmswitch fdb | head -1`: the reader goes, the next line hits a closed pipe. That is
     // SIGPIPE's default, a quiet end, not a panic with a backtrace.
