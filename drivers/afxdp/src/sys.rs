@@ -292,6 +292,18 @@ pub unsafe fn cpus_of(thread: libc::pthread_t) -> io::Result<Vec<usize>> {
     }
 }
 
+/// The CPUs the calling thread may run on (its affinity: what a cpuset, `taskset` or systemd's
+/// `CPUAffinity=` left it, and what threads it starts inherit).
+pub fn cpus_of_this_thread() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data (a bit array); all zeroes is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: writes at most `size` bytes into `set`.
+    cvt(unsafe { libc::sched_getaffinity(0, size, &mut set) })?;
+    // SAFETY: CPU_ISSET reads one bit inside `set`; `c` is within its size.
+    Ok((0..8 * size).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
 /// Pins the calling thread to `cpu` (datapath workers, the benchmark generator). Lives here, the
 /// one crate of raw syscalls every datapath binary links.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {

@@ -894,6 +894,8 @@ impl Config {
             ));
         }
         let cpus = online_cpus();
+        // What this process may run on: a worker pinned outside it would run unpinned.
+        let allowed = wasmswitch_afxdp::sys::cpus_of_this_thread().ok();
         let mut used_cpus: HashMap<usize, Location> = HashMap::new();
         for w in &self.workers {
             if let Some(cpu) = &w.cpu {
@@ -901,6 +903,17 @@ impl Config {
                     return Err(err(
                         cpu.referenced,
                         format!("cpu {} does not exist: this machine has CPUs 0-{}", cpu.value, cpus.saturating_sub(1)),
+                    ));
+                }
+                if let Some(allowed) = allowed.as_ref().filter(|a| !a.contains(&cpu.value)) {
+                    let list: Vec<String> = allowed.iter().map(usize::to_string).collect();
+                    return Err(err(
+                        cpu.referenced,
+                        format!(
+                            "cpu {} is not one this process may run on (its CPU affinity, set by a cpuset, taskset or systemd's CPUAffinity=, is {})",
+                            cpu.value,
+                            list.join(",")
+                        ),
                     ));
                 }
                 if let Some(first) = used_cpus.insert(cpu.value, cpu.referenced) {

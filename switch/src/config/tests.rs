@@ -814,3 +814,28 @@ fn thousands_of_too_large_numbers_are_refused_on_a_small_stack() {
     assert_eq!(e.line, 7, "{e}");
     assert!(e.message.contains("99999999999999999999999"), "{e}");
 }
+
+/// A worker's cpu outside what this process may run on is refused (the worker would run
+/// unpinned while the config, and a reload's answer, said it was pinned).
+#[test]
+fn a_cpu_outside_the_process_affinity_is_refused() {
+    let yaml = |cpu: usize| format!("workers:\n  - cpu: {cpu}\nports:\n  - name: p0\n    driver: sim\n");
+    // On a thread of its own, narrowed to CPU 0 as a cpuset or taskset would.
+    let (zero, one) = std::thread::spawn(move || {
+        wasmswitch_afxdp::sys::pin_to_cpu(0).unwrap();
+        (parse(&yaml(0)).map(|_| ()), parse(&yaml(1)).map(|_| ()))
+    })
+    .join()
+    .unwrap();
+    zero.expect("cpu 0 is the thread's own");
+    let e = one.unwrap_err();
+    if online_cpus() < 2 {
+        assert!(e.message.contains("cpu 1 does not exist"), "{e}");
+    } else {
+        assert_eq!((e.line, e.column), (2, 10), "{e}");
+        assert!(
+            e.message.starts_with("cpu 1 is not one this process may run on") && e.message.ends_with(" is 0)"),
+            "{e}"
+        );
+    }
+}
