@@ -221,6 +221,16 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            // An existing TAP passes the config's checks (a reload validates the file while its
+            // daemon holds the TAP), but a new `run` refuses it.
+            if let Some(h) = &c.host {
+                if wasmswitch_tap::if_index(&h.tap.value).is_some() {
+                    eprintln!(
+                        "warning: host.tap {} exists on this machine, so a new `run` here would refuse it (the daemon of this config may be holding it: a reload keeps it)",
+                        h.tap.value
+                    );
+                }
+            }
             // The metrics and API address: its IP on a port of the kernel's choosing, so that a
             // daemon already on the address (this config's own, say) does not fail the probe.
             let listen = c.listen_addr();

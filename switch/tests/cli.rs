@@ -310,3 +310,31 @@ fn a_command_that_prints_into_a_closed_pipe_dies_quietly() {
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {err}", out.status);
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn check_warns_of_a_tap_that_exists_already() {
+    if !require_lab("check_warns_of_a_tap_that_exists_already") {
+        return;
+    }
+    struct Tap(String);
+    impl Drop for Tap {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["link", "del", &self.0]).status();
+        }
+    }
+    let tap = Tap(format!("wck{}t", std::process::id() % 10_000));
+    let made = Command::new("ip").args(["tuntap", "add", "dev", &tap.0, "mode", "tap"]).status().unwrap();
+    assert!(made.success(), "ip tuntap add {}", tap.0);
+    let dir = Scratch::new("check-tap");
+    let cfg = dir.write(&format!("ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: {}\n", tap.0));
+    let o = Command::new(bin()).arg("check").arg("-c").arg(&cfg).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        err.contains(&format!(
+            "warning: host.tap {} exists on this machine, so a new `run` here would refuse it",
+            tap.0
+        )),
+        "{err}"
+    );
+}
