@@ -127,7 +127,7 @@ impl Switch {
     pub fn fdb_change(&self, change: FdbChange) -> Result<serde_json::Value, String> {
         let dp = &self.dataplane;
         // Not on a table a reload is copying into a larger one (the edit would be lost).
-        let _edit = dp.fdb_edits.read().unwrap_or_else(|e| e.into_inner());
+        let _edit = dp.fdb.edits().read().unwrap_or_else(|e| e.into_inner());
         let fdb = dp.fdb.get();
         let port_id = |name: &str| dp.ports.id_of(name).ok_or_else(|| format!("`{name}` is not a port of the switch"));
         let vid =
@@ -375,8 +375,9 @@ impl Switch {
             changes.add.push(AddPort { id, port, fresh, stages: Vec::new() });
         }
         changes.remove.extend(&removed);
-        // No API edit of the table from here to the new config in place (see `fdb_edits`).
-        let no_edits = dp.fdb_edits.write().unwrap_or_else(|e| e.into_inner());
+        // No API edit or aging of the table from here to the new config in place (see
+        // `CurrentFdb::edits`).
+        let no_edits = dp.fdb.edits().write().unwrap_or_else(|e| e.into_inner());
         // The config's static FDB entries: the ones no longer there go, new ones come. Whether
         // they fit (at the new capacity, the API's entries included) is asked first, so that one
         // that does not refuses the reload before anything changes.

@@ -164,14 +164,6 @@ pub struct Dataplane {
     /// The UMEM groups, by pool id.
     pub groups: Arc<[UmemGroup]>,
     pub fdb: Arc<CurrentFdb>,
-    /// Read-held by every edit of the table's entries from outside the datapath (the API's;
-    /// they may run together, the table being lock-free) and write-held by a reload from its
-    /// check of the static entries to its new config in place: an edit checked against the old
-    /// VLANs after that check would leave a static entry outside its port's (and refuse every
-    /// later reload), and one made on the old table after [`Dataplane::resize_fdb`] copied it
-    /// would be lost (a delete would come back). The lock prefers the writer, so a flood of
-    /// edits cannot hold a reload off.
-    pub fdb_edits: std::sync::RwLock<()>,
     pub ports: PortTable,
     pub workers: Vec<WorkerHandle>,
     pub start: Instant,
@@ -576,8 +568,11 @@ fn housekeeping_loop(
                 c.progress_ms.store(now_ms, Ordering::Relaxed);
             }
         }
+        // Not while a reload changes the table (its `aged` would be lost in a copy): next time.
+        if let Ok(_no_reload) = fdb.edits().try_read() {
+            fdb.get().age(start.elapsed().as_secs() as u32);
+        }
         let fdb = fdb.get();
-        fdb.age(start.elapsed().as_secs() as u32);
         tick += 1;
         for (p, info) in ports.snapshot() {
             let Some(name) = &info.interface else { continue };
@@ -816,7 +811,6 @@ impl Dataplane {
             res,
             groups,
             fdb,
-            fdb_edits: std::sync::RwLock::new(()),
             ports: built.ports,
             workers,
             start,
@@ -933,7 +927,7 @@ impl Dataplane {
     /// Replaces the FDB with one of `capacity` holding the current entries (see
     /// [`Fdb::resized`]); entries learned by a worker in the old table while the copy is made
     /// are learned again from the next frame they send. The caller holds
-    /// [`Dataplane::fdb_edits`] for writing (`_no_edits`).
+    /// [`CurrentFdb::edits`] for writing (`_no_edits`).
     pub fn resize_fdb(&self, capacity: usize, _no_edits: &std::sync::RwLockWriteGuard<'_, ()>) -> Result<()> {
         let new =
             self.fdb.get().resized(capacity, self.start.elapsed().as_secs() as u32).map_err(anyhow::Error::msg)?;

@@ -538,3 +538,24 @@ fn a_reload_that_changes_a_ports_vlans_flushes_what_it_learned_there() {
     assert_eq!(on_p1(1), 0);
     sw.dataplane.stop_shared().expect("every frame is back");
 }
+
+#[test]
+fn the_aging_sweep_waits_while_a_reload_holds_the_table() {
+    // A sweep of the old table while a reload copies it into a new one counted its aged entries
+    // where the copy no longer looks: `fdb_aged_total` went back by them.
+    use wasmswitch_core::wire::MacAddr;
+    let dir = Scratch::new("fdb-aging-held");
+    let sw = wasmswitch::daemon::Switch::start(&dir.write(&fdb_yaml(1024, 1, &[]))).unwrap();
+    let fdb = sw.dataplane.fdb.get();
+    fdb.learn(1, MacAddr::from_u64(0x0200_0600_0001), 0, 0);
+    let held = sw.dataplane.fdb.edits().write().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!((fdb.len(), fdb.stats.aged.get()), (1, 0), "no sweep while a reload holds the table");
+    drop(held);
+    let t = std::time::Instant::now();
+    while fdb.len() == 1 && t.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!((fdb.len(), fdb.stats.aged.get()), (0, 1), "aged once the reload let go");
+    sw.dataplane.stop_shared().expect("every frame back");
+}

@@ -699,19 +699,33 @@ impl Fdb {
 /// The table the switch uses now, for the threads that are not workers (aging, metrics, API);
 /// a reload that changes the capacity puts a [`Fdb::resized`] one here and in every worker.
 #[derive(Debug)]
-pub struct CurrentFdb(RwLock<Arc<Fdb>>);
+pub struct CurrentFdb {
+    table: RwLock<Arc<Fdb>>,
+    edits: RwLock<()>,
+}
 
 impl CurrentFdb {
     pub fn new(fdb: Arc<Fdb>) -> Self {
-        Self(RwLock::new(fdb))
+        Self { table: RwLock::new(fdb), edits: RwLock::new(()) }
     }
 
     pub fn get(&self) -> Arc<Fdb> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.table.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn set(&self, fdb: Arc<Fdb>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = fdb;
+        *self.table.write().unwrap_or_else(|e| e.into_inner()) = fdb;
+    }
+
+    /// Read-held by whatever changes the table's entries from outside the datapath (the API's
+    /// edits, which may run together, the table being lock-free; the aging sweep) and
+    /// write-held by a reload from its check of the static entries to its new config in place.
+    /// Otherwise an edit checked against the old VLANs after that check would leave a static
+    /// entry outside its port's (refusing every later reload), and an edit or a sweep on the
+    /// old table after a resize copied it would be lost (a delete would come back, `aged` would
+    /// go backwards). The lock prefers the writer, so a flood of edits cannot hold a reload off.
+    pub fn edits(&self) -> &RwLock<()> {
+        &self.edits
     }
 }
 
