@@ -266,18 +266,13 @@ fn the_api_refuses_a_static_entry_for_the_hosts_address_on_another_port() {
         return;
     }
     use wasmswitch::api::FdbChange;
-    let tap = tap_name("s");
-    let dir = Scratch::new("host-static");
-    let sw =
-        wasmswitch::daemon::Switch::start(&dir.write(&sim_yaml("rate_pps: 1000", &host_section(&tap, 1024)))).unwrap();
+    let (sw, _dir) = InProcess::start("s", "host-static");
     let mac = "02:ee:00:00:00:01".parse().unwrap();
     let e = sw.fdb_change(FdbChange::Add { mac, vlan: 1, port: "p0".into() }).unwrap_err();
     assert!(e.contains("is the host port's own address (host.mac): it is on `host`"), "{e}");
     assert!(!sw.dataplane.fdb.get().entries(0).iter().any(|x| x.mac == mac && x.is_static), "nothing added");
     sw.fdb_change(FdbChange::Add { mac, vlan: 1, port: "host".into() }).expect("on the host port itself it may be");
-    sw.dataplane.stop_shared().expect("every frame back");
-    drop(sw);
-    assert!(gone_soon(&tap));
+    sw.stop();
 }
 
 #[test]
@@ -288,17 +283,42 @@ fn a_shadow_promote_or_discard_on_the_host_port_is_refused_by_name() {
         return;
     }
     use wasmswitch::dataplane::ShadowOp;
-    let tap = tap_name("p");
-    let dir = Scratch::new("host-shadow");
-    let sw =
-        wasmswitch::daemon::Switch::start(&dir.write(&sim_yaml("rate_pps: 1000", &host_section(&tap, 1024)))).unwrap();
+    let (sw, _dir) = InProcess::start("p", "host-shadow");
     for op in [ShadowOp::Promote, ShadowOp::Discard] {
         let e = sw.shadow("host", op).unwrap_err();
         assert!(e.contains("port `host` has no shadow chain"), "{e}");
     }
-    sw.dataplane.stop_shared().expect("every frame back");
-    drop(sw);
-    assert!(gone_soon(&tap));
+    sw.stop();
+}
+
+/// A switch in this process: one sim port at 1000 pps and a host port on TAP `tap_name(tag)`.
+struct InProcess {
+    sw: wasmswitch::daemon::Switch,
+    tap: String,
+}
+
+impl InProcess {
+    fn start(tag: &str, scratch: &str) -> (InProcess, Scratch) {
+        let tap = tap_name(tag);
+        let dir = Scratch::new(scratch);
+        let sw = wasmswitch::daemon::Switch::start(&dir.write(&sim_yaml("rate_pps: 1000", &host_section(&tap, 1024))))
+            .unwrap();
+        (InProcess { sw, tap }, dir)
+    }
+
+    /// Stops it: every frame back, and the TAP gone.
+    fn stop(self) {
+        self.sw.dataplane.stop_shared().expect("every frame back");
+        drop(self.sw);
+        assert!(gone_soon(&self.tap));
+    }
+}
+
+impl std::ops::Deref for InProcess {
+    type Target = wasmswitch::daemon::Switch;
+    fn deref(&self) -> &Self::Target {
+        &self.sw
+    }
 }
 
 #[test]
