@@ -578,12 +578,20 @@ fn housekeeping_loop(
             let Some(name) = &info.interface else { continue };
             let gone = info.gone.load(Ordering::Relaxed);
             let now = if_index(name);
-            // Deleted and re-created between two looks: the same name, another interface.
-            match (gone, now != 0 && now == info.ifindex, now != 0) {
+            // Deleted and re-created between two looks: the same name, another interface. Moved
+            // to another namespace and straight back: the same index, but the kernel unbound
+            // the port's sockets when it left, so they are dead all the same.
+            let same = now != 0 && now == info.ifindex && !(info.reopen.is_some() && unbound(&info));
+            match (gone, same, now != 0) {
                 (false, false, _) => {
                     info.gone.store(true, Ordering::Relaxed);
                     info.gone_events.fetch_add(1, Ordering::Relaxed);
-                    if info.reopen.is_some() {
+                    if now == info.ifindex {
+                        log::error!(
+                            "interface {name} left and came back between two looks (another network namespace?): the kernel unbound port `{}`'s sockets; it is stopped and re-attached",
+                            info.name
+                        );
+                    } else if info.reopen.is_some() {
                         log::error!(
                             "interface {name} disappeared: port `{}` stopped, the other ports keep forwarding; it is re-attached when {name} comes back",
                             info.name
@@ -652,6 +660,12 @@ fn housekeeping_loop(
             }
         }
     }
+}
+
+/// True when the kernel unbound any of the port's AF_XDP sockets from its interface. Only when
+/// the sockets look bound does the rest of the watch (its link) mean anything.
+fn unbound(info: &PortInfo) -> bool {
+    info.afxdp.iter().any(QueueMonitor::unbound)
 }
 
 /// Opens port `p` again on its interface (which came back) and gives every worker its new

@@ -107,6 +107,12 @@ impl QueueMonitor {
         self.sock.upgrade().and_then(|s| s.statistics().ok()).map(|s| s + self.kernel_before)
     }
 
+    /// True when this queue's socket is open and the kernel has unbound it from its device
+    /// ([`SockHandle::unbound`]).
+    pub fn unbound(&self) -> bool {
+        self.sock.upgrade().is_some_and(|s| s.unbound())
+    }
+
     /// Everything this queue has counted so far, held after its socket closes: what a
     /// re-attached port's queue carries over (`carry_over`). Read it while the socket is open.
     pub fn frozen(&self) -> QueueMonitor {

@@ -58,6 +58,18 @@ impl SockHandle {
         p.pool.get_or_insert_with(|| pool.clone());
     }
 
+    /// True once the kernel has unbound the socket from its device: the device was unregistered
+    /// (deleted, or moved to another network namespace, even if it came straight back under
+    /// the same name and index). The socket is dead then; only a new one on the device works.
+    /// Asked as the datapath's kick asks (a zero-length `sendto`, answered ENXIO), so it may
+    /// send what the TX ring holds, as a kick would.
+    pub fn unbound(&self) -> bool {
+        // SAFETY: zero-length sendto with null buffer and address on our own AF_XDP socket: the
+        // kernel reads nothing from userspace memory, it only processes the TX ring.
+        let r = unsafe { libc::sendto(self.raw(), std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
+        r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO)
+    }
+
     /// `XDP_STATISTICS` of this socket.
     pub fn statistics(&self) -> io::Result<XdpStatistics> {
         // SAFETY: all-zero is a valid `xdp_statistics` (integers only).
