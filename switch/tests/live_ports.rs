@@ -558,9 +558,25 @@ fn a_port_whose_link_goes_down_stops_and_starts_again_with_it() {
             Box::new(|| h2.must(&["ip", "link", "set", "eth0", "up"]).unwrap()),
         ),
     ];
+    let kicks_failed = || info().afxdp.iter().map(|m| m.stats.port_gone.get()).sum::<u64>();
     for (round, (what, down, up)) in cases.iter().enumerate() {
+        // Traffic to h2 as the link goes, so that its TX ring likely holds frames then.
+        let mut pinger =
+            h1.cmd(&["ping", "-q", "-i", "0.002", "-c", "1000", &h2.ip]).stdout(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
         down();
         eventually("the port is reported down", || reported_up() == (false, "down".to_string()));
+        let _ = pinger.kill();
+        let _ = pinger.wait();
+        // A kick the kernel answered ENETDOWN was made again every round while the port was
+        // stopped: millions a second, a syscall each.
+        let failed = kicks_failed();
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            kicks_failed() - failed < 100,
+            "{what}: {} failed kicks in 0.5 s of a stopped port",
+            kicks_failed() - failed
+        );
         assert_eq!(count(&info().down_events), round as u64 + 1, "{what}");
         assert!(!info().gone.load(std::sync::atomic::Ordering::Relaxed), "{what}: down, not gone");
         assert!(h1.ping(&h3.ip, 2).unwrap(), "{what}: the other ports keep forwarding");

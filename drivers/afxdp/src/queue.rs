@@ -164,7 +164,10 @@ impl TxHalf {
                     }
                 }
                 libc::ENETDOWN | libc::ENXIO => {
+                    // Not again every round while the port is stopped (a syscall per round);
+                    // what the ring holds goes with the next burst's kick.
                     self.stats.port_gone.inc();
+                    self.unkicked = 0;
                     return;
                 }
                 _ => {
