@@ -324,6 +324,20 @@ impl Switch {
             .collect();
         let added: Vec<usize> =
             (0..new.ports.len()).filter(|&j| named(&old, &new.ports[j].name.value).is_none()).collect();
+        // A renamed port is one removed and one added, and a reload opens the new before it
+        // closes the old: on one interface that meets the old port's XDP program.
+        let interface = |p: &crate::config::PortSection| p.afxdp.as_ref().map(|a| a.value.interface.value.clone());
+        for &j in &added {
+            let Some(i) = interface(&new.ports[j]) else { continue };
+            let leaving =
+                old.ports.iter().find(|p| named(&new, &p.name.value).is_none() && interface(p) == Some(i.clone()));
+            if let Some(gone) = leaving {
+                return Err(format!(
+                    "{UNCHANGED}: port `{}` on {i} takes the place of port `{}` there, and a reload opens new ports before it closes old ones: remove `{}` in one reload and add `{}` in the next, or restart",
+                    new.ports[j].name.value, gone.name.value, gone.name.value, new.ports[j].name.value
+                ));
+            }
+        }
         let replaced: Vec<usize> = (0..new.ports.len())
             .filter(|&j| {
                 named(&old, &new.ports[j].name.value).is_some_and(|i| needs_new_queues(&old.ports[i], &new.ports[j]))

@@ -694,3 +694,41 @@ fn a_port_a_reload_reopens_stays_listed_and_keeps_counting_from_where_it_was() {
     }
     sw.dataplane.stop_shared().expect("every frame back");
 }
+
+#[test]
+fn a_port_renamed_on_its_interface_is_refused_by_name_and_done_in_two_reloads() {
+    // A renamed port is one removed and one added; the reload opened the new one first and
+    // met the old one's XDP program, and blamed "whatever owns it".
+    if !require_lab("a_port_renamed_on_its_interface_is_refused_by_name_and_done_in_two_reloads") {
+        return;
+    }
+    let lab = Lab::create(&format!("wn{}", std::process::id() % 10_000), 2, 1, 51).unwrap();
+    let (h1, h2) = (&lab.hosts[0], &lab.hosts[1]);
+    let dir = Scratch::new("renamed-port");
+    let head = format!("metrics:\n  listen: 127.0.0.1:{}\nworkers:\n  - idle: sleep\nports:\n", free_port());
+    let yaml = |ports: &[(&str, &str)]| {
+        let mut y = head.clone();
+        for (name, interface) in ports {
+            y += &format!("  - name: {name}\n    driver: afxdp\n    afxdp:\n      interface: {interface}\n");
+        }
+        y
+    };
+    let (one, two) = ((h1.name.as_str(), h1.switch_if.as_str()), (h2.name.as_str(), h2.switch_if.as_str()));
+    let sw = Switch::start(&dir.write(&yaml(&[one, two]))).unwrap();
+    dir.write(&yaml(&[one, ("moved", two.1)]));
+    let e = sw.reload().expect_err("renamed on the same interface in one reload");
+    assert!(
+        e.starts_with("reload refused, nothing was changed")
+            && e.contains(&format!("port `moved` on {} takes the place of port `{}`", two.1, two.0)),
+        "{e}"
+    );
+    assert!(h1.ping(&h2.ip, 2).unwrap(), "the old port still forwards");
+    // In two reloads: away, then back under the new name.
+    dir.write(&yaml(&[one]));
+    reload_ok(&sw, "the old port removed");
+    dir.write(&yaml(&[one, ("moved", two.1)]));
+    reload_ok(&sw, "the new one added");
+    assert_eq!(port_names(&sw), [one.0, "moved"]);
+    assert!(h1.ping(&h2.ip, 3).unwrap(), "h2 is reached through the renamed port");
+    sw.dataplane.stop_shared().expect("every frame back");
+}
