@@ -138,6 +138,9 @@ impl QueueMonitor {
 #[derive(Debug)]
 struct AggregationGuard {
     iface: String,
+    /// The device's index when it was turned off: a device re-created under the name is another
+    /// one, with its own (fresh) state, that the restore must not touch.
+    ifindex: Option<u32>,
     was: sys::Aggregation,
     note: Option<std::path::PathBuf>,
 }
@@ -199,7 +202,7 @@ impl AggregationGuard {
                     was.gro,
                     was.lro
                 );
-                Some(Self { iface: iface.into(), was, note })
+                Some(Self { iface: iface.into(), ifindex: sys::ifindex(iface), was, note })
             }
             Err(e) => {
                 log::warn!("{iface}: cannot turn GRO/LRO off ({e}); aggregated frames will be dropped in generic mode");
@@ -211,6 +214,13 @@ impl AggregationGuard {
 
 impl Drop for AggregationGuard {
     fn drop(&mut self) {
+        if sys::ifindex(&self.iface) != self.ifindex {
+            // Gone, or another device under the name: what was found belonged to the old one.
+            if let Some(n) = &self.note {
+                let _ = std::fs::remove_file(n);
+            }
+            return;
+        }
         match sys::set_aggregation(&self.iface, self.was) {
             Ok(()) => {
                 if let Some(n) = &self.note {
