@@ -472,6 +472,11 @@ impl AfXdpPort {
                         mode: attached_mode(att.mode),
                     }
                 }
+                // The kernel also answers EINVAL for an index no device has: one that vanished
+                // in between is not a driver without native XDP.
+                Some(libc::EINVAL) if sys::ifindex(iface) != Some(ifindex) => {
+                    AfXdpError::sys(iface, "attaching the XDP program (the interface vanished meanwhile)", e)
+                }
                 Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) if decision.attach == profile::AttachMode::Native => {
                     AfXdpError::NativeUnsupported { iface: iface.into(), driver: decision.driver.clone(), source: e }
                 }
