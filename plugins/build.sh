@@ -10,7 +10,7 @@
 #
 # Rust examples (a Cargo.toml in examples/<name>): an installed rustup target
 # wasm32-unknown-unknown when there is one; otherwise Debian's rustc-web + rust-web-src +
-# lld-19 with -Zbuild-std (installed with apt-get when run as root). See shared/TOOLCHAIN.md.
+# lld-19 with -Zbuild-std (installed with apt-get when run as root). (The toolchain notes this project started from, outside this repository, verified it.)
 #
 # C examples (*.c in examples/<name>, no Cargo.toml): the bindings are generated from wit/ by
 # `wit-bindgen c` (wit-bindgen-cli $wit_bindgen_version, installed once with `cargo install`

@@ -87,8 +87,8 @@ pub struct CompiledChains {
     pub chains: Vec<PortChains>,
 }
 
-/// One engine per process: compiled code is cached under `$XDG_CACHE_HOME` (or /var/cache)
-/// so a restart does not recompile.
+/// One engine per process: compiled code is cached (`WASMSWITCH_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/wasmswitch`, else `$HOME/.cache/wasmswitch`) so a restart does not recompile.
 pub fn engine() -> Result<Arc<PluginEngine>> {
     let cache = std::env::var_os("WASMSWITCH_CACHE_DIR")
         .map(std::path::PathBuf::from)
