@@ -356,14 +356,21 @@ impl Switch {
         let id_of = |n: &str| ids.get(n).copied();
         // `cross` pairs ports by id (0↔1, 2↔3, …), which at a start is their place in the file.
         // Ids stay with their ports across reloads, so a reload that would pair them otherwise
-        // than the file does (ports reordered, or one removed and another added) is refused.
+        // than the file does (ports reordered, or one removed before others) is refused.
         if new.switch.mode == crate::config::Mode::Cross {
+            let name_of =
+                |id: PortId| new.ports.iter().find(|p| id_of(&p.name.value) == Some(id)).map(|p| &p.name.value);
             for (j, p) in new.ports.iter().enumerate() {
                 let id = id_of(&p.name.value).expect("every port of the new config has an id");
-                if usize::from(id) != j {
+                let in_file = new.ports.get(j ^ 1).map(|q| &q.name.value);
+                let running = name_of(id ^ 1);
+                if in_file != running {
+                    let said = |n: Option<&String>| n.map_or("no port".to_string(), |n| format!("`{n}`"));
                     return Err(format!(
-                        "{UNCHANGED}: switch.mode cross pairs ports by their place in the file (0↔1, 2↔3, …): port `{}` is number {j} in the file but would run as number {id}; this order needs a restart",
-                        p.name.value
+                        "{UNCHANGED}: switch.mode cross pairs ports by their place in the file (0↔1, 2↔3, …): port `{}` pairs with {} in the file but would run paired with {} (ports keep their numbers across reloads); this order needs a restart",
+                        p.name.value,
+                        said(in_file),
+                        said(running)
                     ));
                 }
             }

@@ -569,9 +569,16 @@ fn housekeeping_loop(
             }
         }
         // Not while a reload changes the table (its `aged` would be lost in a copy): next time.
-        if let Ok(_no_reload) = fdb.edits().try_read() {
+        // (A reload that panicked holding it poisoned it: that is no reload holding it.)
+        let free = match fdb.edits().try_read() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if free.is_some() {
             fdb.get().age(start.elapsed().as_secs() as u32);
         }
+        drop(free);
         let fdb = fdb.get();
         tick += 1;
         for (p, info) in ports.snapshot() {

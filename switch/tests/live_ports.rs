@@ -664,18 +664,23 @@ fn in_cross_mode_a_reload_that_would_pair_ports_otherwise_than_the_file_is_refus
         y
     };
     let sw = Switch::start(&dir.write(&yaml(&["a", "b", "c", "d"]))).unwrap();
-    for (names, moved) in [(&["a", "c", "b", "d"][..], "c` is number 1"), (&["a", "c", "d", "e"][..], "c` is number 1")]
+    let a_with = |file: &str, running: &str| {
+        format!("port `a` pairs with `{file}` in the file but would run paired with `{running}`")
+    };
+    for (names, said) in [(&["a", "c", "b", "d"][..], a_with("c", "b")), (&["a", "c", "d", "e"][..], a_with("c", "e"))]
     {
         dir.write(&yaml(names));
         let e = sw.reload().expect_err("a new pairing");
-        assert!(e.contains("reload refused, nothing was changed") && e.contains(moved), "{e}");
+        assert!(e.contains("reload refused, nothing was changed") && e.contains(&said), "{e}");
         assert_eq!(port_names(&sw), ["a", "b", "c", "d"], "nothing changed");
     }
-    // Ports added after the others, or the last ones removed, keep every pair.
+    // Ports added after the others, or a whole pair removed, keep every pair.
     dir.write(&yaml(&["a", "b", "c", "d", "e", "f"]));
     reload_ok(&sw, "two ports added at the end");
+    dir.write(&yaml(&["a", "b", "e", "f"]));
+    reload_ok(&sw, "the middle pair removed");
     dir.write(&yaml(&["a", "b"]));
-    reload_ok(&sw, "the last four removed");
+    reload_ok(&sw, "the last pair removed");
     assert_eq!(port_names(&sw), ["a", "b"]);
     sw.dataplane.stop_shared().expect("every frame back");
 }

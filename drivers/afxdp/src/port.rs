@@ -140,7 +140,7 @@ struct AggregationGuard {
     iface: String,
     /// The device's index when it was turned off: a device re-created under the name is another
     /// one, with its own (fresh) state, that the restore must not touch.
-    ifindex: Option<u32>,
+    ifindex: u32,
     was: sys::Aggregation,
     note: Option<std::path::PathBuf>,
 }
@@ -159,7 +159,7 @@ fn note_path(iface: &str) -> std::path::PathBuf {
 }
 
 impl AggregationGuard {
-    fn disable(iface: &str) -> Option<Self> {
+    fn disable(iface: &str, ifindex: u32) -> Option<Self> {
         let now = match sys::aggregation(iface) {
             Ok(a) => a,
             Err(e) => {
@@ -202,7 +202,7 @@ impl AggregationGuard {
                     was.gro,
                     was.lro
                 );
-                Some(Self { iface: iface.into(), ifindex: sys::ifindex(iface), was, note })
+                Some(Self { iface: iface.into(), ifindex, was, note })
             }
             Err(e) => {
                 log::warn!("{iface}: cannot turn GRO/LRO off ({e}); aggregated frames will be dropped in generic mode");
@@ -214,12 +214,18 @@ impl AggregationGuard {
 
 impl Drop for AggregationGuard {
     fn drop(&mut self) {
-        if sys::ifindex(&self.iface) != self.ifindex {
-            // Gone, or another device under the name: what was found belonged to the old one.
-            if let Some(n) = &self.note {
-                let _ = std::fs::remove_file(n);
+        match sys::ifindex(&self.iface) {
+            Some(i) if i == self.ifindex => {}
+            // Another device under the name: what was found belonged to the old one.
+            Some(_) => {
+                if let Some(n) = &self.note {
+                    let _ = std::fs::remove_file(n);
+                }
+                return;
             }
-            return;
+            // None here now (renamed, in another namespace): the note stays, for an attach
+            // to the device when it is back under the name.
+            None => return,
         }
         match sys::set_aggregation(&self.iface, self.was) {
             Ok(()) => {
@@ -482,8 +488,11 @@ impl AfXdpPort {
                 }
                 _ => AfXdpError::sys(iface, "attaching the XDP program (BPF_LINK_CREATE)", e),
             })?;
-        let aggregation =
-            if decision.attach == profile::AttachMode::Generic { AggregationGuard::disable(iface) } else { None };
+        let aggregation = if decision.attach == profile::AttachMode::Generic {
+            AggregationGuard::disable(iface, ifindex)
+        } else {
+            None
+        };
         log::info!(
             "{iface}: AF_XDP {decision}{}",
             if restores_vlan_tags { "; offloaded VLAN tags restored" } else { "; offloaded VLAN tags not seen" }

@@ -80,6 +80,9 @@ pub(crate) struct TxHalf {
     posted: FrameSet,
     /// Descriptors submitted since the last kick the kernel fully acted on.
     unkicked: u32,
+    /// The last kick was answered ENETDOWN/ENXIO: what the ring holds waits for the next burst
+    /// (which kicks it all, even when the ring is too full to take anything new).
+    kick_refused: bool,
     stats: Arc<QueueStats>,
     /// Scratch for draining the completion ring, kept here so no poll round zeroes it anew.
     comp_buf: [u64; COMP_BATCH],
@@ -124,7 +127,12 @@ impl TxHalf {
         for d in &descs[..n] {
             self.posted.insert(d.addr);
         }
-        self.unkicked += n as u32;
+        if self.kick_refused {
+            self.kick_refused = false;
+            self.unkicked = self.rings.tx.outstanding();
+        } else {
+            self.unkicked += n as u32;
+        }
         n
     }
 
@@ -168,6 +176,7 @@ impl TxHalf {
                     // what the ring holds goes with the next burst's kick.
                     self.stats.port_gone.inc();
                     self.unkicked = 0;
+                    self.kick_refused = true;
                     return;
                 }
                 _ => {
@@ -212,6 +221,7 @@ impl AfXdpQueue {
                 rings: tx,
                 posted: FrameSet::new(umem),
                 unkicked: 0,
+                kick_refused: false,
                 stats: stats.clone(),
                 comp_buf: [0; COMP_BATCH],
             }),
