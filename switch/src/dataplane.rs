@@ -533,13 +533,6 @@ fn link_down(name: &str) -> bool {
         .is_ok_and(|s| matches!(s.trim(), "down" | "lowerlayerdown"))
 }
 
-/// The index of the interface called `name` now (0: there is none).
-fn if_index(name: &str) -> u32 {
-    let Ok(c) = std::ffi::CString::new(name) else { return 0 };
-    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
-    unsafe { libc::if_nametoindex(c.as_ptr()) }
-}
-
 /// Ages the FDB and watches AF_XDP interfaces: one that vanishes is reported and its port
 /// stopped on every worker (its FDB entries forgotten); the other ports keep forwarding.
 /// An interface that comes back is re-attached: the port is opened on it again and every worker
@@ -570,21 +563,18 @@ fn housekeeping_loop(
         }
         // Not while a reload changes the table (its `aged` would be lost in a copy): next time.
         // (A reload that panicked holding it poisoned it: that is no reload holding it.)
-        let free = match fdb.edits().try_read() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        };
-        if free.is_some() {
+        let held = fdb.edits().try_read();
+        if !matches!(held, Err(std::sync::TryLockError::WouldBlock)) {
             fdb.get().age(start.elapsed().as_secs() as u32);
         }
-        drop(free);
+        drop(held);
         let fdb = fdb.get();
         tick += 1;
         for (p, info) in ports.snapshot() {
             let Some(name) = &info.interface else { continue };
             let gone = info.gone.load(Ordering::Relaxed);
-            let now = if_index(name);
+            // 0: there is none now.
+            let now = wasmswitch_afxdp::sys::ifindex(name).unwrap_or(0);
             // Deleted and re-created between two looks: the same name, another interface. Moved
             // to another namespace and straight back: the same index, but the kernel unbound
             // the port's sockets when it left, so they are dead all the same.
