@@ -550,6 +550,8 @@ fn housekeeping_loop(
     let mut failures: std::collections::HashMap<PortId, u64> = std::collections::HashMap::new();
     // What each gone port's queues had counted, taken while their sockets were still open.
     let mut counted: std::collections::HashMap<PortId, Vec<QueueMonitor>> = std::collections::HashMap::new();
+    // Ports to flush once no reload holds the table.
+    let mut flush_later: std::collections::BTreeSet<PortId> = std::collections::BTreeSet::new();
     let mut tick: u64 = 0;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
@@ -566,9 +568,21 @@ fn housekeeping_loop(
         let held = fdb.edits().try_read();
         if !matches!(held, Err(std::sync::TryLockError::WouldBlock)) {
             fdb.get().age(start.elapsed().as_secs() as u32);
+            for p in std::mem::take(&mut flush_later) {
+                fdb.get().flush_port(p);
+            }
         }
         drop(held);
-        let fdb = fdb.get();
+        // A port's flush waits likewise: on a table a resize had already copied it would be
+        // lost, and the copied entries would send frames to the port that went until they aged.
+        let mut flush_port = |p: PortId| {
+            let held = fdb.edits().try_read();
+            if matches!(held, Err(std::sync::TryLockError::WouldBlock)) {
+                flush_later.insert(p);
+            } else {
+                fdb.get().flush_port(p);
+            }
+        };
         tick += 1;
         for (p, info) in ports.snapshot() {
             let Some(name) = &info.interface else { continue };
@@ -603,7 +617,7 @@ fn housekeeping_loop(
                     for c in &controls {
                         c.send(Command::SetPortUp(p, false));
                     }
-                    fdb.flush_port(p);
+                    flush_port(p);
                     counted.insert(p, info.afxdp.iter().map(QueueMonitor::frozen).collect());
                 }
                 // There and attached: its link. A port whose link is down is stopped (nothing
@@ -616,14 +630,14 @@ fn housekeeping_loop(
                         if !down {
                             // What a worker learned there in the round it finished after the
                             // stop (the flush at link down did not wait for it): stale now.
-                            fdb.flush_port(p);
+                            flush_port(p);
                         }
                         for c in &controls {
                             c.send(Command::SetPortUp(p, !down));
                         }
                         if down {
                             info.down_events.fetch_add(1, Ordering::Relaxed);
-                            fdb.flush_port(p);
+                            flush_port(p);
                             log::warn!("interface {name}: link down; port `{}` stopped until it is up", info.name);
                         } else {
                             info.up_events.fetch_add(1, Ordering::Relaxed);
@@ -633,7 +647,7 @@ fn housekeeping_loop(
                 }
                 (true, _, true) if tick.is_multiple_of(10) && info.reopen.is_some() => {
                     // As at link up: nothing learned there before it went may stay.
-                    fdb.flush_port(p);
+                    flush_port(p);
                     match reattach(&res, &controls, &ports, p, &info, &counted) {
                         Ok(()) => {
                             failures.remove(&p);

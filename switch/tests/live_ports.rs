@@ -622,6 +622,21 @@ fn a_port_whose_link_goes_down_stops_and_starts_again_with_it() {
         assert_eq!(count(&info().up_events), round as u64 + 1, "{what}");
         assert!(h1.ping(&h2.ip, 5).unwrap(), "{what}: h2 is reached again");
     }
+    // The link goes while a reload holds the table: a flush then could land on a table the
+    // reload has already copied (and be lost), so it waits for the reload to let go.
+    let (id, (_, down, up)) = (sw.dataplane.ports.id_of(&h2.name).unwrap(), &cases[0]);
+    let held = sw.dataplane.fdb.edits().write().unwrap();
+    let now = sw.dataplane.start.elapsed().as_secs() as u32;
+    sw.dataplane.fdb.get().learn(1, late_mac, id, now);
+    down();
+    eventually("the port is reported down", || reported_up() == (false, "down".to_string()));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(sw.dataplane.fdb.get().lookup(1, late_mac), Some(id), "no flush while a reload holds the table");
+    drop(held);
+    eventually("flushed once the reload let go", || sw.dataplane.fdb.get().lookup(1, late_mac).is_none());
+    up();
+    eventually("the port is reported up", || reported_up() == (true, "up".to_string()));
+    assert!(h1.ping(&h2.ip, 5).unwrap(), "h2 is reached again");
     sw.dataplane.stop_shared().expect("every frame is back");
 }
 

@@ -718,12 +718,13 @@ impl CurrentFdb {
     }
 
     /// Read-held by whatever changes the table's entries from outside the datapath (the API's
-    /// edits, which may run together, the table being lock-free; the aging sweep) and
-    /// write-held by a reload from its check of the static entries to its new config in place.
-    /// Otherwise an edit checked against the old VLANs after that check would leave a static
-    /// entry outside its port's (refusing every later reload), and an edit or a sweep on the
-    /// old table after a resize copied it would be lost (a delete would come back, `aged` would
-    /// go backwards). The lock prefers the writer, so a flood of edits cannot hold a reload off.
+    /// edits, which may run together, the table being lock-free; the aging sweep; the flush of
+    /// a port whose link went) and write-held by a reload from its check of the static entries
+    /// to its new config in place. Otherwise an edit checked against the old VLANs after that
+    /// check would leave a static entry outside its port's (refusing every later reload), and
+    /// an edit, a sweep or a flush on the old table after a resize copied it would be lost (a
+    /// delete would come back, `aged` would go backwards, a gone port's entries would stay).
+    /// The lock prefers the writer, so a flood of edits cannot hold a reload off.
     pub fn edits(&self) -> &RwLock<()> {
         &self.edits
     }
