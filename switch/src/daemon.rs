@@ -507,9 +507,9 @@ impl Switch {
         // VLANs, storm limits and mirrors of the ports that stay (added and reopened ones got
         // theirs when opened): every worker gets the new settings of each port they changed for.
         let old_id_of = |n: &str| dp.ports.id_of(n);
-        // Ports whose VLANs changed: their learned entries go once the workers have the new
+        // Ports that left VLANs: their learned entries in those go once the workers have the new
         // settings (as the bridge flushes a port's entries of a VLAN it leaves); until they
-        // age out, entries in a VLAN the port no longer carries would send its frames nowhere.
+        // aged out, they would send frames for those hosts nowhere.
         let mut relearn = Vec::new();
         for name in new.ports.iter().map(|p| &p.name.value).chain(new.host.as_ref().map(|h| &h.name.value)) {
             let j = named(&new, name);
@@ -525,28 +525,31 @@ impl Switch {
                 for cmds in &mut extra {
                     cmds.push(Command::SetL2(id, b.clone()));
                 }
-                let vlans = a.vlan != b.vlan;
-                if vlans {
-                    relearn.push(id);
+                // Only the VLANs it left: its entries in those it keeps still hold (a PVID
+                // change or an added VLAN flushes nothing, as on the bridge).
+                let left = a.vlan.members.iter().filter(|v| !b.vlan.members.contains(v.get())).count();
+                if left > 0 {
+                    relearn.push((id, b.vlan.members.clone()));
                 }
-                // A mirror's destination carries no VLAN: becoming one (or no longer being one)
-                // is what changed its VLANs.
-                let why = match (a.mirror_destination, b.mirror_destination) {
-                    (false, true) => "it became a mirror's destination",
-                    (true, false) => "it is a mirror's destination no more",
-                    _ => "its VLANs changed",
+                // A mirror's destination carries no VLAN: becoming one is leaving them all.
+                let why = if !a.mirror_destination && b.mirror_destination {
+                    "flushed: it became a mirror's destination".to_string()
+                } else if left == 1 {
+                    "in the VLAN it left flushed".to_string()
+                } else {
+                    format!("in the {left} VLANs it left flushed")
                 };
                 applied.push(format!(
                     "port `{name}`: VLANs, storm control and mirrors as configured{}",
-                    if vlans { format!(" (its learned FDB entries flushed: {why})") } else { String::new() }
+                    if left > 0 { format!(" (its learned FDB entries {why})") } else { String::new() }
                 ));
             }
         }
         // The port ids of the old config's statics, before a removed port's id goes.
         let gone_statics: Vec<_> = gone_statics.into_iter().map(|e| (e, dp.ports.id_of(&e.2))).collect();
         let mut late = dp.change_ports(changes, extra);
-        for id in relearn {
-            dp.fdb.get().flush_port(id);
+        for (id, kept) in relearn {
+            dp.fdb.get().flush_port_outside(id, &kept);
         }
         // Removals, the new capacity, additions: the order `statics_fit` counted in.
         for ((vlan, mac, port), id) in gone_statics {

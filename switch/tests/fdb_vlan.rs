@@ -152,7 +152,7 @@ fn fdb_edits_vlans_and_l2_reloads_through_api_and_client() {
         assert!(summary.contains(&format!("port `{p}`: VLANs, storm control and mirrors as configured")), "{summary}");
     }
     assert!(summary.contains("fdb.static") || summary.contains("mirrors"), "{summary}");
-    assert!(summary.contains("port `p2`: VLANs, storm control and mirrors as configured (its learned FDB entries flushed: its VLANs changed)"), "{summary}");
+    assert!(summary.contains("port `p2`: VLANs, storm control and mirrors as configured (its learned FDB entries in the VLAN it left flushed)"), "{summary}");
     assert!(summary.contains("port `p3`: VLANs, storm control and mirrors as configured (its learned FDB entries flushed: it became a mirror's destination)"), "{summary}");
     // p2 no longer gets VLAN 10 floods; p3 gets what p1 sends.
     std::thread::sleep(Duration::from_millis(300));
@@ -532,12 +532,50 @@ fn a_reload_that_changes_a_ports_vlans_flushes_what_it_learned_there() {
     dir.write(&yaml("    vlan: { mode: access, vid: 10 }\n"));
     let r = sw.reload().unwrap();
     assert!(
-        r.contains("port `p1`: VLANs, storm control and mirrors as configured (its learned FDB entries flushed"),
+        r.contains("port `p1`: VLANs, storm control and mirrors as configured (its learned FDB entries in the VLAN it left flushed)"),
         "{r}"
     );
     assert_eq!(on_p1(1), 0, "nothing left in the VLAN p1 left");
     eventually("p1's hosts learned again, in VLAN 10", || on_p1(10) == 8);
     assert_eq!(on_p1(1), 0);
+    sw.dataplane.stop_shared().expect("every frame is back");
+}
+
+#[test]
+fn a_reload_flushes_a_ports_entries_only_in_the_vlans_it_left() {
+    // As the bridge: a VLAN added, or the native VLAN changed, flushes nothing; a VLAN taken
+    // away flushes the port's entries in it and no others. Flushing them all turned known
+    // unicast in the VLANs the port kept into floods (to its other members, storm-limited).
+    use wasmswitch_core::wire::MacAddr;
+    let dir = Scratch::new("fdb-vlan-left");
+    let yaml = |vlan: &str| {
+        format!("workers:\n  - idle: sleep\nports:\n  - name: p1\n    driver: sim\n    vlan: {vlan}\n  - name: p2\n    driver: sim\n")
+    };
+    let sw = wasmswitch::daemon::Switch::start(&dir.write(&yaml("{ mode: trunk, allowed: [10, 20, 40] }"))).unwrap();
+    let p1 = sw.dataplane.ports.id_of("p1").unwrap();
+    let fdb = || sw.dataplane.fdb.get();
+    let (m10, m20, m40) =
+        (MacAddr::from_u64(0x0200_0700_0010), MacAddr::from_u64(0x0200_0700_0020), MacAddr::from_u64(0x0200_0700_0040));
+    for (vlan, mac) in [(10, m10), (20, m20), (40, m40)] {
+        fdb().learn(vlan, mac, p1, 0);
+    }
+    let on_p1 = || [(10, m10), (20, m20), (40, m40)].map(|(v, m)| fdb().lookup(v, m) == Some(p1));
+    for (vlan, what) in [
+        ("{ mode: trunk, allowed: [10, 20, 30, 40] }", "VLAN 30 added"),
+        ("{ mode: trunk, allowed: [10, 20, 30, 40], native: 20 }", "a native VLAN"),
+    ] {
+        dir.write(&yaml(vlan));
+        let r = sw.reload().unwrap();
+        assert!(
+            r.contains("port `p1`: VLANs, storm control and mirrors as configured") && !r.contains("flushed"),
+            "{what}: {r}"
+        );
+        assert_eq!(on_p1(), [true; 3], "{what}: nothing flushed");
+    }
+    dir.write(&yaml("{ mode: trunk, allowed: [20], native: 20 }"));
+    let r = sw.reload().unwrap();
+    assert!(r.contains("(its learned FDB entries in the 3 VLANs it left flushed)"), "{r}");
+    assert_eq!(on_p1(), [false, true, false], "only the entries in VLANs 10 and 40 went");
     sw.dataplane.stop_shared().expect("every frame is back");
 }
 

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::counter::Counter;
 use crate::port::PortId;
+use crate::vlan::VlanSet;
 use crate::wire::MacAddr;
 
 const SLOTS: usize = 8;
@@ -591,20 +592,32 @@ impl Fdb {
 
     /// Removes the entries `what` selects; returns how many.
     pub fn flush(&self, what: Flush) -> usize {
+        self.flush_where(what.statics, |vlan, port| {
+            what.vlan.is_none_or(|x| x == vlan) && what.port.is_none_or(|x| x == port)
+        })
+    }
+
+    /// Removes the learned entries of `port` in the VLANs outside `kept` (those a reload took
+    /// from it), as the bridge flushes a port's entries of a VLAN it leaves and only those;
+    /// returns how many.
+    pub fn flush_port_outside(&self, port: PortId, kept: &VlanSet) -> usize {
+        self.flush_where(false, |vlan, p| p == port && !kept.contains(vlan))
+    }
+
+    /// Removes the learned entries (and the static ones too with `statics`) for whose VLAN and
+    /// port `selected` holds; returns how many.
+    fn flush_where(&self, statics: bool, selected: impl Fn(u16, PortId) -> bool) -> usize {
         let _edit = self.edit();
         let mut n = 0;
         for b in self.buckets.iter() {
             for s in &b.slots {
                 let v = s.key.load(Ordering::Acquire);
-                if v == 0 || v == CLAIMED || (v & STATIC != 0 && !what.statics) {
+                if v == 0 || v == CLAIMED || (v & STATIC != 0 && !statics) {
                     continue;
                 }
                 let (vlan, _, _) = unpack(v);
                 let port = port_of(s.port.load(Ordering::Acquire)).wrapping_sub(1);
-                if what.vlan.is_some_and(|x| x != vlan) || what.port.is_some_and(|x| x != port) {
-                    continue;
-                }
-                if s.key.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                if selected(vlan, port) && s.key.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                     n += 1;
                 }
             }
