@@ -278,6 +278,22 @@ fn link_local_frames_go_to_the_host_port_never_forwarded() {
     r.send(0, ll(0x10));
     assert_eq!(r.take()[1], vec![ll(0x10)]);
     r.finish();
+    // Switched in their port's VLAN up to the host port, which gets them in its form of that
+    // VLAN (the README's difference from the bridge, which passes them up as they came): from
+    // an access port of VLAN 10 to a host port of VLAN 1, tagged 10; tagged 20 from a trunk to
+    // a host port whose native VLAN is 20, untagged (the PCP goes with the tag); tagged 30 on
+    // a trunk without 30, dropped as `vlan_filtered`.
+    let mut r = rig_with(vec![access(10), trunk(&[20], None), access(1)], Some(2), 512, 300);
+    r.send(0, ll(0x0e));
+    assert_eq!(r.take()[2], vec![tagged(&ll(0x0e), 0, 10)]);
+    r.finish();
+    let mut r = rig_with(vec![access(10), trunk(&[20], None), trunk(&[10], Some(20))], Some(2), 512, 300);
+    r.send(1, tagged(&ll(0x0e), 5, 20));
+    assert_eq!(r.take()[2], vec![ll(0x0e)]);
+    r.send(1, tagged(&ll(0x0e), 0, 30));
+    assert!(r.take().iter().all(Vec::is_empty));
+    assert_eq!(r.pipe.stats().ports[1].drops[DropReason::VlanFiltered as usize].get(), 1);
+    r.finish();
     let mut r = rig_with(vec![access(1), access(1)], None, 512, 300);
     r.send(0, ll(0x0e));
     assert!(r.take().iter().all(Vec::is_empty));
