@@ -70,6 +70,10 @@ impl<'de> Deserialize<'de> for VidList {
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<VidList, E> {
                 VidItem::from_f64(v).map(|i| VidList(vec![i.0]))
             }
+            // One id or range alone, as a number alone is: `"10"`, `"20-29"`.
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<VidList, E> {
+                VidItem::from_str(s).map(|i| VidList(vec![i.0]))
+            }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<VidList, A::Error> {
                 let mut out = Vec::new();
                 while let Some(item) = seq.next_element::<VidItem>()? {
@@ -102,16 +106,33 @@ impl VidList {
 }
 
 impl VidItem {
+    /// `"10"` or `"20-29"`.
+    fn from_str<E: de::Error>(s: &str) -> Result<VidItem, E> {
+        let bad = || E::custom(format!("`{s}` is not a VLAN id or a range like \"20-29\""));
+        let (a, b) = match s.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (s.trim(), s.trim()),
+        };
+        let a: u16 = a.parse().map_err(|_| bad())?;
+        let b: u16 = b.parse().map_err(|_| bad())?;
+        Ok(VidItem((a, b)))
+    }
+
     fn from_u64<E: de::Error>(v: u64) -> Result<VidItem, E> {
         let v = u16::try_from(v).map_err(|_| vid_out_of_range(v))?;
         Ok(VidItem((v, v)))
     }
 
-    /// YAML reads a number past `u64`, or one with a fraction, as a float: said as what it is,
-    /// not as the parser's "expected type: floating point".
+    /// YAML reads a number past `u64`, one with a fraction, and a whole one written otherwise
+    /// than plainly (`010`, `1e1`) as a float: said as what it is, not as the parser's
+    /// "expected type: floating point" (nor as "10 is out of range").
     fn from_f64<E: de::Error>(v: f64) -> Result<VidItem, E> {
-        Err(if v.fract() == 0.0 {
+        Err(if v.fract() == 0.0 && !(0.0..=f64::from(Vid::MAX)).contains(&v) {
             vid_out_of_range(v)
+        } else if v.fract() == 0.0 {
+            E::custom(format!(
+                "a VLAN id is a plain whole number: write {v} without a leading zero, exponent or decimal point"
+            ))
         } else {
             E::custom(format!("{v} is not a VLAN id: expected a whole number 1-4094 or a range like \"20-29\""))
         })
@@ -146,14 +167,7 @@ impl<'de> Deserialize<'de> for VidItem {
                 VidItem::from_f64(v)
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<VidItem, E> {
-                let bad = || E::custom(format!("`{s}` is not a VLAN id or a range like \"20-29\""));
-                let (a, b) = match s.split_once('-') {
-                    Some((a, b)) => (a.trim(), b.trim()),
-                    None => (s.trim(), s.trim()),
-                };
-                let a: u16 = a.parse().map_err(|_| bad())?;
-                let b: u16 = b.parse().map_err(|_| bad())?;
-                Ok(VidItem((a, b)))
+                VidItem::from_str(s)
             }
         }
         d.deserialize_any(V)

@@ -1403,10 +1403,20 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64, column: u64) ->
     }
     // The key of the value at `column` (1-based, at the value): the last `key:` before it, so
     // that an inline mapping (`sim: { ring_size: 1024, queues: -1 }`) names `queues`.
+    // In an inline mapping the parser may point at the key itself (`{ mode: trunk, allowed:
+    // true }` at `allowed`): then that is the key.
     let key = text
         .lines()
         .nth(line.saturating_sub(1) as usize)
         .and_then(|l| {
+            let at: String = l.chars().skip(column.saturating_sub(1) as usize).collect();
+            if let Some((k, after)) = at.split_once(':') {
+                let word = k.starts_with(|c: char| c.is_ascii_alphabetic())
+                    && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if word && after.chars().next().is_none_or(char::is_whitespace) {
+                    return Some(k.to_string());
+                }
+            }
             let upto: String = l.chars().take(column.saturating_sub(1) as usize).collect();
             let before =
                 upto.rsplit_once(':').map(|(b, _)| b.to_string()).or_else(|| Some(l.split_once(':')?.0.into()))?;
@@ -1435,6 +1445,13 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64, column: u64) ->
                     None => format!("{v} is out of range: expected 0-{max}"),
                 };
             }
+        }
+        // serde's own "invalid type: boolean `true`, expected a list ...".
+        if let Some((got, expected)) = ty.strip_prefix("type: ").and_then(|t| t.split_once(", expected ")) {
+            return match key {
+                Some(k) => format!("wrong type for `{k}`: got {got}, expected {expected}"),
+                None => format!("wrong type: got {got}, expected {expected}"),
+            };
         }
         let expected = match ty {
             "u8" | "u16" | "u32" | "u64" | "usize" => "a non-negative integer",

@@ -292,6 +292,11 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
     ("backwards range", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [\"30-20\"] }\n", "4:35", "range 30-20 is backwards"),
     ("range past 4094", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [\"4000-4095\"] }\n", "4:35", "VLAN id 4095 is out of range"),
     ("vid past u64", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [10, 18446744073709551616] }\n", "4:40", "VLAN id 18446744073709552000 is out of range: expected 1-4094"),
+    ("allowed of the wrong type, inline", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: true }\n", "4:26", "wrong type for `allowed`: got boolean `true`, expected a list of VLAN ids"),
+    ("vid with a leading zero", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [010] }\n", "4:36", "a VLAN id is a plain whole number: write 10 without a leading zero"),
+    ("vid with an exponent", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [1e1] }\n", "4:36", "write 10 without a leading zero, exponent or decimal point"),
+    ("vid past 4094 with an exponent", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [1e4] }\n", "4:36", "VLAN id 10000 is out of range: expected 1-4094"),
+    ("one range alone, not in a list, past 4094", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: \"4000-4095\" }\n", "4:35", "VLAN id 4095 is out of range"),
     ("vid with a fraction", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [1.5] }\n", "4:36", "1.5 is not a VLAN id: expected a whole number"),
     ("not a vid", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [ten] }\n", "4:36", "`ten` is not a VLAN id"),
     ("trunk with vid", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, vid: 3, allowed: [3] }\n", "4:19", "not `vid:`"),
@@ -363,6 +368,20 @@ fn the_sum_of_plugin_deadlines_is_bounded() {
     assert!(tiny(50).is_ok(), "{:?}", tiny(50).err());
     let e = tiny(51).unwrap_err();
     assert!(e.to_string().contains("as the 1 ms epoch clock enforces it"), "{e}");
+}
+
+#[test]
+fn a_trunks_allowed_may_be_one_id_or_range_alone_as_a_number_or_a_string() {
+    let allowed = |a: &str| {
+        let c = parse(&format!("ports:\n  - name: p0\n    driver: sim\n    vlan: {{ mode: trunk, allowed: {a} }}\n"))
+            .unwrap();
+        let v = c.ports[0].vlan.as_ref().unwrap();
+        v.allowed.as_ref().unwrap().value.expand("allowed").unwrap().iter().map(|v| v.get()).collect::<Vec<_>>()
+    };
+    assert_eq!(allowed("10"), [10]);
+    assert_eq!(allowed("\"10\""), [10]);
+    assert_eq!(allowed("\"20-22\""), [20, 21, 22]);
+    assert_eq!(allowed("[10, \"20-21\"]"), [10, 20, 21]);
 }
 
 #[test]
