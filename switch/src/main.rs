@@ -221,6 +221,9 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            for w in c.traffic_filtered_warnings() {
+                eprintln!("warning: {w}");
+            }
             // An existing TAP passes the config's checks (a reload validates the file while its
             // daemon holds the TAP), but a new `run` refuses it.
             if let Some(h) = &c.host {

@@ -412,6 +412,37 @@ impl Config {
         ))
     }
 
+    /// Ports whose generated traffic (`sim.traffic`) their own VLANs would drop whole, each
+    /// said: `check` warns (a lab config may mean it; nothing would be forwarded). Call on a
+    /// checked config.
+    pub fn traffic_filtered_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.switch.mode != super::Mode::L2 {
+            return out;
+        }
+        for p in &self.ports {
+            let Some(t) = p.sim.as_ref().and_then(|s| s.value.traffic.as_ref()) else { continue };
+            let name = &p.name.value;
+            let vlan = self.port_l2(name, 1, &|_| None).vlan;
+            let tags: Vec<Option<u16>> = match &t.vlan {
+                Some(v) => v.value.expand("vlan").unwrap_or_default().iter().map(|v| Some(v.get())).collect(),
+                None => vec![None],
+            };
+            let dropped: Vec<String> = tags
+                .iter()
+                .filter(|&&tag| vlan.classify(tag).is_none())
+                .map(|tag| tag.map_or("untagged".to_string(), |v| format!("tagged {v}")))
+                .collect();
+            if !dropped.is_empty() {
+                out.push(format!(
+                    "port `{name}`: its generated frames {} would all be dropped as vlan_filtered: its VLANs do not admit them",
+                    dropped.join(", ")
+                ));
+            }
+        }
+        out
+    }
+
     /// The L2 settings of port `name` (a configured port or the host port) for a worker that
     /// polls `share` of the workers' share of its traffic: storm limits are divided among the
     /// workers that poll the port. Mirror ports are resolved with `id_of`. Call on a checked

@@ -385,6 +385,28 @@ fn a_trunks_allowed_may_be_one_id_or_range_alone_as_a_number_or_a_string() {
 }
 
 #[test]
+fn generated_traffic_a_ports_vlans_would_drop_is_warned_of() {
+    let warned = |vlan: &str, traffic: &str| {
+        parse(&format!(
+            "ports:\n  - name: p0\n    driver: sim\n    vlan: {vlan}\n    sim:\n      traffic: {{ {traffic} }}\n  - name: p1\n    driver: sim\n"
+        ))
+        .unwrap()
+        .traffic_filtered_warnings()
+    };
+    assert_eq!(
+        warned("{ mode: trunk, allowed: [10] }", "vlan: [10, 30]"),
+        ["port `p0`: its generated frames tagged 30 would all be dropped as vlan_filtered: its VLANs do not admit them"]
+    );
+    assert_eq!(
+        warned("{ mode: trunk, allowed: [10] }", "rate_pps: 10"),
+        ["port `p0`: its generated frames untagged would all be dropped as vlan_filtered: its VLANs do not admit them"]
+    );
+    assert!(warned("{ mode: trunk, allowed: [10], native: 20 }", "rate_pps: 10").is_empty());
+    assert!(warned("{ mode: access, vid: 20 }", "vlan: 20").is_empty(), "a tag of the PVID is admitted");
+    assert!(warned("{ mode: trunk, allowed: [10, 30] }", "vlan: [10, 30]").is_empty());
+}
+
+#[test]
 fn cross_mode_parses() {
     let c = parse(&format!("switch:\n  mode: cross\n{GOOD}")).unwrap();
     assert_eq!(c.switch.mode, Mode::Cross);
