@@ -77,7 +77,9 @@ fn afxdp_ports_come_and_go_live_without_losing_a_frame_on_the_others() {
             reload_ok(&sw, &format!("round {round}: remove h3"))
         };
         assert!(r.contains("port `h3` removed"), "{r}");
-        assert!(!xdp_attached(&h3.switch_if), "the XDP program left {}", h3.switch_if);
+        // Not at once: a process another test of this binary spawns at that moment holds a
+        // copy of every descriptor, the program's link too, until its exec closes them.
+        eventually("the XDP program left h3's interface", || !xdp_attached(&h3.switch_if));
         assert_eq!(port_names(&sw), ["h1", "h2"]);
         assert!(!h3.ping(&h1.ip, 1).unwrap(), "round {round}: h3 is cut off once its port is gone");
     }
