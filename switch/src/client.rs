@@ -13,8 +13,6 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::config::Config;
-
 /// Where the daemon listens and the token its mutating endpoints want.
 pub struct Target {
     pub addr: SocketAddr,
@@ -25,13 +23,20 @@ impl Target {
     /// From the config file when given (its `metrics.listen` and `control.token_file`), then
     /// the flags (which win), else the default address without a token.
     pub fn new(config: Option<&Path>, addr: Option<SocketAddr>, token_file: Option<&Path>) -> Result<Target> {
-        let cfg = config.map(Config::load).transpose()?;
-        let addr = addr.or_else(|| cfg.as_ref().map(Config::listen_addr)).unwrap_or(([127, 0, 0, 1], 9187).into());
-        let token = match token_file {
-            Some(f) => Some(
+        // Only the keys that find the daemon: the rest of the file is the daemon's to judge.
+        let keys = config.map(crate::config::daemon_keys).transpose()?;
+        let addr = addr.or(keys.as_ref().map(|k| k.0)).unwrap_or(([127, 0, 0, 1], 9187).into());
+        let token = match (token_file, keys.and_then(|k| k.1)) {
+            (Some(f), _) => Some(
                 crate::config::read_token(f).map_err(|e| anyhow::anyhow!("--token-file: {e}"))?.as_bytes().to_vec(),
             ),
-            None => cfg.and_then(|c| c.control.token).map(|t| t.as_bytes().to_vec()),
+            (None, Some(f)) => Some(
+                crate::config::read_token(&f)
+                    .map_err(|e| anyhow::anyhow!("control.token_file {}: {e}", f.display()))?
+                    .as_bytes()
+                    .to_vec(),
+            ),
+            (None, None) => None,
         };
         Ok(Target { addr, token })
     }

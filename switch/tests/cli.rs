@@ -78,6 +78,20 @@ fn client_commands_show_a_running_daemon_and_reload_it_with_its_token() {
     assert!(!o.status.success() && err.contains("the daemon wants its token"), "{err}");
     let o = cli(&["reload", "--addr", &format!("127.0.0.1:{port}"), "--token-file", token.to_str().unwrap()]);
     assert!(o.status.success(), "{o:?}");
+    // A file the daemon will refuse still reaches it: `-c` only finds the daemon and its token,
+    // so the refusal is the daemon's (named, counted), not the client's own check that never
+    // sent it (systemd's ExecReload and the reload alert saw nothing).
+    let refused = || {
+        let (_, m) = http(port, "GET", "/metrics").unwrap();
+        m.lines().find(|l| l.starts_with("wasmswitch_reloads_total{result=\"refused\"}")).map(str::to_string)
+    };
+    let before = refused();
+    dir.write(&(yaml.clone() + "bogus_key: 1\n"));
+    let o = cli(&["reload", "-c", cfg]);
+    let out = stdout(&o);
+    assert!(!o.status.success() && out.contains("reload refused") && out.contains("bogus_key"), "{o:?}");
+    assert_ne!(refused(), before, "counted by the daemon");
+    dir.write(&yaml);
 
     // The build is in the exposition; a daemon that is not there is a clear error.
     let (_, metrics) = http(port, "GET", "/metrics").unwrap();

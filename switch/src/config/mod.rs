@@ -1540,6 +1540,41 @@ fn interfaces_with(wanted: impl Fn(std::net::IpAddr) -> bool) -> Vec<(String, st
     out
 }
 
+/// The address the daemon of the config at `path` listens on (`metrics.listen`) and its token
+/// file (`control.token_file`, resolved), read from those two keys alone, every other key
+/// ignored and nothing else checked: a client (`wasmswitch reload -c`) reaches the daemon with
+/// a file the daemon will refuse (a plugin missing, a bad value), so that the refusal is the
+/// daemon's own, named in its answer and counted.
+pub fn daemon_keys(path: &Path) -> Result<(SocketAddr, Option<PathBuf>), ConfigError> {
+    #[derive(Deserialize)]
+    struct Loose {
+        #[serde(default)]
+        metrics: Option<LooseMetrics>,
+        #[serde(default)]
+        control: Option<LooseControl>,
+    }
+    #[derive(Deserialize)]
+    struct LooseMetrics {
+        #[serde(default = "default_listen")]
+        listen: Spanned<Listen>,
+    }
+    #[derive(Deserialize)]
+    struct LooseControl {
+        #[serde(default)]
+        token_file: Option<String>,
+    }
+    let fail = |message: String| ConfigError { file: path.to_owned(), line: 0, column: 0, message };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    let loose: Loose = serde_saphyr::from_str(&text).map_err(|e| {
+        fail(format!(
+            "metrics.listen and control.token_file cannot be read from it: {}",
+            e.to_string().lines().next().unwrap_or("")
+        ))
+    })?;
+    let listen = loose.metrics.map_or_else(default_listen, |m| m.listen).value.0;
+    Ok((listen, loose.control.and_then(|c| c.token_file).map(|f| resolve(path, &f))))
+}
+
 /// A path from the config, resolved against the config file's folder unless absolute.
 fn resolve(config_file: &Path, p: &str) -> PathBuf {
     let p = Path::new(p);
