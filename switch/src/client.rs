@@ -26,17 +26,17 @@ impl Target {
         // Only the keys that find the daemon: the rest of the file is the daemon's to judge.
         let keys = config.map(crate::config::daemon_keys).transpose()?;
         let addr = addr.or(keys.as_ref().map(|k| k.0)).unwrap_or(([127, 0, 0, 1], 9187).into());
-        let token = match (token_file, keys.and_then(|k| k.1)) {
-            (Some(f), _) => Some(
-                crate::config::read_token(f).map_err(|e| anyhow::anyhow!("--token-file: {e}"))?.as_bytes().to_vec(),
-            ),
-            (None, Some(f)) => Some(
-                crate::config::read_token(&f)
-                    .map_err(|e| anyhow::anyhow!("control.token_file {}: {e}", f.display()))?
-                    .as_bytes()
-                    .to_vec(),
-            ),
+        let from_config = keys.and_then(|k| k.1);
+        let file = match (token_file, &from_config) {
+            (Some(f), _) => Some((f, "--token-file".to_string())),
+            (None, Some(f)) => Some((f.as_path(), format!("control.token_file {}", f.display()))),
             (None, None) => None,
+        };
+        let token = match file {
+            Some((f, what)) => {
+                Some(crate::config::read_token(f).map_err(|e| anyhow::anyhow!("{what}: {e}"))?.as_bytes().to_vec())
+            }
+            None => None,
         };
         Ok(Target { addr, token })
     }
