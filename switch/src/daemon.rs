@@ -23,8 +23,8 @@ use wasmswitch_core::wire::MacAddr;
 use wasmswitch_core::PortId;
 
 use crate::api::{
-    applied_late, router, ApiState, Control, ControlStats, FdbChange, Limits, ReloadBusy, ReloadOutcome, ReloadResult,
-    ShadowResult, APPLIED_LATE,
+    applied_late, router, ApiState, Control, ControlStats, FdbChange, Limits, RefusalLog, ReloadBusy, ReloadOutcome,
+    ReloadResult, ShadowResult, APPLIED_LATE,
 };
 use crate::config::diff::Plan;
 use crate::config::l2::StaticEntry;
@@ -827,8 +827,21 @@ impl Daemon {
     }
 }
 
+/// Logs a refused change (`line`, the reason) at WARN, unless the same refusal was logged less
+/// than [`crate::api::REFUSAL_LOG_EVERY`] ago; the next line logged of it says how many were
+/// not. Any local process may ask for a reload or a promote (no token on loopback), so each
+/// refusal writing its own line would let a loop fill the journal.
+fn warn_refused(log: &RefusalLog, line: &str) {
+    match log.admit(axum::http::StatusCode::UNPROCESSABLE_ENTITY, line) {
+        Some(0) => log::warn!("{line}"),
+        Some(n) => log::warn!("{line} (and {n} more such refusals since the last such line, not logged)"),
+        None => {}
+    }
+}
+
 /// The control thread: runs jobs one after the other until the job channel closes.
 fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, stats: Arc<ControlStats>, jobs: mpsc::Receiver<Job>) {
+    let refusals = RefusalLog::default();
     for job in jobs {
         let reply = match job {
             Job::Reload(reply) => reply,
@@ -840,7 +853,7 @@ fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, stats: Arc<Cont
                     // Applied, but not everywhere in time: the switch's own trouble.
                     Err(e) if applied_late(e) => log::error!("port `{port}`: shadow {op_name} {e}"),
                     // A refusal changed nothing: the client's to act on, not a fault.
-                    Err(e) => log::warn!("port `{port}`: shadow {op_name} refused: {e}"),
+                    Err(e) => warn_refused(&refusals, &format!("port `{port}`: shadow {op_name} refused: {e}")),
                     Ok(_) => {}
                 }
                 reloading.store(false, Ordering::Release);
@@ -863,7 +876,7 @@ fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, stats: Arc<Cont
             }
             // Refused, nothing changed: the file's to fix.
             Err(e) => {
-                log::warn!("{e}");
+                warn_refused(&refusals, e);
                 ReloadOutcome::Refused
             }
         };

@@ -618,6 +618,27 @@ fn answers_a_handler_refuses_are_logged_once_per_kind_not_once_per_request() {
     assert_eq!(lines, 1, "one line for 50 refusals of one kind:\n{stderr}");
 }
 
+#[test]
+fn refused_reloads_and_promotes_are_logged_once_per_reason_not_once_per_request() {
+    // Any local process may ask for a reload (no token on loopback): a loop of refused ones
+    // must not write a line each, from the control thread either.
+    let (_dir, cfg, port, child) = start_sim("reload-refusal-log");
+    std::fs::write(&cfg, sim_yaml(port).replace("  mode: l2\n", "  mode: l2\n  batch: 999\n")).unwrap();
+    for _ in 0..40 {
+        let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+        assert_eq!(st, 422, "{body}");
+        let (st, body) = http(port, "POST", "/api/v1/ports/p0/shadow/promote").unwrap();
+        assert_eq!(st, 422, "{body}");
+    }
+    let (_, m) = http(port, "GET", "/metrics").unwrap();
+    assert!(m.contains("wasmswitch_reloads_total{result=\"refused\"} 40"), "every refusal counted:\n{m}");
+    let (_, ok, stderr) = terminate(child);
+    assert!(ok, "{stderr}");
+    let count = |what: &str| stderr.lines().filter(|l| l.contains("WARN") && l.contains(what)).count();
+    assert_eq!(count("switch.batch 999 is out of range"), 1, "one line for 40 refused reloads:\n{stderr}");
+    assert_eq!(count("shadow promote refused"), 1, "one line for 40 refused promotes:\n{stderr}");
+}
+
 /// `switch.batch` applies live: after a reload to 1, every burst a worker takes is one packet;
 /// after one to 256, bursts of several come back. Out of range, the reload is refused by name.
 #[test]
