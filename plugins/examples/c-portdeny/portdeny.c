@@ -53,7 +53,12 @@ static bool refuse(plugin_string_t *err, const char *what, const uint8_t *tok, s
     static const char prefix[] = "c-portdeny: ";
     size_t a = sizeof prefix - 1, b = 0;
     while (what[b]) b++;
-    if (toklen > 64) toklen = 64;
+    if (toklen > 64) {
+        /* Cut at a character's start: a cut inside one would make the message no valid
+         * UTF-8, which the host refuses as no string at all. */
+        toklen = 64;
+        while (toklen > 0 && (tok[toklen] & 0xC0) == 0x80) toklen--;
+    }
     size_t n = a + b + (toklen ? 3 + toklen : 0);
     uint8_t *m = malloc(n ? n : 1);
     if (m == NULL) __builtin_trap();

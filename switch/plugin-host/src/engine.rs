@@ -13,6 +13,10 @@ pub fn deadline_as_enforced(deadline: Duration) -> Duration {
     EPOCH_TICK * crate::stage::deadline_ticks(deadline, EPOCH_TICK) as u32
 }
 
+/// The first eight bytes of a core module: magic, then version 1 (a component's are
+/// magic, then version 0xd and layer 1).
+const CORE_MODULE_HEADER: &[u8] = b"\0asm\x01\0\0\0";
+
 /// Engine-wide settings.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
@@ -185,7 +189,15 @@ impl PluginEngine {
             }
         }
         let c = Component::new(&self.engine, bytes).map_err(|e| {
-            err(spec, ErrorKind::Compile, format!("{}: not a valid component: {}", spec.path.display(), wt(&e)))
+            // wasmparser's own words for a core module ("unknown binary version") do not say
+            // what to do: plugins are components only.
+            let hint = if bytes.starts_with(CORE_MODULE_HEADER) {
+                " (this is a core WebAssembly module: plugins are components of the WIT world in `wit/`; \
+                 `wasmswitch plugin build` makes one from a plugin crate, `wasm-tools component new` from a module)"
+            } else {
+                ""
+            };
+            err(spec, ErrorKind::Compile, format!("{}: not a valid component: {}{hint}", spec.path.display(), wt(&e)))
         })?;
         if let Some(p) = cached {
             match c.serialize() {

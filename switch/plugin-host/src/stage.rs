@@ -112,6 +112,9 @@ impl PluginFactory {
     fn start(&self, store: &mut Store<HostState>) -> Result<Func, PluginError> {
         let spec = &self.spec;
         let (init_ticks, bound) = (store.data().deadline.ticks, store.data().deadline.bound());
+        // What a remake on the worker may really use: a batch call's allowance, twice the
+        // deadline as enforced in whole epoch ticks (a 10 µs deadline allows some ms).
+        let allowed = if bound < INIT_DEADLINE { self.engine.opts.epoch_tick * init_ticks as u32 * 2 } else { bound };
         let (cpu0, wall0) = (thread_cpu_time(), Instant::now());
         // Microseconds under a millisecond: a 10 µs deadline must not read "0 ms".
         let time = |d: Duration| {
@@ -126,9 +129,9 @@ impl PluginFactory {
                 "it ran {} of CPU time ({} wall); instantiation and init may use {} of CPU{}",
                 time(thread_cpu_time().saturating_sub(cpu0)),
                 time(wall0.elapsed()),
-                time(bound),
+                time(allowed),
                 if bound < INIT_DEADLINE {
-                    " when remade on the worker after a fault (the batch deadline; raise `deadline_us` above the init time, or reload to get an instance made off the worker)"
+                    " when remade on the worker after a fault (as a batch call: twice the batch deadline as enforced, in whole epoch ticks; raise `deadline_us` above the init time, or reload to get an instance made off the worker)"
                 } else {
                     ""
                 }
@@ -195,7 +198,9 @@ impl PluginFactory {
         let stats = Arc::<PluginStats>::default();
         let live =
             self.new_instance(worker, self.spec.label().into(), stats.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
-        Ok(WasmStage { live: Some(live), ..self.deferred(worker, stats) })
+        let mut stage = self.deferred(worker, stats);
+        stage.live = Some(live);
+        Ok(stage)
     }
 
     /// A stage that keeps counting into `stats` (e.g. the previous version's, across a
@@ -214,7 +219,9 @@ impl PluginFactory {
         let staged = Arc::new(stats.staging());
         let live =
             self.new_instance(worker, self.spec.label().into(), staged.clone(), &mut LogGate::new(), INIT_DEADLINE)?;
-        Ok(WasmStage { live: Some(live), staged: Some(staged), ..self.deferred(worker, stats) })
+        let mut stage = self.deferred(worker, stats);
+        (stage.live, stage.staged) = (Some(live), Some(staged));
+        Ok(stage)
     }
 }
 
@@ -654,6 +661,24 @@ impl CpuWatch {
                 self.cap.as_micros() / 2
             ),
         ))
+    }
+}
+
+impl Drop for WasmStage {
+    /// A stage replaced (a reload, a promote) or ended while its log lines were being limited
+    /// says how many it suppressed since the last line let through, as its next line would
+    /// have: the count is in `log_suppressed_total` either way, the line says whose.
+    fn drop(&mut self) {
+        let gate = self.live.as_ref().map_or(&self.log, |l| &l.store.data().log);
+        if gate.suppressed > 0 {
+            log::warn!(
+                target: "wasmswitch::plugin",
+                "{} ({}): {} log lines suppressed (its last: the instance was replaced or stopped)",
+                self.label,
+                On(self.worker),
+                gate.suppressed
+            );
+        }
     }
 }
 

@@ -106,7 +106,17 @@ fn c_portdeny_through_the_real_host_matches_the_rust_acl() {
     let mut short = e.compile(&s).unwrap().instantiate(0).unwrap();
     assert_eq!(TestBatch::new(&frames[..1], 0).run(&mut short), vec![P]);
 
-    for (cfg, says) in [("53 http", "\"http\""), ("70000", "\"70000\""), ("9-1", "\"9-1\""), (" # none", "no ports")] {
+    // A long token is quoted up to 64 bytes, cut before a character rather than inside one
+    // (63 ASCII bytes, then a two-byte `é` that the 64th would split).
+    let long = format!("{}é{}", "x".repeat(63), "y".repeat(10));
+    let long_says = format!("\"{}\"", "x".repeat(63));
+    for (cfg, says) in [
+        ("53 http", "\"http\""),
+        ("70000", "\"70000\""),
+        ("9-1", "\"9-1\""),
+        (" # none", "no ports"),
+        (long.as_str(), long_says.as_str()),
+    ] {
         let err = e.compile(&spec("edge-ports", examples().join("c-portdeny.wasm"), cfg)).err().expect("refused");
         assert_eq!(err.kind, ErrorKind::Init, "{cfg:?}");
         let msg = err.to_string();
@@ -442,6 +452,17 @@ fn plugin_log_lines_are_rate_limited_and_counted() {
     let suppressed = st.stats().log_suppressed.get() as f64;
     assert!(suppressed >= 90.0 - secs.ceil() && suppressed <= 90.0, "{suppressed} suppressed in {secs:.2}s");
     assert_eq!(st.stats().faults_total(), 0);
+    // Replaced while suppressing (a reload drops the stage): the last count is said, not lost.
+    drop(st);
+    let last =
+        logged().into_iter().map(|(_, m)| m).rfind(|m| m.contains("chatty") && m.contains("suppressed (its last"));
+    let last = last.expect("the stage's last suppressed count is logged when it goes");
+    // All of them when no line got through since the burst (a loop of under a second).
+    let n: f64 = last.split(" log lines suppressed").next().and_then(|h| h.rsplit(' ').next()?.parse().ok()).unwrap();
+    assert!(
+        n >= 1.0 && n <= suppressed && (secs >= 1.0 || n == suppressed),
+        "{last} ({suppressed} in all, {secs:.2}s)"
+    );
 }
 
 /// `memory_limit` caps all of an instance's linear memories together: with two memories,
@@ -505,6 +526,10 @@ fn init_runs_under_its_own_deadline() {
     let line = logged().into_iter().map(|(_, m)| m).rfind(|m| m.contains("over its bound when it returned"));
     let line = line.expect("the fault is logged");
     assert!(line.contains("slow-init-trap") && line.contains("when remade on the worker after a fault"), "{line}");
+    // The allowance it states is the one that applied: twice the 1 ms deadline as enforced
+    // (whole ticks, one more than the deadline's), not the deadline itself.
+    let allowed = 2 * wasmswitch_plugin_host::deadline_as_enforced(Duration::from_millis(1));
+    assert!(line.contains(&format!("init may use {} ms of CPU when remade", allowed.as_millis())), "{line}");
     let spin = guest("(call $ok (local.get $p))").replace(init, &format!("{init} (loop $l (br $l))"));
     let t = Instant::now();
     let e = engine().compile(&spec("spin-init", write("spin-init.wasm", &component(&spin, None)), "")).err().unwrap();
@@ -636,12 +661,17 @@ fn a_component_of_another_world_gets_a_clear_error() {
         .err()
         .expect("refused");
     assert_eq!(e.kind, ErrorKind::Compile, "{e}");
+    assert!(
+        e.to_string().contains("this is a core WebAssembly module") && e.to_string().contains("plugin build"),
+        "{e}"
+    );
 
     // Not WebAssembly at all: one line, however the parser prints its bytes.
     let e =
         engine().compile(&spec("junk", write("junk.wasm", &[0xff, 0x12, 0x49, 0xca, 0, 0, 0, 0]), "")).err().unwrap();
     assert_eq!(e.kind, ErrorKind::Compile, "{e}");
     assert!(!e.to_string().contains('\n') && e.to_string().contains("magic"), "{e}");
+    assert!(!e.to_string().contains("core WebAssembly module"), "{e}");
 }
 
 #[test]
