@@ -184,10 +184,16 @@ pub fn split_result(bytes: &[u8], count: usize) -> Result<(&[u8], &[u8]), String
     let trailer = bytes.len().checked_sub(want).ok_or_else(|| {
         format!("returned {} bytes for {count} packets: fewer than the {want} verdict bytes", bytes.len())
     })?;
-    if trailer % COUNTER_DELTA_LEN != 0 || trailer / COUNTER_DELTA_LEN > MAX_COUNTER_DELTAS {
+    if trailer % COUNTER_DELTA_LEN != 0 {
         return Err(format!(
-            "returned {} bytes for {count} packets: {want} verdict bytes, then {trailer} that are not whole counter-delta records of {COUNTER_DELTA_LEN} bytes (at most {MAX_COUNTER_DELTAS})",
+            "returned {} bytes for {count} packets: {want} verdict bytes, then {trailer} that are not whole counter-delta records of {COUNTER_DELTA_LEN} bytes",
             bytes.len()
+        ));
+    }
+    if trailer / COUNTER_DELTA_LEN > MAX_COUNTER_DELTAS {
+        return Err(format!(
+            "returned {} counter-delta records after the verdicts of {count} packets: at most {MAX_COUNTER_DELTAS} (one per counter a plugin may register)",
+            trailer / COUNTER_DELTA_LEN
         ));
     }
     Ok(bytes.split_at(want))
@@ -219,11 +225,17 @@ mod tests {
         assert_eq!(counter_deltas(t).collect::<Vec<_>>(), vec![(3, 1 << 40), (0, 7)]);
         assert_eq!(split_result(&out[..8], 2).unwrap().1.len(), 0, "no trailer is fine");
         assert!(split_result(&out[..7], 2).is_err(), "a verdict byte short");
-        assert!(split_result(&out[..19], 2).is_err(), "a partial counter record");
+        let e = split_result(&out[..19], 2).unwrap_err();
+        assert!(e.contains("not whole counter-delta records of 12 bytes"), "a partial counter record: {e}");
         let mut long = vec![0u8; 8];
         for i in 0..=MAX_COUNTER_DELTAS as u32 {
             push_counter_delta(&mut long, i, 1);
         }
-        assert!(split_result(&long, 2).is_err(), "more records than counters");
+        let e = split_result(&long, 2).unwrap_err();
+        let want = format!(
+            "returned {} counter-delta records after the verdicts of 2 packets: at most",
+            MAX_COUNTER_DELTAS + 1
+        );
+        assert!(e.contains(&want), "more records than counters: {e}");
     }
 }

@@ -85,7 +85,11 @@ impl PortRange {
         if s == "any" || s == "*" {
             return Ok(PortRange::ANY);
         }
-        let p = |x: &str| x.parse::<u16>().map_err(|_| format!("bad port {x:?}"));
+        // The whole value is quoted: in `-1` or `80-` the bad part alone would be `""`.
+        let p = |x: &str| {
+            x.parse::<u16>()
+                .map_err(|_| format!("bad port {s:?}: expected a port 0-65535, a range N-M of them, or any"))
+        };
         let r = match s.split_once('-') {
             Some((a, b)) => PortRange { lo: p(a)?, hi: p(b)? },
             None => {

@@ -508,6 +508,10 @@ mod tests {
             ("deny src=1.2.3.4/40", "prefix length"),
             ("deny\ndeny colour=red", "line 2: unknown key"),
             ("deny dport=9-1", "empty port range"),
+            // A negative or half range quotes the whole value, not its empty part.
+            ("deny dport=-1", "bad port \"-1\": expected a port 0-65535"),
+            ("deny sport=80-", "bad port \"80-\""),
+            ("deny dport=65536", "bad port \"65536\""),
             ("default maybe", "default must be"),
         ] {
             let e = Acl::parse(cfg).err().unwrap_or_default();

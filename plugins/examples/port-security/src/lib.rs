@@ -33,7 +33,8 @@ impl PortSecurity {
                 s.violation = match words.next() {
                     Some("drop") => Verdict::Drop,
                     Some("host") => Verdict::Host,
-                    other => return Err(format!("line {n}: violation must be drop or host, not {other:?}")),
+                    Some(other) => return Err(format!("line {n}: violation must be drop or host, not {other:?}")),
+                    None => return Err(format!("line {n}: violation needs drop or host after it")),
                 };
                 continue;
             }
@@ -110,6 +111,10 @@ mod tests {
         assert_eq!(h.run_one(&harness::udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2)), Verdict::Host);
         assert!(PortSecurity::parse("port=x 02:00:00:00:00:01").err().unwrap().contains("bad port"));
         assert!(PortSecurity::parse("port=1 02:00:00:00:01").err().unwrap().contains("line 1: bad MAC"));
-        assert!(PortSecurity::parse("violation maybe").is_err());
+        assert_eq!(
+            PortSecurity::parse("violation maybe").err().unwrap(),
+            "line 1: violation must be drop or host, not \"maybe\""
+        );
+        assert_eq!(PortSecurity::parse("violation").err().unwrap(), "line 1: violation needs drop or host after it");
     }
 }

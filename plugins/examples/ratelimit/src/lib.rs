@@ -2,8 +2,9 @@
 //!
 //! Config: `rate=<packets per second> burst=<packets> [action=drop|host] [slots=<power of two>]`
 //! on one line, e.g. `rate=1000 burst=50`. Each source address (IPv4 or IPv6) gets a bucket
-//! of `burst` tokens refilled at `rate` per second; a packet takes one token, and a packet
-//! that finds its bucket empty gets `action` (default drop). Buckets live in a fixed table of
+//! of `burst` tokens (1..=16777216; default `rate`, as far as that goes) refilled at `rate`
+//! (1..=1e9) per second; a packet takes one token, and a packet that finds its bucket empty
+//! gets `action` (default drop). Buckets live in a fixed table of
 //! `slots` entries (default 4096), direct-mapped by a hash of the address: a new source
 //! evicts the one in its slot (starting with a full bucket), so memory is bounded whatever
 //! the traffic. Non-IP frames pass. The clock is read once per batch.
@@ -14,6 +15,8 @@ use wasmswitch_plugin_sdk::config;
 use wasmswitch_plugin_sdk::{export_plugin, now_ns, Batch, Counter, Plugin, Verdict, Verdicts};
 
 const NANO: u64 = 1_000_000_000;
+/// The largest bucket: `burst * NANO` tokens, plus a refill, stay far inside a `u64`.
+const MAX_BURST: u64 = 1 << 24;
 
 #[derive(Clone, Copy, Default)]
 struct Bucket {
@@ -55,9 +58,13 @@ impl RateLimit {
             }
         }
         let rate = rate.ok_or("rate=<packets per second> is required")?;
-        let burst = burst.unwrap_or(rate.max(1));
-        if rate == 0 || rate > NANO || burst == 0 || burst > 1 << 24 {
-            return Err(format!("rate must be 1..={NANO} and burst 1..={}", 1 << 24));
+        if rate == 0 || rate > NANO {
+            return Err(format!("rate must be 1..={NANO} packets per second, not {rate}"));
+        }
+        // By default a second's worth of packets, as much of it as a bucket holds.
+        let burst = burst.unwrap_or(rate.min(MAX_BURST));
+        if burst == 0 || burst > MAX_BURST {
+            return Err(format!("burst must be 1..={MAX_BURST} packets, not {burst}"));
         }
         if !slots.is_power_of_two() || slots > 1 << 20 {
             return Err(format!("slots must be a power of two up to {}, not {slots}", 1 << 20));
@@ -159,5 +166,19 @@ mod tests {
         assert!(RateLimit::parse("rate=x").err().unwrap().contains("number"));
         assert!(RateLimit::parse("rate=1 slots=1000").err().unwrap().contains("power of two"));
         assert!(RateLimit::parse("rate=1 colour=red").err().unwrap().contains("unknown key"));
+        // Each bound is named with the value that broke it, at both edges.
+        assert_eq!(RateLimit::parse("rate=0").err().unwrap(), "rate must be 1..=1000000000 packets per second, not 0");
+        assert!(RateLimit::parse("rate=1000000001").err().unwrap().contains("not 1000000001"));
+        assert_eq!(RateLimit::parse("rate=1 burst=0").err().unwrap(), "burst must be 1..=16777216 packets, not 0");
+        assert!(RateLimit::parse("rate=1 burst=16777217").err().unwrap().contains("not 16777217"));
+    }
+
+    #[test]
+    fn the_burst_defaults_to_the_rate_as_far_as_a_bucket_holds() {
+        assert_eq!(RateLimit::parse("rate=1000").unwrap().burst, 1000);
+        // A rate past the largest burst is allowed: the default burst stops at the largest.
+        let r = RateLimit::parse("rate=1000000000").unwrap();
+        assert_eq!((r.rate, r.burst), (NANO, MAX_BURST));
+        assert_eq!(RateLimit::parse("rate=1 burst=16777216").unwrap().burst, MAX_BURST);
     }
 }
