@@ -432,6 +432,8 @@ impl WasmStage {
     pub fn count_into(&mut self, stats: Arc<PluginStats>) {
         self.install();
         let names = self.stats.named.names();
+        // The live plugin's names this one does not have end with it (see `absorb_staged`).
+        stats.named.retain(&names);
         let mut lost = Vec::new();
         if let Some(live) = self.live.as_mut() {
             let state = live.store.data_mut();
@@ -458,14 +460,14 @@ impl WasmStage {
         self.warn_unplaced(lost);
     }
 
-    /// Warns of the counters that found no room in the stats this stage now counts into: they
-    /// keep at most [`MAX_NAMED`] names and never let one go, so one version's names can fill
-    /// them for the next.
+    /// Warns of the counters that found no room in the stats this stage now counts into (at
+    /// most [`MAX_NAMED`] names; those of the stage replaced that this one lacks are let go
+    /// first, so this is a safeguard).
     fn warn_unplaced(&self, lost: Vec<String>) {
         if !lost.is_empty() {
             log::warn!(
                 target: "wasmswitch::plugin",
-                "{} (worker {}): no room for counter(s) {} among the {MAX_NAMED} names its counters keep (earlier versions' included); their counts are dropped until a restart",
+                "{} (worker {}): no room for counter(s) {} among the {MAX_NAMED} names its counters keep; their counts are dropped until a restart",
                 self.label,
                 self.worker,
                 lost.join(", ")

@@ -132,26 +132,24 @@ impl PluginStats {
 
     /// Fresh counters for a new instance of a plugin that is to count into these ones once
     /// installed (a reload's changed version): its `init` registers and counts there, off the
-    /// worker, so a reload refused after it leaves these untouched. The names these already
-    /// have are registered first, in their order, so that the instance's ids match these
-    /// (see [`PluginStats::absorb_staged`]).
+    /// worker, so a reload refused after it leaves these untouched. They start empty, not with
+    /// these names: the new version gets room for its own [`MAX_NAMED`] names whatever the
+    /// earlier versions registered (see [`PluginStats::absorb_staged`]).
     pub fn staging(&self) -> PluginStats {
-        let staged = PluginStats::default();
-        for name in self.named.names() {
-            // Valid and within the limit: they were registered here.
-            let _ = staged.named.register(&name);
-        }
-        staged
+        PluginStats::default()
     }
 
     /// Takes what an instance counted into [`PluginStats::staging`] before its install (the
-    /// owning worker only, at the install). The instance goes on with the ids it was given
-    /// there: `None` when each is the same here, else its id → the id here (an id here may
-    /// differ when a name was registered here since the staging; `u32::MAX`, which no counter
-    /// has, for a name there was no room for).
+    /// owning worker only, at the install, when it replaces the stage that counted here). The
+    /// names it did not register end here ([`NamedCounters::retain`]), so their series leave
+    /// `/metrics` and their room goes to the new version's names. The instance goes on with
+    /// the ids it was given there: `None` when each is the same here, else its id → the id here
+    /// (`u32::MAX`, which no counter has, for a name there was no room for).
     pub fn absorb_staged(&self, staged: &PluginStats) -> Option<Vec<u32>> {
+        let names = staged.named.names();
+        self.named.retain(&names);
         self.absorb(staged);
-        let ids = staged.named.names().iter().map(|name| self.named.register(name).unwrap_or(u32::MAX)).collect();
+        let ids = names.iter().map(|name| self.named.register(name).unwrap_or(u32::MAX)).collect();
         id_map(ids)
     }
 }
@@ -178,6 +176,7 @@ pub(crate) fn counter_id(ids: Option<&[u32]>, id: u32) -> u32 {
 /// metrics collector reads it.
 #[derive(Debug)]
 pub struct NamedCounters {
+    /// By id; an empty name is a slot freed by [`NamedCounters::retain`], for the next name.
     names: Mutex<Vec<String>>,
     /// How many names are registered: an id at or past it names no counter.
     registered: AtomicUsize,
@@ -208,6 +207,11 @@ impl NamedCounters {
         if let Some(i) = names.iter().position(|n| n == name) {
             return Ok(i as u32);
         }
+        if let Some(i) = names.iter().position(String::is_empty) {
+            // Zeroed when freed, and no instance holds its id since.
+            names[i] = name.to_owned();
+            return Ok(i as u32);
+        }
         if names.len() >= MAX_NAMED {
             return Err(format!("too many counters (at most {MAX_NAMED})"));
         }
@@ -228,7 +232,21 @@ impl NamedCounters {
         }
     }
 
-    /// Every registered name, by id.
+    /// Frees the slots of every name not in `keep`, zeroed, for later names (the owning worker
+    /// only, when a stage that registered just `keep` takes these counters over from the one
+    /// that counted here, which is gone then). A version that drops or renames a counter ends
+    /// its series, and versions that rename counters never run out of the [`MAX_NAMED`] slots.
+    pub fn retain(&self, keep: &[String]) {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, n) in names.iter_mut().enumerate() {
+            if !n.is_empty() && !keep.contains(n) {
+                n.clear();
+                self.values[i].reset();
+            }
+        }
+    }
+
+    /// Every registered name, by id (an empty one for a freed slot).
     pub fn names(&self) -> Vec<String> {
         self.names.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -236,7 +254,8 @@ impl NamedCounters {
     /// `(name, value)` of every registered counter.
     pub fn snapshot(&self) -> Vec<(String, u64)> {
         let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        names.iter().enumerate().map(|(i, n)| (n.clone(), self.values[i].get())).collect()
+        let named = names.iter().enumerate().filter(|(_, n)| !n.is_empty());
+        named.map(|(i, n)| (n.clone(), self.values[i].get())).collect()
     }
 
     /// Value of the named counter, if registered.
@@ -261,6 +280,35 @@ mod tests {
         assert_eq!(n.get("w"), Some(u64::MAX));
         n.add(99, 1);
         assert_eq!(n.snapshot(), vec![("w".to_string(), u64::MAX)], "an unknown id is ignored");
+    }
+
+    #[test]
+    fn a_new_version_takes_over_with_room_for_its_own_names() {
+        let running = PluginStats::default();
+        for i in 0..MAX_NAMED {
+            let id = running.named.register(&format!("old_{i}")).unwrap();
+            running.named.add(id, 7);
+        }
+        assert!(running.named.register("one_more").is_err(), "full");
+        // The next version keeps `old_3` and adds two names of its own.
+        let staged = running.staging();
+        let (a, b, c) = (
+            staged.named.register("new_a").unwrap(),
+            staged.named.register("old_3").unwrap(),
+            staged.named.register("new_b").unwrap(),
+        );
+        assert_eq!((a, b, c), (0, 1, 2), "the staging is the new version's own");
+        staged.named.add(b, 1);
+        staged.named.add(a, 5);
+        let ids = running.absorb_staged(&staged).expect("mapped: old_3 keeps its slot");
+        assert!(ids.iter().all(|&id| id != u32::MAX), "every new name found room: {ids:?}");
+        let mut now = running.named.snapshot();
+        now.sort();
+        let want = [("new_a", 5), ("new_b", 0), ("old_3", 8)];
+        assert_eq!(now, want.map(|(n, v)| (n.to_string(), v)).to_vec(), "old names gone, old_3 goes on");
+        // A freed slot starts at 0 for its new name.
+        running.named.add(ids[2], 2);
+        assert_eq!(running.named.get("new_b"), Some(2));
     }
 
     #[test]
