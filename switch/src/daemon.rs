@@ -750,13 +750,42 @@ enum Job {
     Shadow(String, ShadowOp, oneshot::Sender<ShadowResult>),
 }
 
+/// One control job (reload, promote, discard) at a time, and a SIGHUP that comes during one
+/// kept for after it.
+#[derive(Default)]
+struct JobGate {
+    /// Set while a job is queued or running.
+    busy: AtomicBool,
+    /// A SIGHUP that no reload has started since: the file may have changed after the running
+    /// job's reload read it (or the job is a promote), so one more reload runs after it.
+    hup_pending: AtomicBool,
+    /// Set once the daemon stops: no job starts after.
+    stopping: AtomicBool,
+}
+
+impl JobGate {
+    /// The control thread, at the end of a job: true when it is to run a reload for a SIGHUP
+    /// that came meanwhile (the gate stays taken), false when the gate is free again.
+    fn job_done(&self) -> bool {
+        loop {
+            if self.hup_pending.swap(false, Ordering::AcqRel) && !self.stopping.load(Ordering::Acquire) {
+                return true;
+            }
+            self.busy.store(false, Ordering::Release);
+            // A SIGHUP between the two found the gate taken and left its mark: take the gate
+            // back for it, unless a request took it first (that job's end finds the mark).
+            if !self.hup_pending.load(Ordering::Acquire) || self.busy.swap(true, Ordering::AcqRel) {
+                return false;
+            }
+        }
+    }
+}
+
 /// What the HTTP API and the signal handlers talk to.
 struct Daemon {
     switch: Arc<Switch>,
     metrics: Metrics,
-    /// Set while a reload is queued or running: one at a time.
-    reloading: Arc<AtomicBool>,
-    stopping: AtomicBool,
+    gate: Arc<JobGate>,
     jobs: Mutex<mpsc::Sender<Job>>,
 }
 
@@ -813,14 +842,14 @@ impl Control for Daemon {
 impl Daemon {
     /// Hands `job` to the control thread, one at a time.
     fn queue(&self, job: Job) -> Result<(), ReloadBusy> {
-        if self.stopping.load(Ordering::Acquire) {
+        if self.gate.stopping.load(Ordering::Acquire) {
             return Err(ReloadBusy::ShuttingDown);
         }
-        if self.reloading.swap(true, Ordering::AcqRel) {
+        if self.gate.busy.swap(true, Ordering::AcqRel) {
             return Err(ReloadBusy::InProgress);
         }
         if self.jobs.lock().unwrap_or_else(|e| e.into_inner()).send(job).is_err() {
-            self.reloading.store(false, Ordering::Release);
+            self.gate.busy.store(false, Ordering::Release);
             return Err(ReloadBusy::ShuttingDown);
         }
         Ok(())
@@ -839,10 +868,12 @@ fn warn_refused(log: &RefusalLog, line: &str) {
     }
 }
 
-/// The control thread: runs jobs one after the other until the job channel closes.
-fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, stats: Arc<ControlStats>, jobs: mpsc::Receiver<Job>) {
+/// The control thread: runs jobs one after the other until the job channel closes, and one
+/// more reload after a job during which a SIGHUP came.
+fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats>, jobs: mpsc::Receiver<Job>) {
     let refusals = RefusalLog::default();
-    for job in jobs {
+    let mut next = jobs.recv().ok();
+    while let Some(job) = next.take() {
         let reply = match job {
             Job::Reload(reply) => reply,
             Job::Shadow(port, op, reply) => {
@@ -856,11 +887,14 @@ fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, stats: Arc<Cont
                     Err(e) => warn_refused(&refusals, &format!("port `{port}`: shadow {op_name} refused: {e}")),
                     Ok(_) => {}
                 }
-                reloading.store(false, Ordering::Release);
+                let again = gate.job_done();
                 let _ = reply.send(result);
+                next = if again { Some(hup_reload()) } else { jobs.recv().ok() };
                 continue;
             }
         };
+        // This reload reads the file now: it answers every SIGHUP that came before.
+        gate.hup_pending.store(false, Ordering::Release);
         crate::notify::reloading();
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.reload()))
             .unwrap_or_else(|_| Err("reload refused: it panicked (see the log); nothing was changed".into()));
@@ -887,11 +921,20 @@ fn control_loop(switch: Arc<Switch>, reloading: Arc<AtomicBool>, stats: Arc<Cont
             ReloadOutcome::Late => "READY=1\nSTATUS=reloaded (a worker took it late)",
             ReloadOutcome::Refused => "READY=1\nSTATUS=reload refused",
         });
-        reloading.store(false, Ordering::Release);
+        // The gate is free (or taken for the next reload) before the client hears the answer,
+        // so that its next request is not refused as concurrent with this one.
+        let again = gate.job_done();
         if let Some(reply) = reply {
             let _ = reply.send(result);
         }
+        next = if again { Some(hup_reload()) } else { jobs.recv().ok() };
     }
+}
+
+/// The reload a SIGHUP that came during another job asks for.
+fn hup_reload() -> Job {
+    log::info!("SIGHUP: reloading again (it came during the last reload or shadow change)");
+    Job::Reload(None)
 }
 
 /// How long SIGTERM waits for HTTP requests in flight before dropping them.
@@ -944,7 +987,7 @@ pub fn run(path: &Path) -> Result<()> {
     );
     let control_stats = Arc::new(ControlStats::default());
     let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
-    let reloading = Arc::new(AtomicBool::new(false));
+    let gate = Arc::new(JobGate::default());
     let daemon = Arc::new(Daemon {
         metrics: Metrics::new({
             let mut c = switch.collector();
@@ -952,8 +995,7 @@ pub fn run(path: &Path) -> Result<()> {
             c
         }),
         switch: switch.clone(),
-        reloading: reloading.clone(),
-        stopping: AtomicBool::new(false),
+        gate: gate.clone(),
         jobs: Mutex::new(jobs_tx),
     });
     {
@@ -963,7 +1005,7 @@ pub fn run(path: &Path) -> Result<()> {
             .name("control".into())
             .spawn({
                 let stats = control_stats.clone();
-                move || control_loop(switch, reloading, stats, jobs_rx)
+                move || control_loop(switch, gate, stats, jobs_rx)
             })
             .context("cannot start the control thread")?;
     }
@@ -981,12 +1023,19 @@ pub fn run(path: &Path) -> Result<()> {
             tokio::select! {
                 _ = term.recv() => { log::info!("SIGTERM: draining"); break; }
                 _ = int.recv() => { log::info!("SIGINT: draining"); break; }
-                _ = hup.recv() => match daemon.queue(Job::Reload(None)) {
-                    // The control thread logs the result.
-                    Ok(_) => log::info!("SIGHUP: reloading {}", path.display()),
-                    Err(ReloadBusy::InProgress) => log::warn!("SIGHUP ignored: a reload is in progress"),
-                    Err(ReloadBusy::ShuttingDown) => {}
-                },
+                _ = hup.recv() => {
+                    // Marked first: whichever reload starts next answers it, this one's or one
+                    // the control thread runs after the job under way (see `JobGate`).
+                    daemon.gate.hup_pending.store(true, Ordering::Release);
+                    match daemon.queue(Job::Reload(None)) {
+                        // The control thread logs the result.
+                        Ok(_) => log::info!("SIGHUP: reloading {}", path.display()),
+                        Err(ReloadBusy::InProgress) => {
+                            log::info!("SIGHUP during a reload or shadow change: one more reload follows it")
+                        }
+                        Err(ReloadBusy::ShuttingDown) => {}
+                    }
+                }
                 r = &mut server => {
                     log::error!("control API stopped: {r:?}");
                     break;
@@ -994,7 +1043,7 @@ pub fn run(path: &Path) -> Result<()> {
             }
         }
         crate::notify::notify("STOPPING=1");
-        daemon.stopping.store(true, Ordering::Release);
+        daemon.gate.stopping.store(true, Ordering::Release);
         let _ = stop_tx.send(true);
         // The server bounds its own drain; this bound is the backstop.
         let _ = tokio::time::timeout(SHUTDOWN_GRACE * 2, server).await;
@@ -1008,4 +1057,34 @@ pub fn run(path: &Path) -> Result<()> {
     stopped?;
     log::info!("stopped cleanly: all {} frames are back in the pool", switch.dataplane.total_frames());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sighup_during_a_job_gets_one_reload_after_it_and_the_gate_frees_once_none_is_left() {
+        let gate = JobGate::default();
+        gate.busy.store(true, Ordering::Release);
+        assert!(!gate.job_done(), "no SIGHUP: nothing more");
+        assert!(!gate.busy.load(Ordering::Acquire), "the gate is free");
+
+        gate.busy.store(true, Ordering::Release);
+        // Three SIGHUPs during the job: one reload after it, the gate still taken for it.
+        for _ in 0..3 {
+            gate.hup_pending.store(true, Ordering::Release);
+        }
+        assert!(gate.job_done());
+        assert!(gate.busy.load(Ordering::Acquire), "taken for the reload");
+        assert!(!gate.job_done(), "that reload answered them all");
+        assert!(!gate.busy.load(Ordering::Acquire));
+
+        // Stopping: a SIGHUP left over starts nothing.
+        gate.busy.store(true, Ordering::Release);
+        gate.hup_pending.store(true, Ordering::Release);
+        gate.stopping.store(true, Ordering::Release);
+        assert!(!gate.job_done());
+        assert!(!gate.busy.load(Ordering::Acquire));
+    }
 }

@@ -162,6 +162,65 @@ fn the_daemon_tells_systemd_when_it_is_ready_reloading_and_stopping() {
     assert!(daemon.wait().unwrap().success());
 }
 
+/// A SIGHUP that comes while a reload runs is not lost: one more reload follows it and reads
+/// the file as it is then. Before, it was ignored with a warning, and an edit made after the
+/// running reload read the file stayed out until some later reload.
+#[test]
+fn a_sighup_during_a_reload_is_followed_by_a_reload_of_its_own() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = Scratch::new("hup-during-reload");
+    let sock = dir.path("notify.sock");
+    let listener = UnixDatagram::bind(&sock).unwrap();
+    listener.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let port = free_port();
+    // An init that spins some 0.1-0.5 s of CPU (under the 1 s bound): the reload that brings
+    // the plugin in runs it for the check and for each worker's instance, so it takes a while.
+    let spin = "(loop $l (local.set $i (i32.add (local.get $i) (i32.const 1)))
+                  (br_if $l (i32.lt_u (local.get $i) (i32.const 150000000))))";
+    let pass = "(i32.store (i32.const 32) (i32.const 32768))
+        (i32.store (i32.const 36) (i32.mul (i32.load16_u offset=2 (local.get 0)) (i32.const 4)))
+        (memory.fill (i32.const 32768) (i32.const 0) (i32.load (i32.const 36)))
+        (return (i32.const 32))";
+    std::fs::write(dir.path("slow.wasm"), plugin_with_init_and_process(spin, pass)).unwrap();
+    let head = format!("metrics:\n  listen: 127.0.0.1:{port}\nports:\n  - name: p0\n    driver: sim\n");
+    let with_plugin = format!("{head}    plugins:\n      - name: slow\n        path: slow.wasm\n");
+    let cfg = dir.write(&head);
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c", cfg.to_str().unwrap()])
+        .env("NOTIFY_SOCKET", &sock)
+        .env("WASMSWITCH_CACHE_DIR", dir.path("cache"))
+        .stderr(Stdio::piped());
+    die_with_test(&mut cmd);
+    let daemon = cmd.spawn().unwrap();
+    let mut buf = [0u8; 256];
+    let mut next = || {
+        let n = listener.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert!(next().starts_with("READY=1"));
+    std::fs::write(&cfg, &with_plugin).unwrap();
+    signal(&daemon, libc::SIGHUP);
+    assert!(next().starts_with("RELOADING=1"));
+    // An edit and a SIGHUP while that reload runs (written aside and renamed, as editors do:
+    // the reload may be reading the file right now, and must see all of one version).
+    let edited = dir.path("edited.yaml");
+    std::fs::write(&edited, format!("switch:\n  batch: 32\n{with_plugin}")).unwrap();
+    std::fs::rename(&edited, &cfg).unwrap();
+    signal(&daemon, libc::SIGHUP);
+    assert_eq!(next(), "READY=1\nSTATUS=reloaded");
+    assert!(next().starts_with("RELOADING=1"), "a second reload follows the first");
+    assert_eq!(next(), "READY=1\nSTATUS=reloaded");
+    let (st, body) = http(port, "GET", "/api/v1/config").unwrap();
+    let running: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((st, &running["switch"]["batch"]), (200, &serde_json::json!(32)), "the edit is live: {body}");
+    sigterm(&daemon);
+    let out = daemon.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("SIGHUP during a reload or shadow change: one more reload follows it"), "{log}");
+    assert_eq!(log.matches("reload: applied").count(), 2, "{log}");
+}
+
 /// `check` runs each plugin on the plugin host's built-in frames: a good one gets a line with
 /// its verdicts, a redirect to a port the config lacks a warning, and a plugin that traps on
 /// one kind of frame fails the check in one line naming the port, plugin and frame.
