@@ -48,18 +48,22 @@ static void put_le64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Sets *err to "c-portdeny: <what> <token>" (the host frees it after the call). */
+/* Sets *err to "c-portdeny: <what> "<token>"" (the host frees it after the call); a token cut
+ * to 64 bytes ends in "..." (U+2026) inside the quotes, so the reader knows it goes on. */
 static bool refuse(plugin_string_t *err, const char *what, const uint8_t *tok, size_t toklen) {
     static const char prefix[] = "c-portdeny: ";
     size_t a = sizeof prefix - 1, b = 0;
     while (what[b]) b++;
+    static const uint8_t ellipsis[] = {0xE2, 0x80, 0xA6};
+    size_t more = 0;
     if (toklen > 64) {
         /* Cut at a character's start: a cut inside one would make the message no valid
          * UTF-8, which the host refuses as no string at all. */
         toklen = 64;
         while (toklen > 0 && (tok[toklen] & 0xC0) == 0x80) toklen--;
+        more = sizeof ellipsis;
     }
-    size_t n = a + b + (toklen ? 3 + toklen : 0);
+    size_t n = a + b + (toklen ? 3 + toklen + more : 0);
     uint8_t *m = malloc(n ? n : 1);
     if (m == NULL) __builtin_trap();
     size_t k = 0;
@@ -69,6 +73,7 @@ static bool refuse(plugin_string_t *err, const char *what, const uint8_t *tok, s
         m[k++] = ' ';
         m[k++] = '"';
         for (size_t i = 0; i < toklen; i++) m[k++] = tok[i];
+        for (size_t i = 0; i < more; i++) m[k++] = ellipsis[i];
         m[k++] = '"';
     }
     err->ptr = m;

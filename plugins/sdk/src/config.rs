@@ -98,10 +98,14 @@ impl PortRange {
             }
         };
         if r.lo > r.hi {
-            return Err(format!("empty port range {s:?}"));
+            return Err(format!("empty port range {s:?}: in N-M, N must not be above M"));
         }
         Ok(r)
     }
+}
+
+fn bad_mac(s: &str) -> String {
+    format!("bad MAC address {s:?}: expected six hex octets separated by colons, like 02:00:00:00:00:0a")
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
@@ -109,13 +113,10 @@ pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let mut m = [0u8; 6];
     let mut parts = s.split(':');
     for b in m.iter_mut() {
-        *b = parts
-            .next()
-            .and_then(|p| u8::from_str_radix(p, 16).ok())
-            .ok_or_else(|| format!("bad MAC address {s:?}"))?;
+        *b = parts.next().and_then(|p| u8::from_str_radix(p, 16).ok()).ok_or_else(|| bad_mac(s))?;
     }
     if parts.next().is_some() {
-        return Err(format!("bad MAC address {s:?}"));
+        return Err(bad_mac(s));
     }
     Ok(m)
 }

@@ -107,9 +107,9 @@ fn c_portdeny_through_the_real_host_matches_the_rust_acl() {
     assert_eq!(TestBatch::new(&frames[..1], 0).run(&mut short), vec![P]);
 
     // A long token is quoted up to 64 bytes, cut before a character rather than inside one
-    // (63 ASCII bytes, then a two-byte `é` that the 64th would split).
+    // (63 ASCII bytes, then a two-byte `é` that the 64th would split), and ends in `…`.
     let long = format!("{}é{}", "x".repeat(63), "y".repeat(10));
-    let long_says = format!("\"{}\"", "x".repeat(63));
+    let long_says = format!("\"{}…\"", "x".repeat(63));
     for (cfg, says) in [
         ("53 http", "\"http\""),
         ("70000", "\"70000\""),

@@ -281,7 +281,9 @@ impl Acl {
                             "udp" => Some(17),
                             "icmp" => Some(1),
                             "icmpv6" => Some(58),
-                            _ => Some(v.parse().map_err(|_| e(format!("bad proto {v:?}")))?),
+                            _ => Some(v.parse().map_err(|_| {
+                                e(format!("bad proto {v:?}: expected tcp, udp, icmp, icmpv6, any or a number 0-255"))
+                            })?),
                         }
                     }
                     "src" => r.src = Cidr::parse(v).map_err(e)?,
@@ -507,7 +509,8 @@ mod tests {
             ("alow src=1.2.3.4", "line 1"),
             ("deny src=1.2.3.4/40", "prefix length"),
             ("deny\ndeny colour=red", "line 2: unknown key"),
-            ("deny dport=9-1", "empty port range"),
+            ("deny dport=9-1", "empty port range \"9-1\": in N-M, N must not be above M"),
+            ("deny proto=999", "bad proto \"999\": expected tcp, udp, icmp, icmpv6, any or a number 0-255"),
             // A negative or half range quotes the whole value, not its empty part.
             ("deny dport=-1", "bad port \"-1\": expected a port 0-65535"),
             ("deny sport=80-", "bad port \"80-\""),

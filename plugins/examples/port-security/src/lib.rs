@@ -39,7 +39,9 @@ impl PortSecurity {
                 continue;
             }
             let port = match config::kv(first) {
-                Some(("port", v)) => v.parse::<u16>().map_err(|_| format!("line {n}: bad port {v:?}"))?,
+                Some(("port", v)) => {
+                    v.parse::<u16>().map_err(|_| format!("line {n}: bad port {v:?}: expected a port index 0-65535"))?
+                }
                 _ => return Err(format!("line {n}: expected `port=N MAC...` or `violation drop|host`, got {first:?}")),
             };
             let mut macs = words
@@ -109,8 +111,15 @@ mod tests {
     fn violation_to_host_and_bad_config() {
         let mut h = Harness::<PortSecurity>::init("violation host\nport=0 02:00:00:00:00:99").unwrap();
         assert_eq!(h.run_one(&harness::udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2)), Verdict::Host);
-        assert!(PortSecurity::parse("port=x 02:00:00:00:00:01").err().unwrap().contains("bad port"));
-        assert!(PortSecurity::parse("port=1 02:00:00:00:01").err().unwrap().contains("line 1: bad MAC"));
+        for (cfg, want) in [
+            ("port=x 02:00:00:00:00:01", "line 1: bad port \"x\": expected a port index 0-65535"),
+            ("port=70000 02:00:00:00:00:01", "bad port \"70000\": expected a port index 0-65535"),
+            ("port=1 02:00:00:00:01", "line 1: bad MAC address \"02:00:00:00:01\": expected six hex octets"),
+            ("port=1 02:00:00:00:00:01:03", "bad MAC address \"02:00:00:00:00:01:03\": expected six hex octets"),
+        ] {
+            let got = PortSecurity::parse(cfg).err().unwrap();
+            assert!(got.contains(want), "{cfg}: {got}");
+        }
         assert_eq!(
             PortSecurity::parse("violation maybe").err().unwrap(),
             "line 1: violation must be drop or host, not \"maybe\""
