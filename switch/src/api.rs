@@ -207,6 +207,8 @@ pub struct ControlStats {
     connection_errors: [std::sync::atomic::AtomicU64; 3],
     /// Reloads (API and SIGHUP) by result.
     reloads: [std::sync::atomic::AtomicU64; 3],
+    /// Shadow promotes and discards, by action (promote, discard) and result.
+    shadow_changes: [[std::sync::atomic::AtomicU64; 3]; 2],
 }
 
 /// How a connection ended in an error that the HTTP layer handled before any handler saw a
@@ -298,6 +300,11 @@ impl ControlStats {
     pub fn reloaded(&self, how: ReloadOutcome) {
         Self::bump(&self.reloads[how as usize]);
     }
+
+    /// Counts one shadow promote (`promote`) or discard that ended as `how`.
+    pub fn shadow_changed(&self, promote: bool, how: ReloadOutcome) {
+        Self::bump(&self.shadow_changes[usize::from(!promote)][how as usize]);
+    }
 }
 
 impl crate::metrics::MetricsSource for ControlStats {
@@ -349,6 +356,21 @@ impl crate::metrics::MetricsSource for ControlStats {
             "wasmswitch_reloads",
             "Reloads (API and SIGHUP) by result: applied, refused (nothing changed), late (applied, a worker took it late).",
             &reloads,
+        )?;
+        let shadow: Vec<_> = ["promote", "discard"]
+            .iter()
+            .zip(&self.shadow_changes)
+            .flat_map(|(action, results)| {
+                ReloadOutcome::ALL.iter().map(move |&o| {
+                    (vec![("action", action.to_string()), ("result", o.label().to_string())], get(&results[o as usize]))
+                })
+            })
+            .collect();
+        counter_family(
+            enc,
+            "wasmswitch_shadow_changes",
+            "Shadow promotes and discards through the API, by action and result: applied, refused (nothing changed), late (applied, a worker took it late).",
+            &shadow,
         )
     }
 }
@@ -388,6 +410,41 @@ impl RefusalLog {
                 m.insert(key, (now, 0));
                 Some(0)
             }
+        }
+    }
+
+    /// The kinds whose period is over with refusals not logged, each `(status, reason, count)`;
+    /// their counts start again. Called once a period, so that a count is written even when its
+    /// reason does not come back. Kinds quiet for a whole period are forgotten (the next is
+    /// logged at once, as it would be anyway).
+    pub fn overdue(&self) -> Vec<(u16, String, u64)> {
+        let now = std::time::Instant::now();
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        m.retain(|(code, why), (last, quiet)| {
+            if now.duration_since(*last) < REFUSAL_LOG_EVERY {
+                return true;
+            }
+            if *quiet == 0 {
+                return false;
+            }
+            out.push((*code, why.clone(), std::mem::take(quiet)));
+            *last = now;
+            true
+        });
+        out
+    }
+}
+
+/// Writes, once a period, the counts of refused requests that [`RefusalLog::admit`] did not
+/// let through, so that the last burst of a kind is not left uncounted in the log. Runs until
+/// the runtime ends.
+pub async fn log_overdue_refusals(refusals: Arc<RefusalLog>) {
+    let mut every = tokio::time::interval(REFUSAL_LOG_EVERY);
+    loop {
+        every.tick().await;
+        for (status, why, n) in refusals.overdue() {
+            log::warn!("control API: {n} more answered {status} ({why}) since the last such line, not logged");
         }
     }
 }
@@ -1298,6 +1355,26 @@ mod tests {
             l.admit(StatusCode::MISDIRECTED_REQUEST, &format!("host h{i}"));
         }
         assert!(l.0.lock().unwrap().len() <= REFUSAL_KINDS + 1);
+    }
+
+    #[test]
+    fn a_count_not_logged_is_written_when_its_period_ends_even_if_its_reason_does_not_return() {
+        let l = RefusalLog::default();
+        let age = |why: &str| l.0.lock().unwrap().get_mut(&(401, why.into())).unwrap().0 -= REFUSAL_LOG_EVERY;
+        l.admit(StatusCode::UNAUTHORIZED, "wrong token");
+        l.admit(StatusCode::UNAUTHORIZED, "wrong token");
+        l.admit(StatusCode::UNAUTHORIZED, "wrong token");
+        l.admit(StatusCode::UNAUTHORIZED, "no header");
+        assert_eq!(l.overdue(), vec![], "the period is not over");
+        age("wrong token");
+        age("no header");
+        assert_eq!(l.overdue(), vec![(401, "wrong token".to_string(), 2)], "only the kind with a count");
+        assert!(!l.0.lock().unwrap().contains_key(&(401, "no header".into())), "a quiet kind is forgotten");
+        // The count was written: it starts again, and the period with it.
+        assert_eq!(l.admit(StatusCode::UNAUTHORIZED, "wrong token"), None);
+        assert_eq!(l.admit(StatusCode::UNAUTHORIZED, "no header"), Some(0));
+        age("wrong token");
+        assert_eq!(l.overdue(), vec![(401, "wrong token".to_string(), 1)]);
     }
 
     #[test]

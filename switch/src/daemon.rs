@@ -872,7 +872,7 @@ fn warn_refused(log: &RefusalLog, line: &str) {
 /// more reload after a job during which a SIGHUP came.
 fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats>, jobs: mpsc::Receiver<Job>) {
     let refusals = RefusalLog::default();
-    let mut next = jobs.recv().ok();
+    let mut next = next_job(&jobs, &refusals);
     while let Some(job) = next.take() {
         let reply = match job {
             Job::Reload(reply) => reply,
@@ -880,16 +880,23 @@ fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats
                 let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.shadow(&port, op)))
                     .unwrap_or_else(|_| Err("it panicked (see the log)".into()));
                 let op_name = if matches!(op, ShadowOp::Promote) { "promote" } else { "discard" };
-                match &result {
+                let outcome = match &result {
                     // Applied, but not everywhere in time: the switch's own trouble.
-                    Err(e) if applied_late(e) => log::error!("port `{port}`: shadow {op_name} {e}"),
+                    Err(e) if applied_late(e) => {
+                        log::error!("port `{port}`: shadow {op_name} {e}");
+                        ReloadOutcome::Late
+                    }
                     // A refusal changed nothing: the client's to act on, not a fault.
-                    Err(e) => warn_refused(&refusals, &format!("port `{port}`: shadow {op_name} refused: {e}")),
-                    Ok(_) => {}
-                }
+                    Err(e) => {
+                        warn_refused(&refusals, &format!("port `{port}`: shadow {op_name} refused: {e}"));
+                        ReloadOutcome::Refused
+                    }
+                    Ok(_) => ReloadOutcome::Applied,
+                };
+                stats.shadow_changed(matches!(op, ShadowOp::Promote), outcome);
                 let again = gate.job_done();
                 let _ = reply.send(result);
-                next = if again { Some(hup_reload()) } else { jobs.recv().ok() };
+                next = if again { Some(hup_reload()) } else { next_job(&jobs, &refusals) };
                 continue;
             }
         };
@@ -927,7 +934,27 @@ fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats
         if let Some(reply) = reply {
             let _ = reply.send(result);
         }
-        next = if again { Some(hup_reload()) } else { jobs.recv().ok() };
+        next = if again { Some(hup_reload()) } else { next_job(&jobs, &refusals) };
+    }
+    log_overdue(&refusals);
+}
+
+/// The next job, or `None` once the channel closes. While it waits, the counts of refusals
+/// not logged are written when their period ends ([`RefusalLog::overdue`]).
+fn next_job(jobs: &mpsc::Receiver<Job>, refusals: &RefusalLog) -> Option<Job> {
+    loop {
+        match jobs.recv_timeout(crate::api::REFUSAL_LOG_EVERY) {
+            Ok(job) => return Some(job),
+            Err(mpsc::RecvTimeoutError::Timeout) => log_overdue(refusals),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}
+
+/// Writes the counts of refused changes that [`warn_refused`] did not log.
+fn log_overdue(refusals: &RefusalLog) {
+    for (_, line, n) in refusals.overdue() {
+        log::warn!("{line} ({n} more such refusals since the last such line, not logged)");
     }
 }
 
@@ -1018,6 +1045,7 @@ pub fn run(path: &Path) -> Result<()> {
         let mut int = signal(SignalKind::interrupt())?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let limits = Limits { shutdown_grace: SHUTDOWN_GRACE, ..Limits::default() };
+        tokio::spawn(crate::api::log_overdue_refusals(state.refusals.clone()));
         let mut server = tokio::spawn(crate::api::serve(listener, router(state), limits, control_stats, stop_rx));
         loop {
             tokio::select! {
@@ -1026,13 +1054,15 @@ pub fn run(path: &Path) -> Result<()> {
                 _ = hup.recv() => {
                     // Marked first: whichever reload starts next answers it, this one's or one
                     // the control thread runs after the job under way (see `JobGate`).
-                    daemon.gate.hup_pending.store(true, Ordering::Release);
+                    let marked = daemon.gate.hup_pending.swap(true, Ordering::AcqRel);
                     match daemon.queue(Job::Reload(None)) {
                         // The control thread logs the result.
                         Ok(_) => log::info!("SIGHUP: reloading {}", path.display()),
-                        Err(ReloadBusy::InProgress) => {
+                        // Said once per job: a burst of signals asks for one reload.
+                        Err(ReloadBusy::InProgress) if !marked => {
                             log::info!("SIGHUP during a reload or shadow change: one more reload follows it")
                         }
+                        Err(ReloadBusy::InProgress) => {}
                         Err(ReloadBusy::ShuttingDown) => {}
                     }
                 }

@@ -632,6 +632,10 @@ fn refused_reloads_and_promotes_are_logged_once_per_reason_not_once_per_request(
     }
     let (_, m) = http(port, "GET", "/metrics").unwrap();
     assert!(m.contains("wasmswitch_reloads_total{result=\"refused\"} 40"), "every refusal counted:\n{m}");
+    assert!(
+        m.contains("wasmswitch_shadow_changes_total{action=\"promote\",result=\"refused\"} 40"),
+        "every refused promote counted, apart from the reloads:\n{m}"
+    );
     let (_, ok, stderr) = terminate(child);
     assert!(ok, "{stderr}");
     let count = |what: &str| stderr.lines().filter(|l| l.contains("WARN") && l.contains(what)).count();

@@ -205,7 +205,27 @@ fn a_shadow_chain_is_compared_never_applied_then_promoted_or_discarded() {
     let (st, body) = http(port, "POST", "/api/v1/ports/p1/shadow/discard").unwrap();
     assert!(st == 200 && body.contains("\"discarded\":[\"trap\"]"), "{st} {body}");
     assert_eq!(get(port, "/api/v1/shadow")["ports"], serde_json::json!([]));
-    assert!(!metrics().contains("plugin=\"trap\""), "the discarded plugin's series are gone");
+    let m = metrics();
+    assert!(!m.contains("plugin=\"trap\""), "the discarded plugin's series are gone");
+    // Each change counted by action and result: one promote applied, three refused (nothing to
+    // promote, a quarantined plugin, no such port), one discard applied.
+    let changes = |action: &str, result: &str| {
+        sample(
+            &m,
+            "wasmswitch_shadow_changes_total",
+            &[&format!("action=\"{action}\""), &format!("result=\"{result}\"")],
+        )
+    };
+    assert_eq!(
+        [
+            changes("promote", "applied"),
+            changes("promote", "refused"),
+            changes("discard", "applied"),
+            changes("discard", "refused")
+        ],
+        [Some(1.0), Some(3.0), Some(1.0), Some(0.0)],
+        "{m}"
+    );
     let out = cli(&["shadow", "-c", c]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("no port has a shadow chain"));
 
