@@ -764,10 +764,9 @@ impl MetricsSource for PluginMetrics {
                 |s| s.quarantine_lifted.get(),
             ),
         ];
-        for (name, help, pick) in counters {
-            let samples: Vec<_> = table.iter().map(|r| (labels(r), pick(&r.stats))).collect();
-            counter_family(e, name, help, &samples)?;
-        }
+        // What a call produced (verdicts, faults, the plugin's own counters) read before the
+        // packets and batches: a worker counts a batch before it calls the plugin, so one
+        // scrape never shows a plugin counting more than the packets it was given.
         let mut verdicts = Vec::new();
         for r in table {
             let s = &r.stats;
@@ -783,12 +782,6 @@ impl MetricsSource for PluginMetrics {
                 verdicts.push((l, c.get()));
             }
         }
-        counter_family(
-            e,
-            "wasmswitch_plugin_verdicts",
-            "Verdicts by kind, the plugin's own and its on_error policy's (policy_packets counts those).",
-            &verdicts,
-        )?;
         let mut faults = Vec::new();
         for r in table {
             for f in FaultReason::ALL {
@@ -797,14 +790,6 @@ impl MetricsSource for PluginMetrics {
                 faults.push((l, r.stats.faults(f).get()));
             }
         }
-        counter_family(
-            e,
-            "wasmswitch_plugin_faults",
-            "Plugin faults (trap, deadline, memory, bad_output, instantiate).",
-            &faults,
-        )?;
-        let q: Vec<_> = table.iter().map(|r| (labels(r), r.stats.quarantined.get() as i64)).collect();
-        gauge_family(e, "wasmswitch_plugin_quarantined", "1 while the plugin is quarantined on that worker.", &q)?;
         let mut named = Vec::new();
         for r in table {
             for (cname, v) in r.stats.named.snapshot() {
@@ -813,6 +798,24 @@ impl MetricsSource for PluginMetrics {
                 named.push((l, v));
             }
         }
+        for (name, help, pick) in counters {
+            let samples: Vec<_> = table.iter().map(|r| (labels(r), pick(&r.stats))).collect();
+            counter_family(e, name, help, &samples)?;
+        }
+        counter_family(
+            e,
+            "wasmswitch_plugin_verdicts",
+            "Verdicts by kind, the plugin's own and its on_error policy's (policy_packets counts those).",
+            &verdicts,
+        )?;
+        counter_family(
+            e,
+            "wasmswitch_plugin_faults",
+            "Plugin faults (trap, deadline, memory, bad_output, instantiate).",
+            &faults,
+        )?;
+        let q: Vec<_> = table.iter().map(|r| (labels(r), r.stats.quarantined.get() as i64)).collect();
+        gauge_family(e, "wasmswitch_plugin_quarantined", "1 while the plugin is quarantined on that worker.", &q)?;
         // Not `..._counter`: promtool's lint refuses a metric name that names its type.
         counter_family(e, "wasmswitch_plugin_events", "Counters registered by plugins themselves.", &named)?;
         let mut matrix = Vec::new();

@@ -259,6 +259,38 @@ fn a_shadow_chain_is_compared_never_applied_then_promoted_or_discarded() {
     assert!(status.success(), "the daemon stops cleanly with every frame back: {status}");
 }
 
+/// A scrape reads what calls produced (verdicts, the plugin's own counters) before the packets
+/// the plugin was given, as a worker counts them the other way round: no scrape shows `acl`
+/// deciding more packets than it was given, however fast they come.
+#[test]
+fn no_scrape_shows_a_plugin_counting_more_than_its_packets() {
+    let Some(acl) = example_plugin("acl") else { return };
+    let dir = Scratch::new("scrape-order");
+    let port = free_port();
+    let cfg = dir.write(&format!(
+        "metrics:\n  listen: 127.0.0.1:{port}\nports:\n  - name: p0\n    driver: sim\n    sim:\n      traffic:\n        src_macs: 16\n    plugins:\n      - name: acl\n        path: {}\n        config: |\n          {DENY_5001}\n  - name: p1\n    driver: sim\n",
+        acl.display()
+    ));
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c", cfg.to_str().unwrap()]).stderr(Stdio::null());
+    die_with_test(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    wait_healthy(port, &mut child);
+    let mut moving = 0;
+    for _ in 0..200 {
+        let m = http(port, "GET", "/metrics").unwrap().1;
+        let packets = sample(&m, "wasmswitch_plugin_packets_total", &["plugin=\"acl\""]).unwrap();
+        let verdicts = sample(&m, "wasmswitch_plugin_verdicts_total", &["plugin=\"acl\""]).unwrap();
+        let own = sample(&m, "wasmswitch_plugin_events_total", &["counter=\"acl_allowed\""]).unwrap_or(0.0)
+            + sample(&m, "wasmswitch_plugin_events_total", &["counter=\"acl_denied\""]).unwrap_or(0.0);
+        assert!(verdicts <= packets && own <= packets, "{verdicts} verdicts, {own} counted, {packets} packets");
+        moving += (packets > 0.0) as u32;
+    }
+    assert!(moving > 150, "the plugin saw traffic in {moving} scrapes of 200");
+    sigterm(&child);
+    assert!(child.wait().unwrap().success());
+}
+
 #[test]
 fn check_refuses_a_bad_shadow_chain_by_name() {
     let Some(acl) = example_plugin("acl") else { return };
