@@ -37,8 +37,6 @@ use crate::plugins::{Role, Running, Smoke};
 /// The running switch: its config and datapath.
 pub struct Switch {
     pub path: PathBuf,
-    /// The config the switch runs; replaced only by a reload that applied all of its changes.
-    config: Mutex<Arc<Config>>,
     pub dataplane: Dataplane,
     pub plugin_metrics: Arc<crate::plugins::PluginMetrics>,
 }
@@ -52,12 +50,13 @@ impl Switch {
     pub fn start_with(path: &Path, config: Config) -> Result<Switch> {
         let plugin_metrics = Arc::new(crate::plugins::PluginMetrics::default());
         let dataplane = Dataplane::start_with_plugins(&config, Some(&plugin_metrics))?;
-        Ok(Switch { path: path.to_owned(), config: Mutex::new(Arc::new(config)), dataplane, plugin_metrics })
+        Ok(Switch { path: path.to_owned(), dataplane, plugin_metrics })
     }
 
-    /// The running config.
+    /// The running config (kept by the datapath, whose re-attaches check against it); replaced
+    /// only by a reload or shadow change that applied all of its changes.
     pub fn config(&self) -> Arc<Config> {
-        self.config.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.dataplane.config()
     }
 
     pub fn collector(&self) -> SwitchCollector {
@@ -249,7 +248,7 @@ impl Switch {
         };
         next.shadows.retain(|s| s.port != port);
         self.plugin_metrics.replace(next);
-        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(new_cfg);
+        self.dataplane.set_config(Arc::new(new_cfg));
         let compared = compared.filter(|c| c["port"] == port);
         log::info!(
             "port `{port}`: shadow chain ({}) {verb}; it had compared {} packets, {} with another verdict than the live chain",
@@ -696,7 +695,7 @@ impl Switch {
             log::warn!("reload{note}");
             note
         };
-        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
+        self.dataplane.set_config(Arc::new(new));
         drop(no_edits);
         let summary = format!(
             "applied: {}; changed keys: {}; everything else unchanged{note}",

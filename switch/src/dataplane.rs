@@ -189,9 +189,16 @@ struct Resources {
     retired: Mutex<Vec<PortHandle>>,
     /// Held while ports change (a reload's, or a re-attach), so the two never interleave.
     changing: Mutex<()>,
+    /// The config the switch runs, replaced by each reload that applies: a re-attach checks
+    /// the pool against it as `run` and `check` did.
+    config: Mutex<Arc<Config>>,
 }
 
 impl Resources {
+    fn config(&self) -> Arc<Config> {
+        self.config.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Whether port `id` has a handle (its interface's sockets and XDP link are open).
     fn has_handle(&self, id: PortId) -> bool {
         let handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
@@ -593,11 +600,20 @@ fn housekeeping_loop(
             // to another namespace and straight back: the same index, but the kernel unbound
             // the port's sockets when it left, so they are dead all the same.
             let same = now != 0 && now == info.ifindex && !(info.reopen.is_some() && unbound(&info));
-            match (gone, same, now != 0) {
+            // Once a second: queues added or taken away (`ethtool -L`) under a port that opens
+            // every queue. An added one has no socket, and its frames would never reach the
+            // switch (the XDP program passes them to the kernel); the port is re-attached.
+            let requeued = if !gone && same && tick.is_multiple_of(10) { queues_changed(&info, name) } else { None };
+            match (gone, same && requeued.is_none(), now != 0) {
                 (false, false, _) => {
                     info.gone.store(true, Ordering::Relaxed);
                     info.gone_events.fetch_add(1, Ordering::Relaxed);
-                    if now == info.ifindex {
+                    if let Some((had, has)) = requeued {
+                        log::warn!(
+                            "interface {name} now has {has} queue(s), port `{}` opened {had}: it is stopped and re-attached on all of them",
+                            info.name
+                        );
+                    } else if now == info.ifindex {
                         log::error!(
                             "interface {name} left and came back between two looks (another network namespace?): the kernel unbound port `{}`'s sockets; it is stopped and re-attached",
                             info.name
@@ -673,6 +689,18 @@ fn housekeeping_loop(
     }
 }
 
+/// `(opened, now)` when port `info` opens every queue of interface `name` and their count is no
+/// longer the count it opened.
+fn queues_changed(info: &PortInfo, name: &str) -> Option<(u32, u32)> {
+    if info.reopen.as_ref()?.queues.is_some() {
+        return None;
+    }
+    let ch = wasmswitch_afxdp::sys::channels(name).ok()?;
+    let now = wasmswitch_afxdp::profile::queue_count(ch.combined_count, ch.rx_count);
+    let had = info.afxdp.len() as u32;
+    (now != had).then_some((had, now))
+}
+
 /// True when the kernel unbound any of the port's AF_XDP sockets from its interface. Only when
 /// the sockets look bound does the rest of the watch (its link) mean anything.
 fn unbound(info: &PortInfo) -> bool {
@@ -703,6 +731,18 @@ fn reattach(
     if res.has_handle(p) {
         let late = swap_queues(controls, p, controls.iter().map(|_| Vec::new()).collect());
         res.replace_handle(p, None, late);
+    }
+    // The interface may have come back with more queues (every one of which a port without
+    // `queues:` opens, each with a fill ring's and a TX ring's frames): held to what `run` and
+    // `check` hold the config to, so that it cannot take the other ports' frames.
+    let cfg = res.config();
+    let needed = cfg.frames_needed();
+    if needed > u64::from(cfg.pool.frames.value) {
+        let queues = wasmswitch_afxdp::decide(&drivers::afxdp::spec(section)).queues.len();
+        bail!(
+            "with the {queues} queue(s) it opens there now, pool.frames {} is too small: at least {needed} are needed (give the port `queues:` and reload, or raise pool.frames and restart)",
+            cfg.pool.frames.value
+        );
     }
     // The MTU only sets `max_frame`, which the workers' slots keep.
     let mut opened = group.open(res.workers, |ctx| drivers::afxdp::open(ctx, &info.name, section, 0))?;
@@ -818,6 +858,7 @@ impl Dataplane {
             handles: Mutex::new(built.handles),
             retired: Mutex::new(Vec::new()),
             changing: Mutex::new(()),
+            config: Mutex::new(Arc::new(cfg.clone())),
         });
         let stop_housekeeping = Arc::new(AtomicBool::new(false));
         let fdb = Arc::new(CurrentFdb::new(built.fdb));
@@ -877,6 +918,16 @@ impl Dataplane {
 
     /// A reload's leave to open ports and change the datapath, held until it is done with them;
     /// an error once the datapath is stopping (see the `stopped` field).
+    /// The config the switch runs.
+    pub fn config(&self) -> Arc<Config> {
+        self.res.config()
+    }
+
+    /// Makes `cfg` the config the switch runs (a reload or shadow change that applied).
+    pub fn set_config(&self, cfg: Arc<Config>) {
+        *self.res.config.lock().unwrap_or_else(|e| e.into_inner()) = cfg;
+    }
+
     pub fn begin_change(&self) -> Result<std::sync::RwLockReadGuard<'_, bool>> {
         let stopped = self.stopped.read().unwrap_or_else(|e| e.into_inner());
         if *stopped {

@@ -785,3 +785,96 @@ fn a_port_renamed_on_its_interface_is_refused_by_name_and_done_in_two_reloads() 
     assert!(h1.ping(&h2.ip, 3).unwrap(), "h2 is reached through the renamed port");
     sw.dataplane.stop_shared().expect("every frame back");
 }
+
+/// `ethtool -L` under a port that opens every queue: queues added while it runs get sockets
+/// (before, their frames never reached the switch, and nothing said so), and when the pool
+/// cannot feed the new queues the port stays stopped with the reason, instead of draining the
+/// frames the other ports run on; back at the count that fits, it is re-attached.
+#[test]
+fn a_port_on_every_queue_follows_its_interfaces_queue_count_within_the_pool() {
+    if !require_lab("a_port_on_every_queue_follows_its_interfaces_queue_count_within_the_pool") {
+        return;
+    }
+    let lab = Lab::create(&format!("wc{}", std::process::id() % 10_000), 3, 4, 57).unwrap();
+    let (h1, h2, h3) = (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2]);
+    let channels = |h: &LabHost, n: &str| {
+        sh(&["ethtool", "-L", &h.switch_if, "rx", n, "tx", n]);
+        h.must(&["ethtool", "-L", "eth0", "rx", n, "tx", n]).unwrap();
+    };
+    for h in &lab.hosts {
+        channels(h, "1");
+    }
+    let dir = Scratch::new("requeue");
+    let yaml = lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep");
+    // A pool just large enough for one queue per port (as `check` counts it now).
+    let one_queue_each = wasmswitch::config::Config::load(&dir.write(&yaml)).unwrap().frames_needed();
+    let sw = Switch::start(&dir.write(&format!("pool:\n  frames: {one_queue_each}\n{yaml}"))).unwrap();
+    let id = sw.dataplane.ports.id_of(&h2.name).unwrap() as usize;
+    let info = || sw.dataplane.ports.get(id as u16).unwrap();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(info().afxdp.len(), 1);
+    assert!(h1.ping(&h2.ip, 2).unwrap(), "h1 reaches h2");
+
+    // Four queues at h2: more than the pool holds rings for. The port stops and says why; the
+    // others keep their frames and forward.
+    channels(h2, "4");
+    eventually("h2's port is stopped", || info().gone.load(std::sync::atomic::Ordering::Relaxed));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(count(&info().back_events), 0, "not re-attached beyond the pool");
+    assert_eq!(sw.ports_json()["ports"][id]["up"], false);
+    assert!(h3.ping(&h1.ip, 3).unwrap(), "the other ports forward on");
+
+    // Back to one queue: re-attached.
+    channels(h2, "1");
+    eventually("h2's port is re-attached", || count(&info().back_events) == 1);
+    assert_eq!(info().afxdp.len(), 1);
+    assert!(h1.ping(&h2.ip, 3).unwrap(), "h2 is reached again");
+    let gone_before = count(&info().gone_events);
+    sw.dataplane.stop_shared().expect("every frame is back");
+    drop(sw);
+
+    // With room for them, the port takes the added queues: re-attached on all four.
+    let sw = Switch::start(&dir.write(&yaml)).unwrap();
+    let info = || sw.dataplane.ports.get(id as u16).unwrap();
+    assert!(h1.ping(&h2.ip, 2).unwrap(), "h1 reaches h2");
+    channels(h2, "4");
+    eventually("h2's port is re-attached on four queues", || info().afxdp.len() == 4);
+    assert_eq!(count(&info().gone_events), 1, "one stop for the change ({gone_before} in the first run)");
+    assert!(xdp_attached(&h2.switch_if));
+    // Eight UDP flows from h2 hash over its four TX queues, so over the port's four RX queues:
+    // what arrives on each is redirected to the switch, none passed to the kernel beside it.
+    // (frames XDP saw, frames it redirected) per RX queue of the port, since the veth was made.
+    let per_queue = || -> Vec<(u64, u64)> {
+        let out = std::process::Command::new("ethtool").args(["-S", &h2.switch_if]).output().unwrap();
+        let stats = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stat = |name: String| -> u64 {
+            stats.lines().find_map(|l| l.trim().strip_prefix(&format!("{name}: "))?.parse().ok()).unwrap_or(0)
+        };
+        (0..4)
+            .map(|q| (stat(format!("rx_queue_{q}_xdp_packets")), stat(format!("rx_queue_{q}_xdp_redirect"))))
+            .collect()
+    };
+    let before = per_queue();
+    let mut server = h1
+        .cmd(&["iperf3", "-s", "-1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("iperf3 is installed by scripts/setup.sh");
+    std::thread::sleep(Duration::from_millis(300));
+    let client = h2
+        .cmd(&["iperf3", "-c", &h1.ip, "-u", "-b", "2M", "-l", "200", "-P", "8", "-t", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(client.status.success(), "iperf3 ran");
+    let _ = server.wait();
+    let after = per_queue();
+    let per_queue: Vec<(u64, u64)> = after.iter().zip(&before).map(|(a, b)| (a.0 - b.0, a.1 - b.1)).collect();
+    assert!(per_queue.iter().filter(|(p, _)| *p > 0).count() >= 2, "flows on several queues: {per_queue:?}");
+    for (q, (packets, redirected)) in per_queue.iter().enumerate() {
+        assert_eq!(packets, redirected, "queue {q}: every frame to the switch: {per_queue:?}");
+    }
+    sw.dataplane.stop_shared().expect("every frame is back, those of the four queues included");
+}
