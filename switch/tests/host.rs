@@ -429,3 +429,49 @@ fn a_deleted_tap_is_one_error_line_with_what_to_do() {
     assert_eq!(errors.len(), 1, "{log}");
     assert!(errors[0].contains(&format!("TAP {tap} was deleted")) && errors[0].contains("restart the daemon"), "{log}");
 }
+
+#[test]
+fn a_frame_over_the_host_mtu_from_the_tap_is_dropped_as_oversize_never_forwarded_cut_short() {
+    // The TAP's MTU raised by hand above `host.mtu` (at its largest, 1769 with 2048-byte frames):
+    // the host sends frames longer than the read of the TAP takes. Each is dropped and counted;
+    // none reaches the namespace cut short (which it did at `host.mtu` 1770, where a cut frame
+    // filled the read exactly).
+    if !require_lab("a_frame_over_the_host_mtu_from_the_tap_is_dropped_as_oversize_never_forwarded_cut_short") {
+        return;
+    }
+    let lab = Lab::create(&format!("wto{}", std::process::id() % 10_000), 1, 1, 28).unwrap();
+    let tap = tap_name("o");
+    let yaml =
+        lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep") + &host_section(&tap, 1024) + "  mtu: 1769\n";
+    let cfg = Config::parse(&yaml, Path::new("<test>")).unwrap();
+    let mut dp = Dataplane::start(&cfg).unwrap();
+    for args in [["addr", "add", "10.77.28.254/24", "dev", &tap].as_slice(), &["link", "set", &tap, "mtu", "3000"]] {
+        assert!(Command::new("ip").args(args).status().unwrap().success(), "ip {args:?}");
+    }
+    let h1 = &lab.hosts[0];
+    assert!(h1.ping("10.77.28.254", 3).unwrap(), "h1 -> host");
+    let host = dp.ports.id_of("host").unwrap() as usize;
+    let oversize = || -> u64 {
+        dp.workers
+            .iter()
+            .map(|w| w.stats.ports[host].drops[wasmswitch_core::stats::DropReason::Oversize as usize].get())
+            .sum()
+    };
+    let truncated = || -> u64 {
+        let out = h1.run(&["nstat", "-az", "IpExtInTruncatedPkts"]).unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix("IpExtInTruncatedPkts")?.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let (before, cut_before) = (oversize(), truncated());
+    // 2528-byte IP packets, not fragmented: 2542-byte frames from the TAP.
+    let out = Command::new("ping")
+        .args(["-c", "5", "-i", "0.2", "-W", "1", "-s", "2500", "-M", "do", &h1.ip])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "no reply can come: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(oversize() >= before + 5, "each counted as oversize: {} -> {}", before, oversize());
+    assert_eq!(truncated(), cut_before, "nothing reached h1 cut short");
+    dp.stop().expect("no frame leaked");
+}

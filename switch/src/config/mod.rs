@@ -1200,7 +1200,20 @@ impl Config {
             if let Err(e) = wasmswitch_tap::check_mac(h.mac.value.0) {
                 return Err(err(h.mac.referenced, format!("{e}")));
             }
-            within(&err, "host.mtu", &h.mtu, mtu_range)?;
+            // One byte less than a port's: the TAP is read into the frame past its headroom, and
+            // a frame that fills that room could have been cut short (tun truncates to the
+            // read); a frame the MTU admits must not fill it, so that one that does is dropped
+            // as oversize, never forwarded truncated.
+            let host_mtu = (mtu_range.0, mtu_range.1 - 1);
+            if !(host_mtu.0..=host_mtu.1).contains(&h.mtu.value) {
+                return Err(err(
+                    h.mtu.referenced,
+                    format!(
+                        "host.mtu {} is out of range: expected {}-{} ({fs}-byte frames less 256 bytes of headroom and 22 of Ethernet and VLAN headers, less one byte to tell a frame cut short by the TAP read)",
+                        h.mtu.value, host_mtu.0, host_mtu.1
+                    ),
+                ));
+            }
             within(&err, "host.workers", &h.workers, range::HOST_WORKERS)?;
             within(&err, "host.bulk", &h.bulk, range::HOST_BULK)?;
             let (lo, hi) = range::HOST_RING;

@@ -159,6 +159,12 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
         "mtu 9000 is out of range: expected 68-1770",
     ),
     (
+        "a host mtu whose frames could fill the TAP read (one cut short would pass)",
+        "ports:\n  - name: p0\n    driver: sim\nhost:\n  tap: t0\n  mtu: 1770\n",
+        "6:8",
+        "host.mtu 1770 is out of range: expected 68-1769",
+    ),
+    (
         "mtu above what a 4096-byte frame holds",
         "pool:\n  frame_size: 4096\nports:\n  - name: p0\n    driver: sim\n    mtu: 3819\n",
         "6:10",
