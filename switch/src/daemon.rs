@@ -1001,6 +1001,9 @@ pub fn run(path: &Path) -> Result<()> {
             );
         }
     }
+    for w in config.interface_warnings() {
+        log::warn!("{w}");
+    }
     let switch = Arc::new(Switch::start_with(path, config)?);
     let config = switch.config();
     let addr = config.listen_addr();

@@ -221,7 +221,7 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            for w in c.traffic_filtered_warnings() {
+            for w in c.traffic_filtered_warnings().into_iter().chain(c.interface_warnings()) {
                 eprintln!("warning: {w}");
             }
             // An existing TAP passes the config's checks (a reload validates the file while its

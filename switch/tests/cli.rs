@@ -415,3 +415,66 @@ fn check_warns_of_a_tap_that_exists_already() {
         "{err}"
     );
 }
+
+/// `check` (and `run`, in its log) warns where an interface here contradicts its port: an MTU
+/// above the port's (its hosts' full-size frames would be dropped as oversize, and TCP stall),
+/// one below it, and generic mode on a veth. A port that agrees with its interface says nothing.
+#[test]
+fn check_warns_of_an_interface_mtu_or_mode_that_would_hurt_traffic() {
+    if !require_lab("check_warns_of_an_interface_mtu_or_mode_that_would_hurt_traffic") {
+        return;
+    }
+    struct Veth(String);
+    impl Drop for Veth {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["link", "del", &self.0]).status();
+        }
+    }
+    let id = std::process::id() % 10_000;
+    let pairs: Vec<Veth> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|x| {
+            let (end, peer) = (format!("wcm{id}{x}"), format!("wcm{id}{x}p"));
+            let made = Command::new("ip").args(["link", "add", &end, "type", "veth", "peer", "name", &peer]).status();
+            assert!(made.unwrap().success(), "ip link add {end}");
+            Veth(end)
+        })
+        .collect();
+    let set_mtu = |v: &Veth, mtu: &str| {
+        assert!(Command::new("ip").args(["link", "set", &v.0, "mtu", mtu]).status().unwrap().success());
+    };
+    set_mtu(&pairs[0], "3000");
+    set_mtu(&pairs[1], "1400");
+    let dir = Scratch::new("check-iface");
+    let port = |name: &str, v: &Veth, extra: &str| {
+        format!("  - name: {name}\n    driver: afxdp\n    afxdp:\n      interface: {}\n{extra}", v.0)
+    };
+    let cfg = dir.write(&format!(
+        "metrics:\n  listen: 127.0.0.1:{}\nports:\n{}{}{}{}",
+        free_port(),
+        port("big", &pairs[0], ""),
+        port("small", &pairs[1], ""),
+        port("slow", &pairs[2], "      mode: generic\n"),
+        port("fine", &pairs[3], ""),
+    ));
+    let o = Command::new(bin()).arg("check").arg("-c").arg(&cfg).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "warnings only: {o:?}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning: port `")).collect();
+    assert_eq!(warnings.len(), 3, "{err}");
+    assert!(
+        warnings[0].contains(&format!("port `big`: interface {} has MTU 3000, above the port's mtu 1500: frames of more than 1522 bytes from it are dropped as oversize", pairs[0].0))
+            && warnings[0].contains("`mtu: 3000` needs a larger pool.frame_size (its 2048-byte frames hold 1770 at most)"),
+        "{err}"
+    );
+    assert!(
+        warnings[1].contains("port `small`: interface")
+            && warnings[1].contains("has MTU 1400, below the port's mtu 1500"),
+        "{err}"
+    );
+    assert!(
+        warnings[2].contains("port `slow`: interface") && warnings[2].contains("is a veth in generic (SKB) mode"),
+        "{err}"
+    );
+    drop(pairs);
+}

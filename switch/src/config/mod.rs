@@ -1339,6 +1339,49 @@ impl Config {
         self.ports.iter().map(|p| format!("`{}`", p.name.value)).collect::<Vec<_>>().join(", ")
     }
 
+    /// What an AF_XDP port's interface here says against the port's settings, one line each:
+    /// an interface MTU above the port's `mtu` (its hosts send frames the port drops as
+    /// oversize: TCP between them stalls on the first full-size segment) or below it (frames
+    /// over it leaving there are dropped by the kernel), and generic mode on a veth (the
+    /// kernel's slow path: TCP through it crawls). Warnings, not errors: the interface may be
+    /// set up after `check`. Ports whose interface is not here say nothing.
+    pub fn interface_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let most = max_mtu(self.pool.frame_size.value);
+        for p in &self.ports {
+            let Some(a) = &p.afxdp else { continue };
+            let (name, iface, mtu) = (&p.name.value, &a.value.interface.value, p.mtu.value);
+            let Ok(raw) = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu")) else { continue };
+            let Ok(iface_mtu) = raw.trim().parse::<u32>() else { continue };
+            if iface_mtu > mtu {
+                let fix = if iface_mtu <= most {
+                    format!("give the port `mtu: {iface_mtu}`")
+                } else {
+                    format!(
+                        "`mtu: {iface_mtu}` needs a larger pool.frame_size (its {}-byte frames hold {most} at most)",
+                        self.pool.frame_size.value
+                    )
+                };
+                out.push(format!(
+                    "port `{name}`: interface {iface} has MTU {iface_mtu}, above the port's mtu {mtu}: frames of more than {} bytes from it are dropped as oversize, and TCP between hosts with that MTU stalls; {fix}, or lower the interface's MTU",
+                    crate::drivers::max_frame(mtu)
+                ));
+            } else if iface_mtu < mtu {
+                out.push(format!(
+                    "port `{name}`: interface {iface} has MTU {iface_mtu}, below the port's mtu {mtu}: frames over {iface_mtu} bytes of payload sent there are dropped by the kernel (afxdp_tx_kernel_drops)"
+                ));
+            }
+            if a.value.mode == AttachMode::Generic
+                && wasmswitch_afxdp::sys::driver_name(iface).is_ok_and(|d| d == "veth")
+            {
+                out.push(format!(
+                    "port `{name}`: interface {iface} is a veth in generic (SKB) mode: TCP through it runs far slower than in native mode, the veth default (see README, Real traffic)"
+                ));
+            }
+        }
+        out
+    }
+
     /// Frames the configured rings and caches can hold at once, plus room for flooding.
     /// Saturating: a config whose rings could hold more frames than a u64 counts (impossible
     /// within the checked ranges, but this runs before some of them) needs "too many".
