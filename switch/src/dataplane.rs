@@ -638,8 +638,9 @@ fn housekeeping_loop(
                 }
                 // There and attached: its link. A port whose link is down is stopped (nothing
                 // is queued for it to leave stale when the link comes back, floods skip it) and
-                // forgets what it learned, as the Linux bridge does on carrier loss.
-                (false, true, _) if info.reopen.is_some() => {
+                // forgets what it learned, as the Linux bridge does on carrier loss. The host
+                // port's TAP too: set down, it fails every write.
+                (false, true, _) => {
                     let down = link_down(name);
                     if down != info.link_down.load(Ordering::Relaxed) {
                         info.link_down.store(down, Ordering::Relaxed);

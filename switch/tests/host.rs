@@ -475,3 +475,37 @@ fn a_frame_over_the_host_mtu_from_the_tap_is_dropped_as_oversize_never_forwarded
     assert_eq!(truncated(), cut_before, "nothing reached h1 cut short");
     dp.stop().expect("no frame leaked");
 }
+
+#[test]
+fn a_tap_set_down_stops_the_host_port_as_a_link_down_does() {
+    // As an AF_XDP port whose link goes down: stopped (nothing queued for it, so no failed
+    // writes), counted and reported, and forwarding again once the TAP is up.
+    if !require_lab("a_tap_set_down_stops_the_host_port_as_a_link_down_does") {
+        return;
+    }
+    let lab = Lab::create(&format!("wtd{}", std::process::id() % 10_000), 1, 1, 29).unwrap();
+    let tap = tap_name("d");
+    let yaml = lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep") + &host_section(&tap, 1024);
+    let cfg = Config::parse(&yaml, Path::new("<test>")).unwrap();
+    let mut dp = Dataplane::start(&cfg).unwrap();
+    let ip = |args: &[&str]| assert!(Command::new("ip").args(args).status().unwrap().success(), "ip {args:?}");
+    ip(&["addr", "add", "10.77.29.254/24", "dev", &tap]);
+    let h1 = &lab.hosts[0];
+    assert!(h1.ping("10.77.29.254", 3).unwrap(), "h1 -> host");
+    let id = dp.ports.id_of("host").unwrap();
+    let info = || dp.ports.get(id).unwrap();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    ip(&["link", "set", &tap, "down"]);
+    eventually("the host port is stopped", || info().link_down.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(count(&info().down_events), 1);
+    let errors = info().tap.clone().unwrap().totals().write_errors;
+    // Unicast to the host (its MAC is learned) and broadcasts: nothing is queued for it.
+    assert!(!h1.ping("10.77.29.254", 2).unwrap());
+    let _ = h1.run(&["ping", "-b", "-c", "3", "-i", "0.2", "-W", "1", "10.77.29.255"]);
+    assert_eq!(info().tap.clone().unwrap().totals().write_errors, errors, "no write to a TAP that is down");
+    ip(&["link", "set", &tap, "up"]);
+    eventually("the host port forwards again", || !info().link_down.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(count(&info().up_events), 1);
+    assert!(h1.ping("10.77.29.254", 3).unwrap(), "h1 -> host again");
+    dp.stop().expect("no frame leaked");
+}
