@@ -760,6 +760,9 @@ fn reattach(
     new.back_events.store(info.back_events.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     new.down_events.store(info.down_events.load(Ordering::Relaxed), Ordering::Relaxed);
     new.up_events.store(info.up_events.load(Ordering::Relaxed), Ordering::Relaxed);
+    // Gone while its link was down: the watch's next look counts the `up` of the link it came
+    // back with, or `down > up` (the link-down alert) would hold for ever.
+    new.link_down.store(info.link_down.load(Ordering::Relaxed), Ordering::Relaxed);
     new.kernel_drops = info.kernel_drops.carried();
     ports.set(p, Some(Arc::new(new)));
     Ok(())

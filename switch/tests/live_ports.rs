@@ -639,6 +639,26 @@ fn a_port_whose_link_goes_down_stops_and_starts_again_with_it() {
     up();
     eventually("the port is reported up", || reported_up() == (true, "up".to_string()));
     assert!(h1.ping(&h2.ip, 5).unwrap(), "h2 is reached again");
+    // The link goes down, then the interface goes and comes back up: its `up` is counted, or
+    // `down > up` (the WasmswitchPortLinkDown alert) would hold for ever.
+    down();
+    eventually("the port is reported down", || reported_up() == (false, "down".to_string()));
+    let back = count(&info().back_events);
+    sh(&["ip", "link", "del", sw_if]);
+    eventually("the port is marked gone", || info().gone.load(std::sync::atomic::Ordering::Relaxed));
+    let pid = h2.pid().to_string();
+    sh(&["ip", "link", "add", sw_if, "type", "veth", "peer", "name", "eth0", "netns", &pid]);
+    sh(&["ip", "link", "set", sw_if, "up"]);
+    for args in [
+        vec!["ip", "link", "set", "eth0", "address", &h2.mac],
+        vec!["ip", "addr", "add", &format!("{}/24", h2.ip), "dev", "eth0"],
+        vec!["ip", "link", "set", "eth0", "up"],
+    ] {
+        h2.must(&args).unwrap();
+    }
+    eventually("the port is re-attached", || count(&info().back_events) == back + 1);
+    eventually("its link's return is counted", || count(&info().up_events) == count(&info().down_events));
+    assert!(h1.ping(&h2.ip, 3).unwrap(), "h2 is reached through the new interface");
     sw.dataplane.stop_shared().expect("every frame is back");
 }
 
