@@ -169,10 +169,14 @@ impl TapDevice {
                 let e = io::Error::last_os_error();
                 return Err(match e.raw_os_error() {
                     Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ENXIO) => TapError::NoTunDevice,
-                    // The device file's mode, not a capability (Debian's default is 0666).
-                    Some(libc::EPERM) | Some(libc::EACCES) => {
-                        TapError::io("opening /dev/net/tun (its file mode does not let this user open it)", name, e)
-                    }
+                    // The device file's mode, or a device cgroup (systemd's DeviceAllow=, which
+                    // ProtectClock= and PrivateDevices= imply), not a capability (Debian's mode
+                    // is 0666).
+                    Some(libc::EPERM) | Some(libc::EACCES) => TapError::io(
+                        "opening /dev/net/tun (its file mode does not let this user open it, or a device cgroup refuses it: under systemd, DeviceAllow=/dev/net/tun rw)",
+                        name,
+                        e,
+                    ),
                     _ => TapError::io("opening /dev/net/tun", name, e),
                 });
             }
