@@ -367,6 +367,21 @@ fn a_port_alone_in_its_umem_group_vanishes_and_comes_back_in_it() {
     assert!(copies > 0, "h3's frames crossed between the groups");
 }
 
+/// Makes lab host `h`'s veth again (its old one deleted), up at both ends, with the host's MAC
+/// and address on its end.
+fn recreate_veth(h: &LabHost) {
+    let pid = h.pid().to_string();
+    sh(&["ip", "link", "add", &h.switch_if, "type", "veth", "peer", "name", "eth0", "netns", &pid]);
+    sh(&["ip", "link", "set", &h.switch_if, "up"]);
+    for args in [
+        vec!["ip", "link", "set", "eth0", "address", &h.mac],
+        vec!["ip", "addr", "add", &format!("{}/24", h.ip), "dev", "eth0"],
+        vec!["ip", "link", "set", "eth0", "up"],
+    ] {
+        h.must(&args).unwrap();
+    }
+}
+
 /// Deletes and re-creates h3's interface twice and then h1's, pinging around each; returns the
 /// frames copied between UMEM groups.
 /// `generic`: the ports attach in generic mode to interfaces that do GRO, which they turn off
@@ -411,16 +426,7 @@ fn vanish_and_come_back(tag: &str, subnet: u8, edit: impl Fn(String) -> String, 
         let fdb = sw.dataplane.fdb.get();
         fdb.learn(1, late_mac, id as u16, sw.dataplane.start.elapsed().as_secs() as u32);
         // An interface of the same name comes back, as a container restart would make it.
-        let pid = gone.pid().to_string();
-        sh(&["ip", "link", "add", &gone.switch_if, "type", "veth", "peer", "name", "eth0", "netns", &pid]);
-        sh(&["ip", "link", "set", &gone.switch_if, "up"]);
-        for args in [
-            vec!["ip", "link", "set", "eth0", "address", &gone.mac],
-            vec!["ip", "addr", "add", &format!("{}/24", gone.ip), "dev", "eth0"],
-            vec!["ip", "link", "set", "eth0", "up"],
-        ] {
-            gone.must(&args).unwrap();
-        }
+        recreate_veth(gone);
         eventually("the port is re-attached", || count(&info(&gone.name).back_events) == back_before + 1);
         assert_eq!(fdb.lookup(1, late_mac), None, "round {round}: an entry learned after the stop was flushed");
         assert!(xdp_attached(&gone.switch_if), "round {round}: the XDP program is on the new {}", gone.switch_if);
@@ -646,16 +652,7 @@ fn a_port_whose_link_goes_down_stops_and_starts_again_with_it() {
     let back = count(&info().back_events);
     sh(&["ip", "link", "del", sw_if]);
     eventually("the port is marked gone", || info().gone.load(std::sync::atomic::Ordering::Relaxed));
-    let pid = h2.pid().to_string();
-    sh(&["ip", "link", "add", sw_if, "type", "veth", "peer", "name", "eth0", "netns", &pid]);
-    sh(&["ip", "link", "set", sw_if, "up"]);
-    for args in [
-        vec!["ip", "link", "set", "eth0", "address", &h2.mac],
-        vec!["ip", "addr", "add", &format!("{}/24", h2.ip), "dev", "eth0"],
-        vec!["ip", "link", "set", "eth0", "up"],
-    ] {
-        h2.must(&args).unwrap();
-    }
+    recreate_veth(h2);
     eventually("the port is re-attached", || count(&info().back_events) == back + 1);
     eventually("its link's return is counted", || count(&info().up_events) == count(&info().down_events));
     assert!(h1.ping(&h2.ip, 3).unwrap(), "h2 is reached through the new interface");
