@@ -83,8 +83,41 @@ pub fn check(data: &[u8]) {
                 let n = if v4 { 4 } else { 16 };
                 assert_eq!((&src[16 - n..], &dst[16 - n..]), (&frame[s..s + n], &frame[d..d + n]));
             }
+            if m.has(flags::IPV6) {
+                ipv6_chain(frame, &m);
+            }
             checksums(frame, &m);
         }
+    }
+}
+
+/// A second, plainer walk of the IPv6 extension headers (RFC 8200, RFC 4302 for AH): the
+/// parser must agree with it on the upper layer, and report ports exactly when the packet holds
+/// a whole TCP/UDP header there (the chain is never cut off at some count).
+fn ipv6_chain(frame: &[u8], m: &PacketMeta) {
+    let l3 = m.l3_offset as usize;
+    let end = l3 + 40 + u16::from_be_bytes([frame[l3 + 4], frame[l3 + 5]]) as usize;
+    let (mut nh, mut at, mut later_fragment) = (frame[l3 + 6], l3 + 40, false);
+    while !later_fragment && [0u8, 43, 44, 51, 60, 135, 139, 140].contains(&nh) {
+        assert!(at + 8 <= end, "the parser accepted a chain that runs past the packet: {m:?}");
+        let len = match nh {
+            44 => {
+                later_fragment = u16::from_be_bytes([frame[at + 2], frame[at + 3]]) >> 3 != 0;
+                8
+            }
+            51 => (frame[at + 1] as usize + 2) * 4,
+            _ => (frame[at + 1] as usize + 1) * 8,
+        };
+        nh = frame[at];
+        at += len;
+        assert!(at <= end || later_fragment, "the parser accepted a chain that runs past the packet: {m:?}");
+    }
+    assert_eq!(m.ip_proto, nh, "upper layer");
+    let ports = !later_fragment && (nh == 6 || nh == 17);
+    assert_eq!(m.has(flags::L4_PORTS), ports, "ports exactly when the packet has them: {m:?}");
+    if ports {
+        assert_eq!(m.l4_offset as usize, at);
+        assert!(at + if nh == 6 { 20 } else { 8 } <= end, "the L4 header inside the packet");
     }
 }
 

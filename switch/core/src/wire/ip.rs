@@ -93,31 +93,85 @@ impl<'a> Ipv6Packet<'a> {
         a
     }
 
-    /// Walks up to four extension headers (hop-by-hop, routing, fragment, destination options)
-    /// and returns (upper-layer protocol, its offset from the IPv6 header, first fragment?).
-    pub fn upper_layer(&self) -> Result<(u8, usize, bool), Truncated> {
-        let mut nh = self.next_header();
-        let mut off = IPV6_HEADER_LEN;
-        let mut first = true;
-        for _ in 0..4 {
-            match nh {
-                0 | 43 | 60 => {
-                    let h = self.buf.get(off..off + 2).ok_or(Truncated)?;
-                    nh = h[0];
-                    off += (h[1] as usize + 1) * 8;
-                }
-                44 => {
-                    let h = self.buf.get(off..off + 8).ok_or(Truncated)?;
-                    nh = h[0];
-                    first = u16::from_be_bytes([h[2], h[3]]) >> 3 == 0;
-                    off += 8;
-                }
-                _ => break,
+    /// The IPv6 packet's end: the fixed header plus its payload length (Ethernet may pad the
+    /// frame past it; [`Ipv6Packet::new_checked`] made sure the buffer holds it).
+    pub fn packet_len(&self) -> usize {
+        IPV6_HEADER_LEN + u16::from_be_bytes([self.buf[4], self.buf[5]]) as usize
+    }
+
+    /// Follows the extension-header chain to the upper layer, as far as the packet goes: no
+    /// count limit (Linux accepts any number), each header at least 8 bytes long, so the walk
+    /// takes at most `payload length / 8` steps. `Err` when a header runs past the packet.
+    ///
+    /// Stops at the first header that is not an extension header ([`ext`]: TCP, UDP, ICMPv6,
+    /// ESP, No Next Header, or a protocol it does not know), which is reported as the upper
+    /// layer, and at a fragment header with a non-zero offset (what follows it is the middle
+    /// of a payload, not headers), which reports that header's next header.
+    pub fn upper_layer(&self) -> Result<UpperLayer, Truncated> {
+        let end = self.packet_len();
+        let mut up = UpperLayer { proto: self.next_header(), offset: IPV6_HEADER_LEN, fragment: false, first: true };
+        loop {
+            if !ext::is_extension(up.proto) {
+                return Ok(up);
             }
+            // Every extension header starts with its next header and is at least 8 bytes long.
+            let h = self.buf.get(up.offset..up.offset + 8).filter(|_| up.offset + 8 <= end).ok_or(Truncated)?;
+            let len = match up.proto {
+                // RFC 4302: the length is in 4-byte units, minus 2.
+                ext::AH => (h[1] as usize + 2) * 4,
+                ext::FRAGMENT => {
+                    let offset_and_more = u16::from_be_bytes([h[2], h[3]]);
+                    // An atomic fragment (offset 0, no more fragments; RFC 6946) is a whole packet.
+                    up.fragment |= offset_and_more & 0xfff9 != 0;
+                    if offset_and_more >> 3 != 0 {
+                        up.first = false;
+                        up.proto = h[0];
+                        up.offset += 8;
+                        return Ok(up);
+                    }
+                    8
+                }
+                // Hop-by-hop, routing, destination options, mobility, HIP, shim6: RFC 6564's
+                // uniform format, the length in 8-byte units, minus 1.
+                _ => (h[1] as usize + 1) * 8,
+            };
+            if up.offset + len > end {
+                return Err(Truncated);
+            }
+            up.proto = h[0];
+            up.offset += len;
         }
-        if off > self.buf.len() {
-            return Err(Truncated);
-        }
-        Ok((nh, off, first))
+    }
+}
+
+/// What [`Ipv6Packet::upper_layer`] found at the end of the extension-header chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpperLayer {
+    /// The upper-layer protocol (the last next-header value).
+    pub proto: u8,
+    /// Where its header starts, from the start of the IPv6 header.
+    pub offset: usize,
+    /// A fragment header that makes this a fragment (not an atomic one) was on the way.
+    pub fragment: bool,
+    /// Not a later fragment: the upper-layer header is here (RFC 8200 puts the whole chain in
+    /// the first fragment).
+    pub first: bool,
+}
+
+/// The IPv6 extension headers [`Ipv6Packet::upper_layer`] walks through: RFC 7045's list less
+/// ESP (50), whose contents are encrypted, and No Next Header (59).
+pub mod ext {
+    pub const HOP_BY_HOP: u8 = 0;
+    pub const ROUTING: u8 = 43;
+    pub const FRAGMENT: u8 = 44;
+    pub const AH: u8 = 51;
+    pub const DEST_OPTS: u8 = 60;
+    pub const MOBILITY: u8 = 135;
+    pub const HIP: u8 = 139;
+    pub const SHIM6: u8 = 140;
+
+    /// Whether the walk goes through a header of type `nh`.
+    pub const fn is_extension(nh: u8) -> bool {
+        matches!(nh, HOP_BY_HOP | ROUTING | FRAGMENT | AH | DEST_OPTS | MOBILITY | HIP | SHIM6)
     }
 }

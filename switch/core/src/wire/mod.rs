@@ -2,8 +2,9 @@
 //!
 //! Modelled on smoltcp's `wire`: each header type is a view over a byte slice whose
 //! `new_checked` constructor verifies the length once; accessors after that cannot panic.
-//! [`parse`] walks Ethernet, up to two VLAN tags, IPv4/IPv6 and TCP/UDP ports, and rejects
-//! (never panics on) runts, truncated headers and inconsistent lengths.
+//! [`parse`] walks Ethernet, up to two VLAN tags, IPv4/IPv6 (every IPv6 extension header, to the
+//! end of the chain) and TCP/UDP ports, and rejects (never panics on) runts, truncated headers and
+//! inconsistent lengths.
 
 pub mod build;
 pub mod checksum;
@@ -11,7 +12,7 @@ pub mod ethernet;
 pub mod ip;
 
 pub use ethernet::{EthernetFrame, MacAddr};
-pub use ip::{Ipv4Packet, Ipv6Packet};
+pub use ip::{Ipv4Packet, Ipv6Packet, UpperLayer};
 
 /// Ethertypes the parser understands.
 pub mod ethertype {
@@ -37,7 +38,8 @@ pub enum ParseError {
     Runt,
     /// A VLAN tag is announced but cut short.
     TruncatedVlan,
-    /// The IPv4/IPv6 header is cut short or inconsistent (version, IHL, lengths).
+    /// The IPv4/IPv6 header is cut short or inconsistent (version, IHL, lengths), or an IPv6
+    /// extension header runs past the packet.
     BadL3,
     /// The TCP/UDP header is cut short.
     TruncatedL4,
@@ -227,23 +229,24 @@ pub fn parse_l2_into(frame: &[u8], max_len: usize, m: &mut PacketMeta) -> Result
 pub fn parse_l3_into(frame: &[u8], off: usize, m: &mut PacketMeta) -> Result<(), ParseError> {
     m.ip_proto = 0;
     let l3 = &frame[off..];
-    let (proto, l4_rel, is_first_fragment) = match m.ethertype {
+    // Where the IP packet ends (Ethernet pads short frames): the L4 header must lie before it.
+    let (proto, l4_rel, is_first_fragment, ip_len) = match m.ethertype {
         ethertype::IPV4 => {
             let ip = Ipv4Packet::new_checked(l3).map_err(|_| ParseError::BadL3)?;
             m.flags |= flags::IPV4;
             if ip.is_fragment() {
                 m.flags |= flags::FRAGMENT;
             }
-            (ip.protocol(), ip.header_len(), ip.fragment_offset() == 0)
+            (ip.protocol(), ip.header_len(), ip.fragment_offset() == 0, ip.total_len())
         }
         ethertype::IPV6 => {
             let ip = Ipv6Packet::new_checked(l3).map_err(|_| ParseError::BadL3)?;
             m.flags |= flags::IPV6;
-            let (proto, hdr_len, first) = ip.upper_layer().map_err(|_| ParseError::BadL3)?;
-            if !first || hdr_len > ip::IPV6_HEADER_LEN && proto == 44 {
+            let up = ip.upper_layer().map_err(|_| ParseError::BadL3)?;
+            if up.fragment {
                 m.flags |= flags::FRAGMENT;
             }
-            (proto, hdr_len, first)
+            (up.proto, up.offset, up.first, ip.packet_len())
         }
         _ => return Ok(()),
     };
@@ -252,7 +255,7 @@ pub fn parse_l3_into(frame: &[u8], off: usize, m: &mut PacketMeta) -> Result<(),
     let l4_off = off + l4_rel;
     if is_first_fragment && (proto == ipproto::TCP || proto == ipproto::UDP) {
         let need = if proto == ipproto::TCP { 20 } else { 8 };
-        if frame.len() < l4_off + need {
+        if off + ip_len < l4_off + need {
             return Err(ParseError::TruncatedL4);
         }
         m.l4_offset = l4_off as u16;
@@ -383,10 +386,138 @@ mod tests {
         assert_eq!(std::mem::size_of::<PacketMeta>(), 16);
     }
 
+    /// A TCP SYN over IPv6 behind `chain` (each extension header's type and length in bytes),
+    /// and where its TCP header starts.
+    fn tcp6_behind(chain: &[(u8, usize)], dport: u16) -> (Vec<u8>, usize) {
+        let f =
+            tcp6_frame(MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]), [0x20; 16], [0x30; 16], 40000, dport);
+        let tcp = f[54..].to_vec();
+        let mut ext = Vec::new();
+        for (i, &(t, len)) in chain.iter().enumerate() {
+            let next = chain.get(i + 1).map_or(ipproto::TCP, |c| c.0);
+            let mut h = vec![0u8; len];
+            h[0] = next;
+            h[1] = match t {
+                ip::ext::AH => (len / 4 - 2) as u8,
+                ip::ext::FRAGMENT => 0,
+                _ => (len / 8 - 1) as u8,
+            };
+            ext.extend_from_slice(&h);
+        }
+        let mut out = f[..54].to_vec();
+        out[20] = chain.first().map_or(ipproto::TCP, |c| c.0);
+        out[18..20].copy_from_slice(&((ext.len() + tcp.len()) as u16).to_be_bytes());
+        out.extend_from_slice(&ext);
+        out.extend_from_slice(&tcp);
+        (out, 54 + ext.len())
+    }
+
+    #[test]
+    fn ipv6_ports_are_found_behind_any_number_of_extension_headers() {
+        // Five or more used to report the fifth header's type as the protocol: no ports.
+        for n in [0, 1, 4, 5, 8, 20, 180] {
+            let (f, l4) = tcp6_behind(&vec![(ip::ext::DEST_OPTS, 8); n], 5201);
+            let m = parse(&f, 9000).unwrap();
+            assert_eq!((m.ip_proto, m.l4_offset as usize, m.ports(&f)), (ipproto::TCP, l4, Some((40000, 5201))), "{n}");
+            assert!(!m.has(flags::FRAGMENT));
+        }
+        let mixed = [(0, 8), (43, 24), (44, 8), (51, 16), (60, 16), (135, 8), (139, 8), (140, 8)];
+        let (f, l4) = tcp6_behind(&mixed, 22);
+        let m = parse(&f, 1518).unwrap();
+        assert_eq!((m.ip_proto, m.l4_offset as usize, m.ports(&f)), (ipproto::TCP, l4, Some((40000, 22))));
+    }
+
+    #[test]
+    fn an_ipv6_chain_cut_short_is_a_bad_l3_header() {
+        let (mut f, _) = tcp6_behind(&[(60, 8); 6], 5201);
+        // The last header claims more than the packet holds.
+        f[54 + 5 * 8 + 1] = 200;
+        assert_eq!(parse(&f, 9000), Err(ParseError::BadL3));
+        // The payload length ends the packet inside the chain; padding after it does not count.
+        let (mut f, _) = tcp6_behind(&[(60, 8); 6], 5201);
+        f[18..20].copy_from_slice(&44u16.to_be_bytes());
+        assert_eq!(parse(&f, 9000), Err(ParseError::BadL3));
+        // A chain that ends exactly at the packet's end, before any TCP header: cut L4.
+        f[18..20].copy_from_slice(&48u16.to_be_bytes());
+        assert_eq!(parse(&f, 9000), Err(ParseError::TruncatedL4));
+    }
+
+    #[test]
+    fn ipv6_fragments() {
+        // A first fragment carries the chain and the ports, and is a fragment.
+        let (mut f, l4) = tcp6_behind(&[(60, 8), (44, 8), (60, 8)], 80);
+        let frag = 54 + 8;
+        f[frag + 3] = 1; // offset 0, more fragments
+        let m = parse(&f, 1518).unwrap();
+        assert!(m.has(flags::FRAGMENT) && m.has(flags::L4_PORTS));
+        assert_eq!((m.l4_offset as usize, m.ports(&f)), (l4, Some((40000, 80))));
+        // A later fragment: what follows the fragment header is payload, never walked.
+        f[frag + 2] = 0x01; // offset 32 bytes
+        f[frag + 8] = 0xff; // would be a destination options header of 2 KiB if walked
+        f[frag + 9] = 0xff;
+        let m = parse(&f, 1518).unwrap();
+        assert!(m.has(flags::FRAGMENT) && !m.has(flags::L4_PORTS));
+        assert_eq!((m.ip_proto, m.l4_offset), (60, 0));
+        // An atomic fragment (offset 0, no more) is a whole packet (RFC 6946).
+        f[frag + 2] = 0;
+        f[frag + 3] = 0;
+        f[frag + 8] = ipproto::TCP;
+        f[frag + 9] = 0;
+        let m = parse(&f, 1518).unwrap();
+        assert!(!m.has(flags::FRAGMENT) && m.has(flags::L4_PORTS));
+    }
+
     proptest::proptest! {
         #[test]
         fn parse_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
             let _ = parse(&bytes, 150);
+        }
+
+        /// A plugin sees the ports exactly when the frame has them: behind any chain of
+        /// extension headers that fits the packet, the parser finds the TCP header where it was
+        /// put; a packet that ends inside the chain or the TCP header is refused, never passed
+        /// on without its ports.
+        #[test]
+        fn ipv6_ports_exactly_when_the_frame_has_them(
+            chain in proptest::collection::vec((0usize..8, 0usize..4), 0..40),
+            first_fragment in proptest::bool::ANY,
+            cut in proptest::option::of(0usize..400),
+        ) {
+            const TYPES: [u8; 8] = [0, 43, 44, 51, 60, 135, 139, 140];
+            let chain: Vec<(u8, usize)> = chain
+                .iter()
+                .map(|&(t, n)| match TYPES[t] {
+                    ip::ext::FRAGMENT => (44, 8),
+                    ty => (ty, 8 * (n + 1)),
+                })
+                .collect();
+            let (mut f, l4) = tcp6_behind(&chain, 5201);
+            let frags: Vec<usize> = {
+                let mut at = 54;
+                chain.iter().map(|&(t, len)| { let here = at; at += len; (t, here) }).filter(|&(t, _)| t == 44).map(|(_, h)| h).collect()
+            };
+            if first_fragment {
+                for &h in &frags { f[h + 3] = 1; }
+            }
+            let packet_end = match cut {
+                Some(c) if c < f.len() - 54 => {
+                    f[18..20].copy_from_slice(&(c as u16).to_be_bytes());
+                    54 + c
+                }
+                _ => f.len(),
+            };
+            let r = parse(&f, 9000);
+            if l4 + 20 <= packet_end {
+                let m = r.unwrap();
+                proptest::prop_assert_eq!((m.ip_proto, m.l4_offset as usize, m.ports(&f)), (ipproto::TCP, l4, Some((40000, 5201))));
+                proptest::prop_assert_eq!(m.has(flags::FRAGMENT), first_fragment && !frags.is_empty());
+            } else if l4 <= packet_end {
+                // The chain fits, the TCP header does not: bytes past the packet's end
+                // (Ethernet padding) are no header.
+                proptest::prop_assert_eq!(r, Err(ParseError::TruncatedL4));
+            } else {
+                proptest::prop_assert_eq!(r, Err(ParseError::BadL3));
+            }
         }
 
         #[test]
