@@ -726,7 +726,7 @@ impl MetricsSource for PluginMetrics {
             l
         };
         type Pick = fn(&PluginStats) -> u64;
-        let counters: [(&str, &str, Pick); 8] = [
+        let counters: [(&str, &str, Pick); 9] = [
             (
                 "wasmswitch_plugin_batches",
                 "Batches the plugin answered for, itself or (faulted, quarantined) by its on_error policy.",
@@ -757,6 +757,11 @@ impl MetricsSource for PluginMetrics {
                 "wasmswitch_plugin_wall_overruns",
                 "Plugin calls whose wall time passed twice their deadline (the worker descheduled, or code no epoch check stops); the next calls are measured in CPU time.",
                 |s| s.wall_overruns.get(),
+            ),
+            (
+                "wasmswitch_plugin_ports_unseen",
+                "TCP/UDP frames dropped because their ports lay past the plugin's header_bytes while their IP header did not (IPv6 extension headers, IPv4 options): raise header_bytes.",
+                |s| s.ports_unseen.get(),
             ),
             (
                 "wasmswitch_plugin_quarantine_lifted",

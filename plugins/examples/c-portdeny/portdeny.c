@@ -5,8 +5,9 @@
  *
  * Config: destination ports (`53`) and inclusive ranges (`6000-6063`), separated by spaces,
  * commas or newlines; `#` starts a comment to the end of the line. At least one port.
- * Packets without parsed ports (non-IP, ICMP, later IP fragments) and packets whose L4 header
- * is beyond the header snapshot pass.
+ * Packets without parsed ports (non-IP, ICMP, later IP fragments) pass. One whose ports lie
+ * beyond the header snapshot while its IP header lies inside (IPv6 extension headers, IPv4
+ * options) is dropped by the switch whatever this answers (`wasmswitch_plugin_ports_unseen`).
  *
  * Counters: portdeny_denied, portdeny_passed (returned per batch in the result's trailer, no
  * host call on the data path).

@@ -211,7 +211,9 @@ impl<'a> Packet<'a> {
         }
     }
 
-    /// TCP/UDP source and destination ports, when parsed and inside the snapshot.
+    /// TCP/UDP source and destination ports, when parsed and inside the snapshot. A packet
+    /// whose IP header is inside the snapshot and whose ports are not is dropped by the switch
+    /// whatever the plugin answers, so `None` here never lets a port rule be skipped.
     #[inline]
     pub fn ports(&self) -> Option<(u16, u16)> {
         if !self.has(flags::L4_PORTS) {

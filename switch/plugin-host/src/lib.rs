@@ -49,7 +49,7 @@ use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
 use wasmswitch_core::PortId;
 use wasmswitch_plugin_sdk::abi;
 
-pub use codec::{decode_verdicts, encode_batch, NativeStage};
+pub use codec::{decode_verdicts, drop_ports_unseen, encode_batch, ports_unseen, NativeStage};
 pub use engine::{deadline_as_enforced, read_regular_file, EngineOptions, PluginEngine, EPOCH_TICK, MAX_PLUGIN_BYTES};
 pub use sandbox::HostState;
 pub use smoke::{smoke_frames, SlowestBatch, SmokeFrame, SmokeReport, NEAR_DEADLINE};

@@ -536,6 +536,18 @@ impl WasmStage {
     }
 
     pub(crate) fn call(&mut self, batch: &BatchView<'_>, verdicts: &mut [Verdict]) {
+        let header_bytes = self.factory.spec.header_bytes as usize;
+        let unseen = encode_batch(batch, header_bytes, &mut self.buf);
+        self.call_encoded(verdicts);
+        if unseen > 0 {
+            // Whatever the plugin (or its on_error policy, after a fault) answered.
+            drop_ports_unseen(batch, header_bytes, verdicts, &self.stats);
+        }
+    }
+
+    /// The call on the batch [`encode_batch`] wrote into `self.buf`.
+    #[inline(always)]
+    fn call_encoded(&mut self, verdicts: &mut [Verdict]) {
         if self.live.is_none() {
             let label = self.label.clone();
             match self.factory.new_instance(
@@ -552,8 +564,6 @@ impl WasmStage {
                 Err(e) => return self.fault(FaultReason::Instantiate, &e.message, verdicts),
             }
         }
-        let header_bytes = self.factory.spec.header_bytes as usize;
-        encode_batch(batch, header_bytes, &mut self.buf);
         let Some(live) = self.live.as_mut() else { return };
         let clock = &self.factory.engine.ticks;
         let watch = (self.cpu_watch > 0).then(|| {

@@ -77,6 +77,9 @@ pub struct PluginStats {
     pub call_cycles: Counter,
     /// Calls whose wall time passed twice their deadline (see `stage::CPU_WATCH_CALLS`).
     pub wall_overruns: Counter,
+    /// Frames dropped because the plugin was shown their IP header but not their ports
+    /// (`codec::ports_unseen`).
+    pub ports_unseen: Counter,
     /// The plugin's own counters.
     pub named: NamedCounters,
 }
@@ -119,6 +122,7 @@ impl PluginStats {
             (&self.quarantine_lifted, &other.quarantine_lifted),
             (&self.call_cycles, &other.call_cycles),
             (&self.wall_overruns, &other.wall_overruns),
+            (&self.ports_unseen, &other.ports_unseen),
         ];
         for (a, b) in pairs {
             a.add(b.get());

@@ -1,6 +1,8 @@
 //! Helpers shared by the daemon and lab tests.
 #![allow(dead_code)]
 
+pub mod packet_socket;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

@@ -14,6 +14,9 @@
 //! only matches packets whose ports were parsed (TCP/UDP, first fragment). Non-IP frames (ARP,
 //! LLDP) are not subject to the rules and pass. Needs `header-bytes` to cover the IP and L4
 //! headers: 64 is enough for IPv4 and for IPv6 without extension headers (14 + 4 + 40 + 4 = 62 with one VLAN tag).
+//! A TCP/UDP packet whose ports lie past the snapshot (IPv6 extension headers, IPv4 options)
+//! never passes on this plugin's word: the switch drops it whatever the verdict
+//! (`wasmswitch_plugin_ports_unseen`); raise `header-bytes` to judge such packets.
 //!
 //! Counters: `acl_allowed`, `acl_denied`.
 
