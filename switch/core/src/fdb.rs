@@ -29,8 +29,8 @@
 //! frames to it flooded). Each port's count changes only on the slow paths (a new entry, an
 //! eviction, a move, a removal), never on the known-address fast path. It is exact: every
 //! change of a slot's key or port goes through one atomic read-modify-write of it, and the
-//! count follows the winner (see `Fdb::take` and `Fdb::put`). While a learn is in flight
-//! it may read one above the table (a learn reserves before it writes); it never goes below 0.
+//! count follows the winner (see `Fdb::take` and `Fdb::put`). It may read one above the table
+//! per learn in flight (a learn reserves before it writes); it never goes below 0.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
