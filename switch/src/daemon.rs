@@ -599,6 +599,26 @@ impl Switch {
                 Err(e) => late = late.and(Err(e.context(format!("fdb.static {mac} in VLAN {vlan} was not added")))),
             }
         }
+        // Each port's limit on learned entries, on the table now in use (a resize copied the
+        // old limits): a removed port's id goes back to none, before an added port may take it.
+        for &id in &removed {
+            fdb.set_max_learned(id, 0);
+        }
+        for port in &new.ports {
+            let name = &port.name.value;
+            let Some(id) = id_of(name) else { continue };
+            let max = new.max_macs(name);
+            fdb.set_max_learned(id, max);
+            if named(&old, name).is_some() && old.max_macs(name) != max {
+                applied.push(match max {
+                    0 => format!("port `{name}`: fdb.max_macs off (no limit on its learned entries)"),
+                    n => format!(
+                        "port `{name}`: fdb.max_macs = {n} (it has {} learned entries; those above the limit stay until they age)",
+                        fdb.learned_on(id)
+                    ),
+                });
+            }
+        }
         for port in &new.ports {
             let name = &port.name.value;
             let before = named(&old, name).map(|i| &old.ports[i]);
@@ -726,6 +746,8 @@ fn needs_new_queues(a: &PortSection, b: &PortSection) -> bool {
             // Applied to the running slots (`Command::SetL2`).
             o.remove("vlan");
             o.remove("storm");
+            // Applied to the table (`Fdb::set_max_learned`).
+            o.remove("fdb");
             // A change of UMEM group is a restart key, refused before this; what is left is the
             // group a port is already in written out (or the reverse), which changes nothing.
             // Reopened, an AF_XDP port would find its own XDP program on the interface.

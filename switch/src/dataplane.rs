@@ -417,6 +417,9 @@ pub fn build(cfg: &Config, variant: Variant) -> Result<Built> {
         );
     }
     let fdb = Arc::new(Fdb::new(cfg.fdb.capacity.value, cfg.fdb.aging_seconds.value));
+    for (id, p) in cfg.ports.iter().enumerate() {
+        fdb.set_max_learned(id as PortId, cfg.max_macs(&p.name.value));
+    }
     for e in &cfg.fdb.statics {
         let port = cfg.port_index(&e.port.value).context("a static FDB entry on no port")? as PortId;
         fdb.add_static(e.vlan.value, e.mac.value.0, port)

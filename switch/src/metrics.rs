@@ -155,6 +155,22 @@ impl Collector for SwitchCollector {
         )?;
         counter_family(
             e,
+            "wasmswitch_port_fdb_learn_refused",
+            "Frames whose new source address was not learned: the port had fdb.max_macs learned entries (forwarded all the same; once per run of one source in a batch).",
+            &self.port_samples(&ports, |s| s.learn_refused.get()),
+        )?;
+        let fdb = self.fdb.get();
+        gauge_family(
+            e,
+            "wasmswitch_port_fdb_learned",
+            "Learned FDB entries on the port (static ones not counted): what fdb.max_macs limits.",
+            &ports
+                .iter()
+                .map(|(p, info)| (vec![("port", info.name.clone())], fdb.learned_on(*p) as i64))
+                .collect::<Vec<_>>(),
+        )?;
+        counter_family(
+            e,
             "wasmswitch_port_drops",
             "Packets dropped, by port and reason (ingress port; tx_ring_full counts on the egress port).",
             &drops,
@@ -466,6 +482,12 @@ impl Collector for SwitchCollector {
         )?;
         gauge_family(
             e,
+            "wasmswitch_fdb_statics",
+            "Static entries in the forwarding database (at most half its capacity, six of each bucket's eight slots).",
+            &[(vec![], self.fdb.get().statics() as i64)],
+        )?;
+        gauge_family(
+            e,
             "wasmswitch_fdb_capacity",
             "Forwarding database capacity.",
             &[(vec![], self.fdb.get().capacity() as i64)],
@@ -491,7 +513,7 @@ impl Collector for SwitchCollector {
         counter_family(
             e,
             "wasmswitch_fdb_not_learned",
-            "Frames whose source was not learned: its FDB bucket was all static entries, or another worker was rewriting the entry at that instant (a later frame learns it).",
+            "Frames whose source was not learned: another worker was rewriting the entry at that instant (a later frame learns it). A port's limit counts in wasmswitch_port_fdb_learn_refused.",
             &self.worker_samples(|w| w.fdb_not_learned.get()),
         )?;
         counter_family(

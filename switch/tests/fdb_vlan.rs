@@ -599,3 +599,100 @@ fn the_aging_sweep_waits_while_a_reload_holds_the_table() {
     assert_eq!((fdb.len(), fdb.stats.aged.get()), (0, 1), "aged once the reload let go");
     sw.dataplane.stop_shared().expect("every frame back");
 }
+
+/// The static budget and a port's limit on learned entries, through the daemon: API statics
+/// until the table's budget refuses one with 422 and the reason, learning still working at
+/// that budget; `ports[].fdb.max_macs` holding a generated MAC flood to its limit, counted in
+/// the metrics, and changed live by a reload that names it.
+#[test]
+fn statics_have_a_budget_and_a_ports_learned_macs_a_limit_changed_live() {
+    let dir = Scratch::new("fdb-budget");
+    let port = free_port();
+    let yaml = |fdb: &str| {
+        format!(
+            "metrics:
+  listen: 127.0.0.1:{port}
+fdb:
+  capacity: 256
+workers:
+  - idle: sleep
+ports:
+  - name: p0
+    driver: sim
+    sim:
+      traffic:
+        rate_pps: 4000
+        src_macs: 40
+        to: [p1]
+{fdb}  - name: p1
+    driver: sim
+"
+        )
+    };
+    let cfg = dir.write(&yaml("    fdb: { max_macs: 10 }\n"));
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c", cfg.to_str().unwrap()]).stderr(Stdio::null());
+    die_with_test(&mut cmd);
+    let mut daemon = cmd.spawn().unwrap();
+    wait_healthy(port, &mut daemon);
+    let metric = |s: &str| series(&http(port, "GET", "/metrics").unwrap().1, s).unwrap_or(-1.0);
+    let learned_p0 = || metric("wasmswitch_port_fdb_learned{port=\"p0\"}");
+    let learned_p0_listed = || {
+        let (_, v) = json(port, "GET", "/api/v1/fdb", "");
+        v["entries"].as_array().unwrap().iter().filter(|e| e["port"] == "p0" && e["static"] == false).count()
+    };
+    eventually("p0 at its limit, the rest of its 40 sources refused", || {
+        learned_p0() == 10.0
+            && metric_sum(&http(port, "GET", "/metrics").unwrap().1, "wasmswitch_port_fdb_learn_refused_total") > 30.0
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!((learned_p0(), learned_p0_listed()), (10.0, 10), "10 and no more");
+
+    // API statics until the table's budget refuses one: 422 with the reason. A bucket's own
+    // budget may refuse some first (also 422, its reason).
+    let max = wasmswitch_core::fdb::max_statics(256);
+    let mut added = 0;
+    let refusal = (0..1000u32)
+        .find_map(|i| {
+            let body = format!(r#"{{"mac":"02:00:00:0b:{:02x}:{:02x}","vlan":1,"port":"p1"}}"#, i / 256, i % 256);
+            let (st, v) = json(port, "POST", "/api/v1/fdb", &body);
+            let why = v["error"].as_str().unwrap_or_default().to_string();
+            match st {
+                200 => added += 1,
+                422 if why.contains("its hash bucket already holds 6 static entries") => {}
+                _ => return Some((st, why)),
+            }
+            None
+        })
+        .expect("a refusal");
+    assert_eq!(refusal.0, 422, "{refusal:?}");
+    assert!(
+        refusal.1.contains(&format!("the table already holds {max} static entries, the most a table of 256 may")),
+        "{refusal:?}"
+    );
+    assert_eq!((added, metric("wasmswitch_fdb_statics")), (max, max as f64));
+    // Learning at the static budget: flushed, p0's sources come back (to its limit).
+    let (st, _) = json(port, "POST", "/api/v1/fdb/flush", "{}");
+    assert_eq!(st, 200);
+    eventually("p0's sources learned again beside the statics", || learned_p0_listed() == 10);
+
+    // A reload raises the limit, live and named; another takes it off.
+    std::fs::write(&cfg, yaml("    fdb: { max_macs: 20 }\n")).unwrap();
+    let (st, v) = json(port, "POST", "/api/v1/reload", "");
+    assert_eq!(st, 200, "{v}");
+    assert!(v["summary"].as_str().unwrap().contains("port `p0`: fdb.max_macs = 20"), "{v}");
+    eventually("p0 at its new limit", || learned_p0() == 20.0 && learned_p0_listed() == 20);
+    std::fs::write(&cfg, yaml("")).unwrap();
+    let (st, v) = json(port, "POST", "/api/v1/reload", "");
+    assert_eq!(st, 200, "{v}");
+    assert!(v["summary"].as_str().unwrap().contains("port `p0`: fdb.max_macs off"), "{v}");
+    eventually("p0 learns past 20", || learned_p0() > 20.0);
+    // Out of range: refused by name, nothing changed.
+    std::fs::write(&cfg, yaml("    fdb: { max_macs: 257 }\n")).unwrap();
+    let (st, v) = json(port, "POST", "/api/v1/reload", "");
+    assert_eq!(st, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("fdb.max_macs 257 is out of range: expected 0-256"), "{v}");
+
+    sigterm(&daemon);
+    assert!(daemon.wait().unwrap().success());
+}

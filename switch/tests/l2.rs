@@ -245,20 +245,73 @@ fn learning_is_per_vlan() {
 #[test]
 fn a_source_with_no_room_to_be_learned_is_counted_and_still_forwarded() {
     let mut r = rig(2, 512, 300);
-    // A table of one bucket, full of static entries: nothing more can be learned.
-    let fdb = Arc::new(Fdb::new(8, 300));
-    for i in 0..8 {
-        fdb.add_static(1, mac(100 + i), 1).unwrap();
-    }
-    r.pipe.set_fdb(fdb.clone());
+    // A port at its limit of learned entries: nothing more is learned from it.
+    r.fdb.set_max_learned(0, 1);
+    r.send(0, frame(MacAddr::BROADCAST, mac(2)));
+    r.take();
     let f = frame(MacAddr::BROADCAST, mac(1));
     for n in 1..=2 {
         r.send(0, f.clone());
         assert_eq!(r.take()[1], vec![f.clone()], "forwarded all the same");
-        assert_eq!(r.pipe.stats().fdb_not_learned.get(), n);
+        assert_eq!(r.pipe.stats().ports[0].learn_refused.get(), n);
     }
-    assert_eq!(fdb.lookup(1, mac(1)), None);
-    assert_eq!(r.pipe.stats().fdb_learned.get(), 0);
+    assert_eq!(r.fdb.lookup(1, mac(1)), None);
+    assert_eq!((r.pipe.stats().fdb_learned.get(), r.pipe.stats().fdb_not_learned.get()), (1, 0));
+    r.finish();
+}
+
+/// One port floods random source MACs, far more than its `fdb.max_macs` and than the table
+/// holds: exactly the limit is learned from it, every other new source counted as refused, and
+/// the other ports' hosts, learned before the flood, keep their entries: their unicast still
+/// goes to one port, never flooded to the flooding port. (Without the limit the flood takes
+/// the whole table, the hosts' older entries evicted first.)
+#[test]
+fn a_mac_flood_from_a_port_with_a_limit_learns_only_the_limit() {
+    const LIMIT: u32 = 100;
+    const FLOOD: u64 = 3000;
+    let mut r = rig(3, 1024, 300);
+    r.fdb.set_max_learned(0, LIMIT);
+    // Hosts on ports 1 and 2, learned at tick 0.
+    r.send(1, frame(MacAddr::BROADCAST, mac(1)));
+    r.send(2, frame(mac(1), mac(2)));
+    r.take();
+    // Distinct, scattered station addresses (a counter, multiplied and folded; local,
+    // individual), from tick 1 on.
+    r.pipe.set_now(1);
+    let random_mac = |i: u64| {
+        let mut x = i.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        x ^= x >> 29;
+        MacAddr::from_u64((x & 0xfeff_ffff_ffff) | 0x0200_0000_0000)
+    };
+    let mut sources = std::collections::HashSet::new();
+    for chunk in (0..FLOOD).collect::<Vec<_>>().chunks(200) {
+        for &i in chunk {
+            assert!(sources.insert(random_mac(i)), "distinct sources");
+            r.inject[0].lock().unwrap().push_back(frame(mac(77), random_mac(i)));
+        }
+        while r.pipe.poll() > 0 {}
+        let out = r.take();
+        assert_eq!((out[1].len(), out[2].len()), (chunk.len(), chunk.len()), "every frame forwarded (flooded)");
+    }
+    // The hosts' unicast: to one port, none flooded to the flood's port.
+    for _ in 0..10 {
+        r.send(1, frame(mac(2), mac(1)));
+        r.send(2, frame(mac(1), mac(2)));
+    }
+    let out = r.take();
+    assert_eq!((out[0].len(), out[1].len(), out[2].len()), (0, 10, 10), "unicast, none flooded to the flood's port");
+    let on_0 = r.fdb.entries(0).iter().filter(|e| e.port == 0).count();
+    assert_eq!((on_0, r.fdb.learned_on(0)), (LIMIT as usize, LIMIT), "learned from the flooding port");
+    let refused = r.pipe.stats().ports[0].learn_refused.get();
+    assert_eq!(refused, FLOOD - LIMIT as u64, "every other source counted as refused");
+    assert_eq!((r.fdb.lookup(1, mac(1)), r.fdb.lookup(1, mac(2))), (Some(1), Some(2)));
+    assert_eq!(r.pipe.stats().ports[1].learn_refused.get() + r.pipe.stats().ports[2].learn_refused.get(), 0);
+    assert_eq!(r.pipe.stats().fdb_evicted.get(), 0, "the flood evicted nothing");
+    // A raised limit lets the next new source in.
+    r.fdb.set_max_learned(0, LIMIT + 1);
+    r.send(0, frame(mac(77), random_mac(FLOOD)));
+    assert_eq!(r.fdb.learned_on(0), LIMIT + 1);
+    r.take();
     r.finish();
 }
 

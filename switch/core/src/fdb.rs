@@ -17,8 +17,22 @@
 //! Learning is per VLAN (IVL, as the Linux bridge with `vlan_filtering 1`): one MAC can be on
 //! different ports in different VLANs. Static entries (from the config or the API) are never
 //! aged, moved by learning or evicted.
+//!
+//! Statics have a budget, so that learning always has room: at most
+//! [`MAX_STATICS_PER_BUCKET`] of a bucket's eight slots, and at most [`STATIC_SHARE_PERCENT`] %
+//! of the table ([`max_statics`]). An add beyond either is refused ([`StaticError`]), never
+//! made by evicting learned entries until nothing can be learned.
+//!
+//! A port may have a limit on its learned entries ([`Fdb::set_max_learned`], `fdb.max_macs`
+//! in the config), as the Linux bridge's `fdb_max_learned`: statics do not count, and at the
+//! limit a new address is not learned ([`Learned::Limited`]: its frames are still forwarded, and
+//! frames to it flooded). Each port's count changes only on the slow paths (a new entry, an
+//! eviction, a move, a removal), never on the known-address fast path. It is exact: every
+//! change of a slot's key or port goes through one atomic read-modify-write of it, and the
+//! count follows the winner (see `Fdb::take` and `Fdb::put`). It may read one above the table
+//! per learn in flight (a learn reserves before it writes); it never goes below 0.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::counter::Counter;
@@ -27,6 +41,17 @@ use crate::vlan::VlanSet;
 use crate::wire::MacAddr;
 
 const SLOTS: usize = 8;
+/// The most static entries one bucket may hold: two of its eight slots are always left to
+/// learning, so a bucket full of statics never stops a station from being learned (each of
+/// these two keeps its freshest learned entries by the usual eviction).
+pub const MAX_STATICS_PER_BUCKET: usize = 6;
+/// The most static entries a table may hold, in percent of its capacity ([`max_statics`]):
+/// the other half is learning's whatever the statics' hashes, which the per-bucket cap alone
+/// (75 %) would not leave it.
+pub const STATIC_SHARE_PERCENT: usize = 50;
+/// Ports whose learned entries a table counts and may limit (port ids below this; a port id
+/// above is learned without a count or limit). The switch's port ids are fewer.
+pub const COUNTED_PORTS: usize = 128;
 const MAC_MASK: u64 = (1 << 48) - 1;
 /// The I/G bit of the MAC in a key (the first byte's lowest, as [`MacAddr::to_u64`] puts it).
 const GROUP_BIT: u64 = 1 << 40;
@@ -122,6 +147,12 @@ impl Place {
     }
 }
 
+/// The most static entries a table of `capacity` may hold ([`STATIC_SHARE_PERCENT`] of the
+/// slots it has, `capacity` rounded up to whole buckets).
+pub fn max_statics(capacity: usize) -> usize {
+    buckets_for(capacity) * SLOTS * STATIC_SHARE_PERCENT / 100
+}
+
 /// What a learn call did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Learned {
@@ -133,8 +164,12 @@ pub enum Learned {
     Moved,
     /// New entry that evicted a stale one from a full bucket.
     Evicted,
-    /// Nowhere to put it: the bucket is all static entries.
+    /// Nowhere to put it: the bucket is all static entries (which the static budget never
+    /// lets a bucket be: [`MAX_STATICS_PER_BUCKET`]).
     Full,
+    /// Not learned: the port has as many learned entries as its limit allows
+    /// ([`Fdb::set_max_learned`]). The frame is forwarded all the same.
+    Limited,
     /// Not learned from this frame: another writer was rewriting the entry's slot (or
     /// inserting the same address) at that instant. A later frame learns it.
     Busy,
@@ -143,19 +178,39 @@ pub enum Learned {
 /// Why a static entry was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StaticError {
-    /// Every slot of the entry's bucket already holds a static entry.
+    /// The entry's bucket already holds [`MAX_STATICS_PER_BUCKET`] static entries.
     BucketFull,
+    /// The table already holds [`max_statics`] static entries (`max` of a table of `capacity`).
+    TableFull { max: usize, capacity: usize },
     /// A group (multicast) or all-zero address cannot be a station.
     GroupAddress,
 }
 
 impl std::fmt::Display for StaticError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            StaticError::BucketFull => "its hash bucket is full of static entries (raise fdb.capacity)",
-            StaticError::GroupAddress => "a multicast, broadcast or all-zero address cannot be an FDB entry",
-        })
+        match self {
+            StaticError::BucketFull => write!(
+                f,
+                "its hash bucket already holds {MAX_STATICS_PER_BUCKET} static entries, the most a bucket may (the other {} of its {SLOTS} slots are for learning; raise fdb.capacity)",
+                SLOTS - MAX_STATICS_PER_BUCKET
+            ),
+            StaticError::TableFull { max, capacity } => write!(
+                f,
+                "the table already holds {max} static entries, the most a table of {capacity} may ({STATIC_SHARE_PERCENT} %; the rest is for learning; raise fdb.capacity)"
+            ),
+            StaticError::GroupAddress => f.write_str("a multicast, broadcast or all-zero address cannot be an FDB entry"),
+        }
     }
+}
+
+/// One port's learned entries and limit, on a cache line of its own (a flood from one port
+/// bounces only its own line, and only on the slow path).
+#[repr(align(64))]
+#[derive(Debug, Default)]
+struct PortLearned {
+    learned: AtomicU32,
+    /// 0 for no limit.
+    max: AtomicU32,
 }
 
 /// One entry, as [`Fdb::entries`] reports it.
@@ -197,6 +252,10 @@ pub struct Fdb {
     /// each reads a slot, then rewrites it, so two at once could both give one static address a
     /// slot, or one remove the entry the other had just put in its place. Workers never take it.
     edits: Mutex<()>,
+    /// Static entries in the table, changed only under `edits` (for the total budget).
+    statics: AtomicUsize,
+    /// Learned entries and limit of each port id below [`COUNTED_PORTS`].
+    ports: Box<[PortLearned]>,
     pub stats: FdbStats,
 }
 
@@ -264,8 +323,81 @@ impl Fdb {
             mask: buckets - 1,
             aging_ticks: AtomicU32::new(aging_ticks),
             edits: Mutex::new(()),
+            statics: AtomicUsize::new(0),
+            ports: (0..COUNTED_PORTS).map(|_| PortLearned::default()).collect(),
             stats: FdbStats::default(),
         }
+    }
+
+    /// Limits `port`'s learned entries to `max` (0: no limit). Entries it has above a lowered
+    /// limit stay until they age, move or are flushed; none is added while it is at or above.
+    /// A port id of [`COUNTED_PORTS`] or more is never limited.
+    pub fn set_max_learned(&self, port: PortId, max: u32) {
+        if let Some(c) = self.ports.get(port as usize) {
+            c.max.store(max, Ordering::Relaxed);
+        }
+    }
+
+    /// `port`'s limit on learned entries (0: none).
+    pub fn max_learned(&self, port: PortId) -> u32 {
+        self.ports.get(port as usize).map_or(0, |c| c.max.load(Ordering::Relaxed))
+    }
+
+    /// `port`'s learned entries (static ones do not count).
+    pub fn learned_on(&self, port: PortId) -> u32 {
+        self.ports.get(port as usize).map_or(0, |c| c.learned.load(Ordering::Relaxed))
+    }
+
+    /// Static entries in the table.
+    pub fn statics(&self) -> usize {
+        self.statics.load(Ordering::Relaxed)
+    }
+
+    /// Counts one more learned entry on `port` unless it is at its limit (then false, and
+    /// nothing written: a flood of new addresses at the limit only reads the count). Slow path.
+    fn reserve(&self, port: PortId) -> bool {
+        let Some(c) = self.ports.get(port as usize) else { return true };
+        let max = c.max.load(Ordering::Relaxed);
+        if max != 0 && c.learned.load(Ordering::Relaxed) >= max {
+            return false;
+        }
+        // Two learns at the limit less one can both pass the check above: the add decides.
+        if c.learned.fetch_add(1, Ordering::Relaxed) >= max && max != 0 {
+            self.release(port);
+            return false;
+        }
+        true
+    }
+
+    /// One learned entry fewer on `port`; never below 0.
+    fn release(&self, port: PortId) {
+        if let Some(c) = self.ports.get(port as usize) {
+            let _ = c.learned.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
+    /// What leaves with the entry whose key was `v` and port word `w`: one learned entry of
+    /// its port, or one static entry.
+    fn forget(&self, v: u64, w: u32) {
+        if v & STATIC != 0 {
+            let _ = self.statics.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        } else {
+            self.release(port_of(w).wrapping_sub(1));
+        }
+    }
+
+    /// Empties slot `s` if it still holds key `v`; false if another writer changed it first.
+    /// Claims the key, then advances the port word's generation in one read-modify-write that
+    /// returns the port the entry had at that instant: a move racing this either landed before
+    /// (and moved the count) or fails its compare-exchange, so the count of the right port goes.
+    fn take(&self, s: &Slot, v: u64) -> bool {
+        if s.key.compare_exchange(v, CLAIMED, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return false;
+        }
+        let w = s.port.fetch_add(1 << 16, Ordering::AcqRel);
+        s.key.store(0, Ordering::Release);
+        self.forget(v, w);
+        true
     }
 
     /// The lock of the edits from outside the datapath (see the field).
@@ -381,7 +513,7 @@ impl Fdb {
                 if port_of(w) == want && s.seen.load(Ordering::Relaxed) == now {
                     return Learned::Known;
                 }
-                return Self::refresh(s, v, w, want, now);
+                return self.refresh(s, v, w, want, now);
             }
         }
         self.learn_slow(bi, k, want, now)
@@ -390,26 +522,35 @@ impl Fdb {
     /// A learned entry seen again: its tick advanced, its port changed if it moved. Out of
     /// line: once per entry per tick, or on a move.
     #[inline(never)]
-    fn refresh(s: &Slot, v: u64, w: u32, want: u16, now: u32) -> Learned {
+    fn refresh(&self, s: &Slot, v: u64, w: u32, want: u16, now: u32) -> Learned {
         // The slot may have been emptied and given to another address since its key was read:
         // its tick is not this address's to advance.
         if s.key.load(Ordering::Acquire) != v {
             return Learned::Busy;
         }
+        let moved = port_of(w) != want;
+        // A move onto a port at its limit is refused whole: the entry stays where it was and is
+        // not kept fresh by the frames of the port that may not have it (if the station did
+        // move, the entry ages out and frames to it are flooded).
+        if moved && !self.reserve(want - 1) {
+            return Learned::Limited;
+        }
         // Forward only: another worker's clock may be a tick ahead of this one's.
         if ticks_since(s.seen.load(Ordering::Relaxed), now) > 0 {
             s.seen.store(now, Ordering::Relaxed);
         }
-        if port_of(w) == want {
+        if !moved {
             return Learned::Known;
         }
         // Moved (same key and generation; a lookup in between sees the two port words differ
         // and floods once): last writer wins if two workers see it on two ports at once. Only a
-        // slot whose port word nobody rewrote since `w` (a new entry advances the generation),
-        // and that still held this key above, takes the port.
+        // slot whose port word nobody rewrote since `w` (a new entry, or a removal, advances the
+        // generation), and that still held this key above, takes the port.
         if s.port.compare_exchange(w, (w & 0xffff_0000) | want as u32, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            self.release(want - 1);
             return Learned::Busy;
         }
+        self.release(port_of(w).wrapping_sub(1));
         Learned::Moved
     }
 
@@ -424,6 +565,9 @@ impl Fdb {
         if b.slots.iter().any(|s| s.key.load(Ordering::Acquire) == CLAIMED) {
             return Learned::Busy;
         }
+        if !self.reserve(want - 1) {
+            return Learned::Limited;
+        }
         let (i, old, learned) = match empty {
             Some(i) => (i, 0, Learned::New),
             None => {
@@ -431,15 +575,20 @@ impl Fdb {
                 let oldest = (0..SLOTS)
                     .filter(|&i| b.slots[i].key.load(Ordering::Relaxed) & STATIC == 0)
                     .max_by_key(|&i| ticks_since(b.slots[i].seen.load(Ordering::Relaxed), now));
-                let Some(i) = oldest else { return Learned::Full };
+                let Some(i) = oldest else {
+                    self.release(want - 1);
+                    return Learned::Full;
+                };
                 let v = b.slots[i].key.load(Ordering::Acquire);
                 if v == CLAIMED || v & STATIC != 0 {
+                    self.release(want - 1);
                     return Learned::Busy;
                 }
                 (i, v, Learned::Evicted)
             }
         };
         if !self.put(b, i, old, k, want, now) {
+            self.release(want - 1);
             return Learned::Busy;
         }
         // Two writers that both saw no claim can still put the address into two different
@@ -448,26 +597,41 @@ impl Fdb {
         std::sync::atomic::fence(Ordering::SeqCst);
         let doubled = b.slots.iter().enumerate().any(|(j, s)| j != i && same_entry(s.key.load(Ordering::Acquire), k));
         if doubled {
-            let _ = b.slots[i].key.compare_exchange(k, 0, Ordering::AcqRel, Ordering::Relaxed);
+            // Its count goes with it (`take`), as it would with whoever else took the slot.
+            self.take(&b.slots[i], k);
             return Learned::Busy;
         }
         learned
     }
 
     /// Rewrites slot `i` from key `old` to key `k` on port `want - 1`: claim, port, publish.
+    /// Counts what it replaced (an evicted learned entry, a static one) gone and a static `k`
+    /// in; a learned `k` the caller has counted (`reserve`).
     fn put(&self, b: &Bucket, i: usize, old: u64, k: u64, want: u16, now: u32) -> bool {
-        if b.slots[i].key.compare_exchange(old, CLAIMED, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        let s = &b.slots[i];
+        if s.key.compare_exchange(old, CLAIMED, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return false;
         }
         // Tick first so the aging sweep never sees the new entry with a stale time.
-        b.slots[i].seen.store(now, Ordering::Relaxed);
-        let generation = (b.slots[i].port.load(Ordering::Relaxed) >> 16).wrapping_add(1) & 0xffff;
-        b.slots[i].port.store(generation << 16 | want as u32, Ordering::Release);
-        b.slots[i].key.store(k, Ordering::Release);
+        s.seen.store(now, Ordering::Relaxed);
+        // The next generation in one read-modify-write, as `take` does: the port the evicted
+        // entry had is read where no move can slip in after it (a move's compare-exchange on
+        // the old word fails from here).
+        let w = s.port.fetch_add(1 << 16, Ordering::AcqRel).wrapping_add(1 << 16);
+        s.port.store((w & 0xffff_0000) | want as u32, Ordering::Release);
+        s.key.store(k, Ordering::Release);
+        if old != 0 {
+            self.forget(old, w);
+        }
+        if k & STATIC != 0 {
+            self.statics.fetch_add(1, Ordering::Relaxed);
+        }
         true
     }
 
-    /// Adds (or replaces) a static entry: never aged, never moved by learning or evicted.
+    /// Adds (or replaces) a static entry: never aged, never moved by learning or evicted. A
+    /// new one beyond the static budget ([`MAX_STATICS_PER_BUCKET`] in its bucket,
+    /// [`max_statics`] in the table) is refused; replacing one (another port) always works.
     pub fn add_static(&self, vlan: u16, mac: MacAddr, port: PortId) -> Result<(), StaticError> {
         if !mac.is_station() {
             return Err(StaticError::GroupAddress);
@@ -476,9 +640,19 @@ impl Fdb {
         let k = key(vlan, mac);
         let b = &self.buckets[self.bucket_of(k)];
         loop {
+            let keys: [u64; SLOTS] = std::array::from_fn(|i| b.slots[i].key.load(Ordering::Acquire));
+            // Statics change only under `edits`, which this holds: the budget cannot move under it.
+            if !keys.contains(&(k | STATIC)) {
+                if keys.iter().filter(|&&v| v & STATIC != 0).count() >= MAX_STATICS_PER_BUCKET {
+                    return Err(StaticError::BucketFull);
+                }
+                let max = max_statics(self.capacity());
+                if self.statics() >= max {
+                    return Err(StaticError::TableFull { max, capacity: self.capacity() });
+                }
+            }
             // The entry itself, learned or static, first; then an empty slot; then the stalest
             // learned entry.
-            let keys: Vec<u64> = b.slots.iter().map(|s| s.key.load(Ordering::Acquire)).collect();
             let slot =
                 keys.iter().position(|&v| same_entry(v, k)).or_else(|| keys.iter().position(|&v| v == 0)).or_else(
                     || {
@@ -497,7 +671,7 @@ impl Fdb {
                 std::sync::atomic::fence(Ordering::SeqCst);
                 for (j, s) in b.slots.iter().enumerate() {
                     if j != i && s.key.load(Ordering::Acquire) == k {
-                        let _ = s.key.compare_exchange(k, 0, Ordering::AcqRel, Ordering::Relaxed);
+                        self.take(s, k);
                     }
                 }
                 return Ok(());
@@ -506,8 +680,9 @@ impl Fdb {
     }
 
     /// Whether this table's static entries, less `remove` (each (VLAN, MAC, port)) and those
-    /// on `gone_ports`, plus `add`, would fit a table of `capacity`: no bucket over its slots,
-    /// no group address. What a reload asks before it changes anything; it allocates only for
+    /// on `gone_ports`, plus `add`, would fit a table of `capacity`: within the static budget
+    /// (per bucket and in all, as [`Fdb::add_static`] holds them), no group address. What a
+    /// reload asks before it changes anything; it allocates only for
     /// the static entries.
     pub fn statics_fit(
         &self,
@@ -536,6 +711,7 @@ impl Fdb {
         for &k in &statics {
             *per_bucket.entry(bucket(k)).or_default() += 1;
         }
+        let max = max_statics(capacity);
         for &(vlan, mac, _) in add {
             if !mac.is_station() {
                 return Err(format!("{mac} in VLAN {vlan}: {}", StaticError::GroupAddress));
@@ -544,18 +720,27 @@ impl Fdb {
             if statics.insert(k) {
                 let n = per_bucket.entry(bucket(k)).or_default();
                 *n += 1;
-                if *n > SLOTS {
-                    return Err(format!(
-                        "{mac} in VLAN {vlan} does not fit a table of {capacity}: {}",
-                        StaticError::BucketFull
-                    ));
-                }
+                let why = if *n > MAX_STATICS_PER_BUCKET {
+                    StaticError::BucketFull
+                } else if statics.len() > max {
+                    StaticError::TableFull { max, capacity }
+                } else {
+                    continue;
+                };
+                return Err(format!("{mac} in VLAN {vlan} does not fit a table of {capacity}: {why}"));
             }
         }
-        if let Some((&b, &n)) = per_bucket.iter().find(|(_, &n)| n > SLOTS) {
+        if let Some((&b, &n)) = per_bucket.iter().find(|(_, &n)| n > MAX_STATICS_PER_BUCKET) {
             let (vlan, mac, _) = unpack(*statics.iter().find(|&&k| bucket(k) == b).expect("counted above"));
             return Err(format!(
-                "the static entry {mac} in VLAN {vlan} does not fit a table of {capacity}: its hash bucket would hold {n} static entries, {SLOTS} at most"
+                "the static entry {mac} in VLAN {vlan} does not fit a table of {capacity}: its hash bucket would hold {n} static entries, {MAX_STATICS_PER_BUCKET} at most (the other {} of its {SLOTS} slots are for learning)",
+                SLOTS - MAX_STATICS_PER_BUCKET
+            ));
+        }
+        if statics.len() > max {
+            return Err(format!(
+                "the {} static entries do not fit a table of {capacity}: it may hold {max} ({STATIC_SHARE_PERCENT} %; the rest is for learning)",
+                statics.len()
             ));
         }
         Ok(())
@@ -572,7 +757,7 @@ impl Fdb {
             same_entry(v, k)
                 && v & STATIC != 0
                 && port_of(s.port.load(Ordering::Acquire)).wrapping_sub(1) == port
-                && s.key.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+                && self.take(s, v)
         })
     }
 
@@ -586,7 +771,7 @@ impl Fdb {
         // after the remove.
         b.slots.iter().fold(false, |removed, s| {
             let v = s.key.load(Ordering::Acquire);
-            (same_entry(v, k) && s.key.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()) || removed
+            (same_entry(v, k) && self.take(s, v)) || removed
         })
     }
 
@@ -617,7 +802,7 @@ impl Fdb {
                 }
                 let (vlan, _, _) = unpack(v);
                 let port = port_of(s.port.load(Ordering::Acquire)).wrapping_sub(1);
-                if selected(vlan, port) && s.key.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                if selected(vlan, port) && self.take(s, v) {
                     n += 1;
                 }
             }
@@ -637,9 +822,7 @@ impl Fdb {
                     continue;
                 }
                 let seen = s.seen.load(Ordering::Relaxed);
-                if ticks_since(seen, now) > aging_ticks
-                    && s.key.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-                {
+                if ticks_since(seen, now) > aging_ticks && self.take(s, v) {
                     aged += 1;
                 }
             }
@@ -685,8 +868,8 @@ impl Fdb {
     }
 
     /// A table of `capacity` with this one's aging time, entries (each with its last-seen
-    /// tick) and counters: what a reload that changes `fdb.capacity` swaps in. Static entries
-    /// go first, and one that does not fit is an error (nothing is swapped in); learned ones
+    /// tick), counters and ports' limits: what a reload that changes `fdb.capacity` swaps in.
+    /// Static entries go first, and one that does not fit is an error (nothing is swapped in); learned ones
     /// that do not fit a smaller table are dropped stalest first by the usual eviction, counted
     /// in `resize_dropped`.
     pub fn resized(&self, capacity: usize, now: u32) -> Result<Fdb, String> {
@@ -702,6 +885,11 @@ impl Fdb {
             } else if let Learned::Evicted | Learned::Full = new.learn(e.vlan, e.mac, e.port, now.wrapping_sub(e.age)) {
                 new.stats.resize_dropped.inc();
             }
+        }
+        // The ports' limits after their entries: what the old table held, the new one holds
+        // (counted anew), even above a limit lowered since.
+        for (to, from) in new.ports.iter().zip(self.ports.iter()) {
+            to.max.store(from.max.load(Ordering::Relaxed), Ordering::Relaxed);
         }
         new.stats.aged.add(self.stats.aged.get());
         new.stats.resize_dropped.add(self.stats.resize_dropped.get());
@@ -907,12 +1095,186 @@ mod tests {
         assert_eq!(f.lookup(1, mac(9)), Some(2), "adding again replaces");
         assert!(f.remove(1, mac(9)));
         assert!(!f.remove(1, mac(9)));
+    }
+
+    /// MACs whose entries in VLAN 1 fall into bucket `bucket` of `f`, from `from` on.
+    fn macs_in_bucket(f: &Fdb, bucket: u32, from: u64) -> impl Iterator<Item = MacAddr> + '_ {
+        (from..).map(mac).filter(move |&m| f.place(1, m).parts().1 == bucket)
+    }
+
+    #[test]
+    fn learning_keeps_room_with_the_statics_at_their_budget() {
+        // The table's budget: statics until the table refuses one, then every new address is
+        // still learned and found.
+        let f = Fdb::new(1024, 300);
+        let max = max_statics(1024);
+        assert_eq!(max, 512);
+        // Twice the table's capacity in adds: the budget refuses every one past it.
+        let (mut bucket_full, mut refused) = (0, None);
+        for i in 0..2048 {
+            match f.add_static(1, mac(i), 1) {
+                Ok(()) => {}
+                Err(StaticError::BucketFull) => bucket_full += 1,
+                Err(e) => {
+                    refused.get_or_insert(e);
+                }
+            }
+        }
+        let refused = refused.expect("the table's budget refused some");
+        assert_eq!(refused, StaticError::TableFull { max, capacity: 1024 });
+        assert_eq!((f.statics(), f.len()), (max, max));
+        assert!(refused.to_string().contains("already holds 512 static entries"), "{refused}");
+        // Replacing one (another port) is no new static: allowed at the budget.
+        f.add_static(1, mac(0), 2).unwrap();
+        for b in f.buckets.iter() {
+            let statics = b.slots.iter().filter(|s| s.key.load(Ordering::Relaxed) & STATIC != 0).count();
+            assert!(statics <= MAX_STATICS_PER_BUCKET, "a bucket of {statics} statics");
+        }
+        for j in 0..2048u64 {
+            let m = MacAddr::from_u64(0x0400_0000_0000 + j);
+            let r = f.learn(1, m, 3, j as u32);
+            assert!(matches!(r, Learned::New | Learned::Evicted), "{m}: {r:?}");
+            assert_eq!(f.lookup(1, m), Some(3), "{m} learned and found");
+        }
+        assert_eq!(f.statics(), max, "no static was evicted");
+        eprintln!("{bucket_full} statics refused by their bucket on the way to {max}");
+
+        // One bucket's budget: six statics in it, the seventh refused, and stations that hash
+        // there are learned and found, each evicting the stalest learned one.
+        let f = Fdb::new(1024, 300);
+        let mut same = macs_in_bucket(&f, 5, 0);
+        for _ in 0..MAX_STATICS_PER_BUCKET {
+            f.add_static(1, same.next().unwrap(), 1).unwrap();
+        }
+        let seventh = same.next().unwrap();
+        let err = f.add_static(1, seventh, 1).unwrap_err();
+        assert_eq!(err, StaticError::BucketFull);
+        assert!(err.to_string().contains("already holds 6 static entries"), "{err}");
+        assert_eq!(f.lookup(1, seventh), None);
+        for (t, m) in std::iter::once(seventh).chain(same.take(10)).enumerate() {
+            let r = f.learn(1, m, 2, t as u32);
+            assert!(matches!(r, Learned::New | Learned::Evicted), "{m}: {r:?}");
+            assert_eq!(f.lookup(1, m), Some(2));
+        }
+        assert_eq!(f.statics(), MAX_STATICS_PER_BUCKET, "the statics stay");
+        assert_eq!(f.len(), SLOTS, "two learned entries beside them");
+
+        // The API refuses either way; `statics_fit` (what `check` and a reload ask) agrees.
+        assert!(f.statics_fit(1024, &[], &[], &[(1, seventh, 1)]).unwrap_err().contains("already holds 6"));
         let one = Fdb::new(8, 10);
-        for i in 0..8 {
+        for i in 0..4 {
             one.add_static(1, mac(i), 1).unwrap();
         }
-        assert_eq!(one.add_static(1, mac(99), 1), Err(StaticError::BucketFull));
-        assert_eq!(one.learn(1, mac(99), 1, 0), Learned::Full);
+        assert_eq!(one.add_static(1, mac(99), 1), Err(StaticError::TableFull { max: 4, capacity: 8 }));
+        assert_eq!(one.learn(1, mac(99), 1, 0), Learned::New);
+    }
+
+    #[test]
+    fn a_port_at_its_limit_learns_nothing_new_and_the_count_follows_every_change() {
+        let f = Fdb::new(1024, 10);
+        f.set_max_learned(1, 5);
+        f.add_static(1, mac(1000), 1).unwrap();
+        let learned: Vec<Learned> = (0..10).map(|i| f.learn(1, mac(i), 1, 0)).collect();
+        assert_eq!(&learned[..5], &[Learned::New; 5]);
+        assert_eq!(&learned[5..], &[Learned::Limited; 5], "statics do not count");
+        assert_eq!((f.learned_on(1), f.lookup(1, mac(7))), (5, None));
+        assert_eq!(f.learn(1, mac(0), 1, 1), Learned::Known, "a known address is no new one");
+        // Another port learns freely; a station of it seen on the full port stays where it is,
+        // and is not kept fresh by that port's frames.
+        for i in 100..120 {
+            assert_eq!(f.learn(1, mac(i), 2, 0), Learned::New);
+        }
+        assert_eq!(f.learn(1, mac(100), 1, 5), Learned::Limited);
+        assert_eq!((f.lookup(1, mac(100)), f.learned_on(2)), (Some(2), 20));
+        assert_eq!(f.entries(5).iter().find(|e| e.mac == mac(100)).unwrap().age, 5);
+        // A move off the port makes room, a move onto it takes it.
+        assert_eq!(f.learn(1, mac(0), 2, 6), Learned::Moved);
+        assert_eq!((f.learned_on(1), f.learned_on(2)), (4, 21));
+        assert_eq!(f.learn(1, mac(101), 1, 6), Learned::Moved);
+        assert_eq!((f.learned_on(1), f.learned_on(2)), (5, 20));
+        // Removal, flush and aging give room back; the static one is never counted.
+        assert!(f.remove(1, mac(1)));
+        assert_eq!(f.learned_on(1), 4);
+        assert_eq!(f.learn(1, mac(50), 1, 6), Learned::New);
+        assert_eq!(f.age(11), 3 + 19, "the entries last seen at 0");
+        assert_eq!((f.learned_on(1), f.learned_on(2)), (2, 1), "mac 101 and 50 on 1, mac 0 on 2");
+        f.flush_port(1);
+        assert_eq!((f.learned_on(1), f.lookup(1, mac(1000))), (0, Some(1)));
+        // A static put over a learned entry, and an eviction, take the count of its port.
+        f.learn(1, mac(3), 1, 20);
+        f.add_static(1, mac(3), 4).unwrap();
+        assert_eq!(f.learned_on(1), 0);
+        let one = Fdb::new(8, 100);
+        one.set_max_learned(1, 100);
+        for i in 0..8 {
+            one.learn(1, mac(i), 1, i as u32);
+        }
+        assert_eq!(one.learn(1, mac(8), 2, 9), Learned::Evicted);
+        assert_eq!((one.learned_on(1), one.learned_on(2)), (7, 1));
+        // Lowered below what it has: nothing goes, nothing new comes; raised: room again.
+        one.set_max_learned(1, 3);
+        assert_eq!((one.learn(1, mac(20), 1, 9), one.learned_on(1)), (Learned::Limited, 7));
+        one.set_max_learned(1, 0);
+        assert_eq!(one.learn(1, mac(20), 1, 9), Learned::Evicted);
+        // A resized table keeps the limit, the count made anew.
+        let big = one.resized(1024, 9).unwrap();
+        assert_eq!((big.max_learned(1), big.learned_on(1), big.learned_on(2)), (0, 7, 1));
+        f.set_max_learned(3, 2);
+        let g = f.resized(64, 20).unwrap();
+        assert_eq!(g.max_learned(3), 2);
+    }
+
+    /// Workers learning, moving and evicting at once beside the aging sweep and flushes: each
+    /// port's count is exactly its entries at the end, and never over its limit on the way.
+    #[test]
+    fn the_per_port_counts_stay_exact_under_racing_learns_moves_and_removals() {
+        use std::sync::atomic::AtomicBool;
+        let f = Arc::new(Fdb::new(256, 2));
+        for p in 0..4 {
+            f.set_max_learned(p, 100);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers: Vec<_> = (0..3u64)
+            .map(|w| {
+                let (f, stop) = (f.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut x = w.wrapping_mul(0x9e37_79b9) | 1;
+                    let mut now = 0u32;
+                    let mut over = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        // xorshift: 600 addresses over 4 ports in 256 slots, so they move and evict.
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let port = (x % 4) as PortId;
+                        f.learn(1, mac((x >> 8) % 600), port, now);
+                        now = (now + u32::from(x.is_multiple_of(3))) % 1000;
+                        over += usize::from((0..4).any(|p| f.learned_on(p) > 100 + 3));
+                    }
+                    over
+                })
+            })
+            .collect();
+        // For a second (a few hundred thousand learns, moves and evictions on a busy machine).
+        let start = std::time::Instant::now();
+        let mut round = 0u32;
+        while start.elapsed() < std::time::Duration::from_secs(1) {
+            f.age(round % 1000);
+            if round.is_multiple_of(50) {
+                f.flush_port((round / 50 % 4) as PortId);
+                let _ = f.remove(1, mac(round as u64 % 600));
+            }
+            round += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let over: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        let entries = f.entries(0);
+        for p in 0..4 {
+            let n = entries.iter().filter(|e| e.port == p && !e.is_static).count();
+            assert_eq!(f.learned_on(p) as usize, n, "port {p}");
+            assert!(n <= 100, "port {p}: {n} learned, the limit is 100");
+        }
+        assert_eq!(over, 0, "a count above the limit (plus one learn in flight per worker)");
     }
 
     #[test]
@@ -1123,7 +1485,7 @@ mod tests {
         for i in 0..20u64 {
             old.add_static(3, mac(2000 + i), 1).unwrap();
         }
-        let err = old.resized(8, 100).map(|_| ()).expect_err("21 static entries do not fit 8 slots");
+        let err = old.resized(8, 100).map(|_| ()).expect_err("21 static entries do not fit a table of 8");
         assert!(err.contains("does not fit a table of 8"), "{err}");
     }
 

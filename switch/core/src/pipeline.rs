@@ -730,6 +730,9 @@ impl Pipeline {
                 match self.fdb.learn_at(src, p, self.now) {
                     Learned::Known => {}
                     Learned::Full | Learned::Busy => self.stats.fdb_not_learned.inc(),
+                    // Once per run of the source, as every learn: a flood of new addresses at
+                    // the limit costs a read of the port's count each (the slow path).
+                    Learned::Limited => self.stats.ports[p as usize].learn_refused.inc(),
                     Learned::New => self.stats.fdb_learned.inc(),
                     Learned::Moved => self.stats.fdb_moved.inc(),
                     Learned::Evicted => {

@@ -117,6 +117,9 @@ pub struct PortStats {
     /// Frames received with the host port's own MAC as source (not on the host port): forwarded,
     /// never learned.
     pub own_address: Counter,
+    /// Frames whose source was not learned because the port had as many learned entries as
+    /// its limit (`fdb.max_macs`) allows: forwarded all the same. Once per run of one source.
+    pub learn_refused: Counter,
 }
 
 impl PortStats {
@@ -140,10 +143,12 @@ impl PortStats {
             checksums_completed,
             link_local,
             own_address,
+            learn_refused,
         } = self;
-        for c in [rx_packets, rx_bytes, tx_packets, tx_bytes, checksums_completed, link_local, own_address]
-            .into_iter()
-            .chain(drops)
+        for c in
+            [rx_packets, rx_bytes, tx_packets, tx_bytes, checksums_completed, link_local, own_address, learn_refused]
+                .into_iter()
+                .chain(drops)
         {
             c.reset();
         }
@@ -165,8 +170,9 @@ pub struct WorkerStats {
     pub fdb_learned: Counter,
     pub fdb_moved: Counter,
     pub fdb_evicted: Counter,
-    /// Sources not learned from a frame: their bucket was all static entries, or another
-    /// worker was rewriting the slot at that instant ([`crate::fdb::Learned::Busy`]).
+    /// Sources not learned from a frame: another worker was rewriting the slot at that instant
+    /// ([`crate::fdb::Learned::Busy`]), or (which the static budget keeps from happening) the
+    /// bucket was all static entries. A port's limit counts in [`PortStats::learn_refused`].
     pub fdb_not_learned: Counter,
     /// Extra copies made by flooding.
     pub flood_copies: Counter,

@@ -100,7 +100,8 @@ pub struct Plan {
 /// - a port added or removed (ports are matched by name), unless it is a sim port with
 ///   generated traffic (the other generators' destinations are fixed when they start);
 /// - a port's `mtu`;
-/// - the L2 keys ([`is_l2`]): VLANs, storm control, mirrors and static FDB entries;
+/// - the L2 keys ([`is_l2`]): VLANs, storm control, mirrors, static FDB entries and a port's
+///   limit on learned ones;
 /// - a sim port's `sim` settings (the port's queues are replaced; its counters carry on), except
 ///   giving it traffic or taking its traffic away (that changes the others' destinations).
 pub fn applies_live(c: &Change) -> bool {
@@ -147,8 +148,8 @@ pub fn applies_live(c: &Change) -> bool {
             .any(|k| rest.strip_prefix(k).is_some_and(|r| r.is_empty() || r.starts_with('[') || r.starts_with('.')))
 }
 
-/// True for the L2 keys (see `config::l2`), all applied live: a port's `vlan` and `storm`, the
-/// host port's `vlan`, `mirrors`, `fdb.static`.
+/// True for the L2 keys (see `config::l2`), all applied live: a port's `vlan`, `storm` and
+/// `fdb` (`max_macs`), the host port's `vlan`, `mirrors`, `fdb.static`.
 pub fn is_l2(key: &str) -> bool {
     let under = |k: &str, section: &str| {
         k.strip_prefix(section).is_some_and(|r| r.is_empty() || r.starts_with('.') || r.starts_with('['))
@@ -158,7 +159,7 @@ pub fn is_l2(key: &str) -> bool {
     }
     key.strip_prefix("ports[")
         .and_then(|r| r.split_once(']'))
-        .is_some_and(|(_, r)| under(r, ".vlan") || under(r, ".storm"))
+        .is_some_and(|(_, r)| under(r, ".vlan") || under(r, ".storm") || under(r, ".fdb"))
 }
 
 /// Compares `old` (running) with `new` (just loaded from `new.file`).

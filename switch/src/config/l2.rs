@@ -186,6 +186,42 @@ pub struct StormSection {
     pub unknown_unicast_pps: Option<Spanned<u32>>,
 }
 
+/// A port's `fdb:` settings.
+#[derive(Deserialize, Serialize, Debug, Clone, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PortFdbSection {
+    /// The most learned entries the port may have in the FDB (statics do not count); at the
+    /// limit a new source is not learned (its frames are forwarded, frames to it flooded).
+    /// 0 or absent: no limit. As the Linux bridge's `fdb_max_learned`.
+    #[serde(default)]
+    pub max_macs: Option<Spanned<u32>>,
+}
+
+impl PortFdbSection {
+    /// The limit, 0 for none.
+    pub fn max_macs(&self) -> u32 {
+        self.max_macs.as_ref().map_or(0, |m| m.value)
+    }
+
+    fn check(
+        &self,
+        err: &impl Fn(Location, String) -> ConfigError,
+        port: &str,
+        capacity: usize,
+    ) -> Result<(), ConfigError> {
+        match &self.max_macs {
+            Some(m) if m.value as usize > capacity => Err(err(
+                m.referenced,
+                format!(
+                    "port `{port}`: fdb.max_macs {} is out of range: expected 0-{capacity} (0: no limit; at most fdb.capacity)",
+                    m.value
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 #[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
@@ -308,6 +344,9 @@ pub fn check(cfg: &Config, err: &impl Fn(Location, String) -> ConfigError) -> Re
         if let Some(s) = &p.storm {
             s.check(err, name)?;
         }
+        if let Some(f) = &p.fdb {
+            f.check(err, name, cfg.fdb.capacity.value)?;
+        }
         let v = match &p.vlan {
             Some(v) => v.resolve(err, name)?,
             None => PortVlan::default(),
@@ -361,8 +400,8 @@ pub fn check(cfg: &Config, err: &impl Fn(Location, String) -> ConfigError) -> Re
             ));
         }
     }
-    // The entries go into a table of the configured capacity here, so that one whose hash
-    // bucket is full of static entries is refused by `check` rather than by `run`.
+    // The entries go into a table of the configured capacity here, so that one beyond the
+    // static budget (its bucket's or the table's) is refused by `check` rather than by `run`.
     let table = Fdb::new(cfg.fdb.capacity.value, 1);
     let mut seen: HashMap<(u16, u64), Location> = HashMap::new();
     for e in &cfg.fdb.statics {
@@ -401,6 +440,16 @@ pub fn check(cfg: &Config, err: &impl Fn(Location, String) -> ConfigError) -> Re
 }
 
 impl Config {
+    /// Port `name`'s limit on learned FDB entries (`ports[].fdb.max_macs`), 0 for none (the
+    /// host port has none).
+    pub fn max_macs(&self, name: &str) -> u32 {
+        self.ports
+            .iter()
+            .find(|p| p.name.value == name)
+            .and_then(|p| p.fdb.as_ref())
+            .map_or(0, PortFdbSection::max_macs)
+    }
+
     /// Why a static FDB entry for `mac` on `port` is refused because `mac` is `host.mac` and
     /// `port` not the host port (it would pull the host's traffic there, which the datapath's
     /// learning never lets a frame do); `None` for any other entry.

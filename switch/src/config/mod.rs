@@ -341,6 +341,9 @@ pub struct PortSection {
     /// Storm control: flooded frames per second admitted on this port, by class.
     #[serde(default)]
     pub storm: Option<l2::StormSection>,
+    /// The port's FDB settings: a limit on its learned entries.
+    #[serde(default)]
+    pub fdb: Option<l2::PortFdbSection>,
     /// The UMEM group the port's frames live in. Ports of one group forward to each other
     /// without a copy; a frame that crosses groups is copied into a frame of the egress port's
     /// group. When absent: an AF_XDP port's bind mode (`copy` or `zerocopy`, which the kernel
@@ -807,6 +810,9 @@ impl Config {
             }
             if p.storm.is_some() {
                 return Some((p.name.referenced, format!("port `{port}`: `storm`")));
+            }
+            if p.fdb.is_some() {
+                return Some((p.name.referenced, format!("port `{port}`: `fdb`")));
             }
         }
         if let Some(m) = self.mirrors.first() {

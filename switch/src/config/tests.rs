@@ -307,6 +307,7 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
     ("not a vid", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, allowed: [ten] }\n", "4:36", "`ten` is not a VLAN id"),
     ("trunk with vid", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: trunk, vid: 3, allowed: [3] }\n", "4:19", "not `vid:`"),
     ("unknown mode", "ports:\n  - name: p0\n    driver: sim\n    vlan: { mode: hybrid, vid: 3 }\n", "4:19", "unknown variant `hybrid`"),
+    ("max_macs over the capacity", "fdb:\n  capacity: 1024\nports:\n  - name: p0\n    driver: sim\n    fdb: { max_macs: 1025 }\n", "6:22", "port `p0`: fdb.max_macs 1025 is out of range: expected 0-1024 (0: no limit; at most fdb.capacity)"),
     ("storm over the range", "ports:\n  - name: p0\n    driver: sim\n    storm: { broadcast_pps: 1000000001 }\n", "4:29", "storm.broadcast_pps 1000000001 is out of range"),
     ("mirror to itself", "ports:\n  - name: p0\n    driver: sim\nmirrors:\n  - { name: m, sources: [p0], destination: p0 }\n", "5:25", "cannot mirror to itself"),
     ("mirror of a destination", "ports:\n  - name: p0\n    driver: sim\n  - name: p1\n    driver: sim\n  - name: p2\n    driver: sim\nmirrors:\n  - { name: a, sources: [p0], destination: p1 }\n  - { name: b, sources: [p1], destination: p2 }\n", "9:44", "is a source of mirror `b`"),
@@ -323,6 +324,25 @@ const BROKEN: &[(&str, &str, &str, &str)] = &[
     ("no ports", "ports: []\n", "", "at least one port"),
     ("missing ports key", "workers:\n  - cpu: 0\n", "1:1", "missing field `ports`"),
 ];
+
+/// The static budget holds for the config's entries as for the API's: `check` (and so `run`
+/// and a reload) refuses the first one beyond it, at its line, saying why.
+#[test]
+fn static_entries_beyond_the_fdb_budget_are_refused_at_their_line() {
+    let yaml = |n: usize| {
+        let mut y = "fdb:\n  capacity: 64\n  static:\n".to_string();
+        for i in 0..n {
+            y += &format!("    - {{ mac: \"02:00:00:00:{:02x}:{:02x}\", port: p0 }}\n", i / 256, i % 256);
+        }
+        y + "ports:\n  - name: p0\n    driver: sim\n"
+    };
+    let fits = (1..=64).take_while(|&n| parse(&yaml(n)).is_ok()).last().unwrap_or(0);
+    let max = wasmswitch_core::fdb::max_statics(64);
+    assert!((wasmswitch_core::fdb::MAX_STATICS_PER_BUCKET..=max).contains(&fits), "{fits} of {max} fit");
+    let e = parse(&yaml(fits + 1)).unwrap_err();
+    assert_eq!(e.line as usize, 4 + fits, "{e}");
+    assert!(e.message.contains("fdb.static: ") && e.message.contains("static entries, the most"), "{e}");
+}
 
 #[test]
 fn broken_configs_give_precise_errors() {
@@ -428,6 +448,7 @@ fn what_only_l2_applies_is_refused_in_the_other_modes() {
         ("    shadow:\n      - name: new\n        path: acl.wasm\n", "5:15", "port `p0`: plugin `new`"),
         ("    vlan: { mode: access, vid: 10 }\n", "2:11", "port `p0`: `vlan`"),
         ("    storm: { broadcast_pps: 100 }\n", "2:11", "port `p0`: `storm`"),
+        ("    fdb: { max_macs: 100 }\n", "2:11", "port `p0`: `fdb`"),
         (
             "  - name: p1\n    driver: sim\nmirrors:\n  - name: m\n    sources: [p0]\n    destination: p1\n",
             "7:11",
@@ -586,6 +607,8 @@ ports:
       broadcast_pps: 1000
       multicast_pps: 500
       unknown_unicast_pps: 200
+    fdb:
+      max_macs: 100
     plugins:
       - name: a
         path: {plugin}

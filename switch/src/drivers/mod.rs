@@ -22,6 +22,8 @@ use wasmswitch_tap::{HostPort, TapStats};
 /// Port ids a running switch can hand out: every configured port plus the host port. Ids of
 /// removed ports are reused; per-worker counters are sized for all of them once, at start.
 pub const MAX_PORT_IDS: usize = crate::config::range::PORTS.1 + 1;
+// Every port's learned entries are counted (and limited by `fdb.max_macs`) in the FDB.
+const _: () = assert!(MAX_PORT_IDS <= wasmswitch_core::fdb::COUNTED_PORTS);
 
 /// Frames past the MTU: Ethernet header plus two VLAN tags.
 pub fn max_frame(mtu: u32) -> usize {
