@@ -488,8 +488,11 @@ impl Switch {
             let Some(i) = named(&old, &port.name.value) else { continue };
             if old.ports[i].mtu.value != port.mtu.value && !replaced.contains(&j) {
                 let id = id_of(&port.name.value).expect("a running port has an id");
+                let mtu = port.mtu.value;
+                let veth = dp.ports.get(id).is_some_and(|i| i.veth);
+                let (max, tx_max) = (crate::drivers::max_frame(mtu), crate::drivers::max_tx_frame(mtu, veth));
                 for cmds in &mut extra {
-                    cmds.push(Command::SetMaxFrame(id, crate::drivers::max_frame(port.mtu.value)));
+                    cmds.push(Command::SetMaxFrame(id, max, tx_max));
                 }
                 applied.push(format!("port `{}`: mtu {}", port.name.value, port.mtu.value));
             }

@@ -44,7 +44,7 @@ pub enum Command {
     },
     /// A port removed: its frames go back to the pool and the worker drops its queues.
     DetachPort(PortId),
-    SetMaxFrame(PortId, usize),
+    SetMaxFrame(PortId, usize, usize),
     /// `switch.batch`: most packets per RX burst.
     SetBatch(usize),
     /// A port's VLANs, storm limits and mirrors.
@@ -354,6 +354,7 @@ fn slot(port: &mut OpenedPort, w: usize, ingress: Option<Box<dyn VerdictStage>>)
         queue_index: w as u16,
         queues: std::mem::take(&mut port.queues[w]),
         max_frame: port.max_frame,
+        tx_max: port.tx_max,
         ingress,
         up: true,
         complete_partial_checksums: port.info.complete_partial_checksums,
@@ -502,7 +503,7 @@ fn worker_loop(mut pipe: Pipeline, control: Arc<WorkerControl>, start: Instant, 
                     Command::SetIdle(i) => idle = i,
                     Command::AttachPort { port, slot, fresh } => control.retire(pipe.attach_port(port, slot, fresh)),
                     Command::DetachPort(p) => control.retire(pipe.detach_port(p)),
-                    Command::SetMaxFrame(p, max) => pipe.set_max_frame(p, max),
+                    Command::SetMaxFrame(p, max, tx_max) => pipe.set_max_frame(p, max, tx_max),
                     Command::SetBatch(n) => pipe.set_batch(n),
                     Command::SetL2(p, l2) => pipe.set_l2(p, l2),
                     Command::SetFdb(fdb) => pipe.set_fdb(fdb),
@@ -748,7 +749,7 @@ fn reattach(
             cfg.pool.frames.value
         );
     }
-    // The MTU only sets `max_frame`, which the workers' slots keep.
+    // The MTU only sets `max_frame` and `tx_max`, which the workers' slots keep.
     let mut opened = group.open(res.workers, |ctx| drivers::afxdp::open(ctx, &info.name, section, 0))?;
     opened.info.umem = group.name.clone();
     for m in &mut opened.info.afxdp {

@@ -2,8 +2,10 @@
 //!
 //! Each host is a network namespace owned by a tiny child process (`unshare --net sleep`), made
 //! with PR_SET_PDEATHSIG so it dies with us: when the host process dies its namespace goes, and
-//! with it the veth pair. So nothing is left behind even when the lab's owner is SIGKILLed. The
-//! switch side of each veth stays in the caller's namespace, where the switch attaches to it.
+//! with it the veth pair. Every command run in a host ([`LabHost::cmd`]) dies with us too: a
+//! process left in the namespace would keep it, and the veth pair, alive. So nothing is left
+//! behind even when the lab's owner is SIGKILLed. The switch side of each veth stays in the
+//! caller's namespace, where the switch attaches to it.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Output, Stdio};
@@ -26,10 +28,14 @@ pub struct LabHost {
 }
 
 impl LabHost {
-    /// Runs `args` inside this host's namespace.
+    /// Runs `args` inside this host's namespace. The process is SIGKILLed when the thread that
+    /// spawns it ends (see [`die_with_parent`]): the demo's iperf3 and ping (spawned by its main
+    /// thread) end with the demo, however it ends. `nsenter` with only `-n` execs `args` in
+    /// its own process (it forks only to enter a PID namespace), which keeps the signal.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new("nsenter");
         c.arg("-t").arg(self.keeper.id().to_string()).arg("-n").arg("--").args(args);
+        die_with_parent(&mut c);
         c
     }
 
@@ -75,6 +81,29 @@ pub fn can_build() -> Result<(), String> {
     Ok(())
 }
 
+/// Has the process `cmd` starts SIGKILLed when its parent goes (PR_SET_PDEATHSIG). The kernel
+/// sends the signal when the *thread* that forked it ends, so spawn from a thread that lives as
+/// long as the process should; an exec that gains privileges (setuid) clears it. A parent
+/// that died before the child set it sends nothing: the child sees another parent then and
+/// fails to start.
+pub fn die_with_parent(cmd: &mut Command) {
+    let parent = std::process::id();
+    let hook = move || {
+        // SAFETY: PR_SET_PDEATHSIG takes a signal number and touches no memory of ours.
+        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: getppid has no side effects.
+        if unsafe { libc::getppid() } as u32 != parent {
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the forked child before exec and makes two async-signal-safe
+    // syscalls, allocating nothing.
+    unsafe { cmd.pre_exec(hook) };
+}
+
 fn sh(args: &[&str]) -> Result<()> {
     let out =
         Command::new(args[0]).args(&args[1..]).output().with_context(|| format!("cannot run {}", args.join(" ")))?;
@@ -97,16 +126,7 @@ impl Lab {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
-            let die_with_parent = || {
-                // SAFETY: PR_SET_PDEATHSIG takes a signal number and touches no memory of ours.
-                if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            };
-            // SAFETY: the hook runs in the forked child before exec and makes one
-            // async-signal-safe syscall, allocating nothing.
-            unsafe { keeper.pre_exec(die_with_parent) };
+            die_with_parent(&mut keeper);
             let keeper = keeper.spawn().context("cannot start a lab host (unshare)")?;
             let pid = keeper.id().to_string();
             let switch_if = format!("{prefix}s{i}");

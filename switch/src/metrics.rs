@@ -103,7 +103,8 @@ impl Collector for SwitchCollector {
         let ports = self.ports.snapshot();
         // Drops read before the packets received: a worker counts a batch's packets before it
         // drops any of them, so one scrape never shows a port dropping more of what it received
-        // than it received (`tx_ring_full` counts at the egress port, of others' packets).
+        // than it received (`tx_ring_full` and `egress_mtu_exceeded` count at the egress port,
+        // of others' packets).
         let mut drops = Vec::new();
         for (p, info) in &ports {
             for r in DropReason::ALL {
@@ -172,7 +173,7 @@ impl Collector for SwitchCollector {
         counter_family(
             e,
             "wasmswitch_port_drops",
-            "Packets dropped, by port and reason (ingress port; tx_ring_full counts on the egress port).",
+            "Packets dropped, by port and reason (ingress port; tx_ring_full and egress_mtu_exceeded count on the egress port).",
             &drops,
         )?;
         let mut missed = Vec::new();

@@ -55,6 +55,7 @@ fn rig_with(l2: Vec<PortL2>, host: Option<PortId>, frames: u32, aging: u32) -> R
             PortSlot {
                 queues: vec![Box::new(q)],
                 max_frame: 1522,
+                tx_max: 1522,
                 ingress: None,
                 up: true,
                 queue_index: 0,
@@ -596,6 +597,7 @@ fn millions_of_random_frames_leak_nothing() {
             PortSlot {
                 queues: vec![Box::new(q)],
                 max_frame: 1522,
+                tx_max: 1522,
                 ingress: Some(
                     Box::new(RandomVerdicts(fastrand::Rng::with_seed(p as u64), nports)) as Box<dyn VerdictStage>
                 ),

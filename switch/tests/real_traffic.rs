@@ -611,4 +611,59 @@ fn acl_denies_tcp_behind_many_ipv6_extension_headers() {
         }
         dp.stop().expect("no frame leaked");
     }
+
+/// TX kicks of a port's queues the kernel answered EBUSY: frames it dropped after the switch
+/// had counted them sent.
+fn tx_kernel_drops(dp: &Dataplane, p: usize) -> u64 {
+    let info = dp.ports.get(p as u16).expect("a running port");
+    info.afxdp.iter().map(|m| m.stats.tx_kernel_drops.get()).sum()
+}
+
+#[test]
+fn frames_over_a_veth_ports_mtu_are_counted_where_they_would_leave() {
+    // h1's interface has MTU 3000 under a port of MTU 1500 (the mismatch `check` warns of), so
+    // h1 sends untagged frames of up to 1522 bytes that its port takes in (mtu + 22). h2's veth
+    // passes at most 1518 (its peer's MTU + 18): frames of 1519-1522 bytes were counted as sent
+    // to h2 and dropped by the kernel, seen only as afxdp_tx_kernel_drops. They are dropped
+    // before TX instead, as egress_mtu_exceeded on h2's port; 1518 bytes still reach h2.
+    if !require_lab("frames_over_a_veth_ports_mtu_are_counted_where_they_would_leave") {
+        return;
+    }
+    let lab = Lab::create(&prefix("m"), 2, 1, 37).unwrap();
+    let (h1, h2) = (&lab.hosts[0], &lab.hosts[1]);
+    h1.must(&["ip", "link", "set", "eth0", "mtu", "3000"]).unwrap();
+    let ok = std::process::Command::new("ip").args(["link", "set", &h1.switch_if, "mtu", "3000"]).status().unwrap();
+    assert!(ok.success());
+    let mut dp = start(&lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep"));
+    assert!(h1.ping(&h2.ip, 3).unwrap(), "ping through the switch");
+    // Bytes the switch counted as sent to h2, and h2's eth0 received: an ARP exchange may
+    // pass meanwhile, but none of the big frames.
+    let sent = |dp: &Dataplane| -> u64 { dp.workers.iter().map(|w| w.stats.ports[1].tx_bytes.get()).sum() };
+    let rx_h2 = || -> u64 {
+        let out = h2.run(&["cat", "/sys/class/net/eth0/statistics/rx_bytes"]).unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    // An echo request of `s` bytes of data is a frame of s + 42 bytes (ICMP 8, IPv4 20,
+    // Ethernet 14), sent whole (-M do: no fragments). h2 answers 1518 in two fragments.
+    let ping = |s: u32| {
+        let size = s.to_string();
+        h1.run(&["ping", "-c", "1", "-W", "1", "-M", "do", "-s", &size, &h2.ip]).unwrap().status.success()
+    };
+    assert!(ping(1476), "a frame of 1518 bytes reaches h2 and is answered");
+    let (sent0, rx0, kernel0) = (sent(&dp), rx_h2(), tx_kernel_drops(&dp, 1));
+    for s in 1477..=1480 {
+        assert!(!ping(s), "a frame of {} bytes cannot reach h2", s + 42);
+    }
+    let too_long = drops(&dp, DropReason::EgressMtuExceeded);
+    let kernel = tx_kernel_drops(&dp, 1) - kernel0;
+    let (sent, rx) = (sent(&dp) - sent0, rx_h2() - rx0);
+    assert_eq!(
+        (too_long, kernel, sent < 1519, rx < 1519),
+        (4, 0, true, true),
+        "1519-1522 bytes: (egress_mtu_exceeded, afxdp_tx_kernel_drops, sent to h2 ({sent} bytes) and received there ({rx} bytes) less than one of them)"
+    );
+    let on_h2: u64 =
+        dp.workers.iter().map(|w| w.stats.ports[1].drops[DropReason::EgressMtuExceeded as usize].get()).sum();
+    assert_eq!(on_h2, 4, "counted on the egress port");
+    dp.stop().expect("no frame leaked");
 }

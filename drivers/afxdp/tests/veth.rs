@@ -410,6 +410,7 @@ fn forwards_between_two_veths_through_the_pipeline_on_one_umem() {
     let slot = |queue| PortSlot {
         queues: vec![queue],
         max_frame: 1518,
+        tx_max: 1518,
         ingress: None,
         up: true,
         queue_index: 0,

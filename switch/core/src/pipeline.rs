@@ -19,7 +19,7 @@ use crate::counter::cycles;
 use crate::fdb::{Fdb, Learned, Place};
 use crate::pool::{BulkReturn, PoolCache, PoolId, MAX_POOLS};
 use crate::port::{PortId, PortQueue};
-use crate::stats::{DropReason, WorkerStats};
+use crate::stats::{DropReason, PortStats, WorkerStats};
 use crate::umem::Umem;
 use crate::verdict::{BatchView, Verdict, VerdictStage};
 use crate::vlan::{FloodClass, PortL2, StormState};
@@ -51,6 +51,10 @@ pub struct PortSlot {
     pub queues: Vec<Box<dyn PortQueue>>,
     /// Frames longer than this are dropped as oversize.
     pub max_frame: usize,
+    /// Frames longer than this are not sent on the port: dropped as `EgressMtuExceeded`, as the
+    /// Linux bridge drops a frame over its egress port's MTU, instead of handed to a device
+    /// that would drop them unseen (a veth admits less than `max_frame`, see the driver).
+    pub tx_max: usize,
     /// Ingress verdict stage (the port's plugin chain).
     pub ingress: Option<Box<dyn VerdictStage>>,
     /// A stopped port neither receives nor transmits (vanished interface).
@@ -71,13 +75,15 @@ pub struct PortSlot {
 }
 
 impl PortSlot {
-    /// An up port with no ingress stage, reporting queue 0, checksums left as they are.
+    /// An up port with no ingress stage, reporting queue 0, checksums left as they are, that
+    /// sends what it would take in (`tx_max` is `max_frame`).
     /// A slot without queues is down: nothing could be sent on it.
     pub fn new(queues: Vec<Box<dyn PortQueue>>, max_frame: usize) -> Self {
         let up = !queues.is_empty();
         Self {
             queues,
             max_frame,
+            tx_max: max_frame,
             ingress: None,
             up,
             queue_index: 0,
@@ -364,10 +370,12 @@ impl Pipeline {
         }
     }
 
-    /// Frames longer than `max` bytes are dropped as oversize on `port` from now on.
-    pub fn set_max_frame(&mut self, port: PortId, max: usize) {
+    /// Frames longer than `max` bytes are dropped as oversize on `port`, and frames longer
+    /// than `tx_max` are not sent there, from now on.
+    pub fn set_max_frame(&mut self, port: PortId, max: usize, tx_max: usize) {
         if let Some(p) = self.ports.get_mut(port as usize) {
             p.max_frame = max;
+            p.tx_max = tx_max;
         }
     }
 
@@ -888,12 +896,16 @@ impl Pipeline {
             if self.staged[q].is_empty() {
                 continue;
             }
-            let staged = &self.staged[q];
+            let staged = &mut self.staged[q];
             let port = &mut self.ports[q];
             // Everything staged for a port is in the port's own pool (see the module doc).
             let pool = port.pool as usize;
-            let sent = if port.up { port.queues[0].tx_burst(staged) } else { 0 };
             let st = &self.stats.ports[q];
+            // One pass without a branch per frame; the frames go only when one is too long.
+            if staged.iter().fold(0, |m, d| m.max(d.len)) as usize > port.tx_max {
+                drop_too_long(staged, port.tx_max, st, &mut self.dropped[pool]);
+            }
+            let sent = if port.up { port.queues[0].tx_burst(staged) } else { 0 };
             st.tx_packets.add(sent as u64);
             st.tx_bytes.add(staged[..sent].iter().map(|d| d.len as u64).sum());
             if sent < staged.len() {
@@ -924,6 +936,10 @@ impl Pipeline {
             let from = &self.umems[self.ports[q].pool as usize];
             for k in 0..self.staged[q].len() {
                 let d = self.staged[q][k];
+                // Not sent (see `transmit`), so not mirrored.
+                if d.len as usize > self.ports[q].tx_max {
+                    continue;
+                }
                 for j in 0..self.ports[q].l2.mirror_egress.len() {
                     let m = self.ports[q].l2.mirror_egress[j] as usize;
                     let Some(to) = self.ports.get(m).filter(|s| s.up && m != q).map(|s| s.pool as usize) else {
@@ -976,6 +992,22 @@ impl Pipeline {
         self.ports.iter().map(PortSlot::frames_held).sum::<usize>()
             + self.pools.iter().map(|p| p.cached().len()).sum::<usize>()
     }
+}
+
+/// Takes the frames longer than `max` out of `staged` (a port's TX burst), each counted as
+/// `EgressMtuExceeded` on the port (`st`, as a full ring counts there: the frames came in on
+/// any ports) and its address put in `dropped`, for its pool.
+#[cold]
+#[inline(never)]
+fn drop_too_long(staged: &mut Vec<Desc>, max: usize, st: &PortStats, dropped: &mut Vec<u64>) {
+    staged.retain(|d| {
+        let fits = d.len as usize <= max;
+        if !fits {
+            st.drop(DropReason::EgressMtuExceeded);
+            dropped.push(d.addr);
+        }
+        fits
+    });
 }
 
 /// A frame on its way through the L2 stage: where it is (its pool and descriptor), the VLAN
@@ -1158,6 +1190,36 @@ mod tests {
         check_no_leak(&pool, &[]).unwrap();
     }
 
+    /// A frame longer than its egress port's `tx_max` is not sent: counted on the egress port
+    /// as `egress_mtu_exceeded` (not as sent), its frame back in the pool; the frames of the
+    /// same burst around it go.
+    #[test]
+    fn frames_over_the_egress_ports_tx_max_are_dropped_and_counted_there() {
+        let umem = Arc::new(Umem::new(1024, 2048).unwrap());
+        let pool = SharedPool::new(0, umem, 256);
+        let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
+        let stats = Arc::new(WorkerStats::new(0, 2, cache.stats().clone()));
+        // A veth's limit for MTU 1500 (1518) on port 1; port 0 sends what it takes in (1522).
+        let sizes = vec![1514, 1518, 1519, 1520, 1521, 1522, 64];
+        let mut ports: Vec<PortSlot> = [sizes.clone(), sizes.clone()]
+            .into_iter()
+            .map(|rx| PortSlot::new(vec![Box::new(FakeQueue { rx, ..Default::default() })], 1522))
+            .collect();
+        ports[1].tx_max = 1518;
+        let opts = PipelineOptions { mode: ForwardMode::Cross, ..Default::default() };
+        let mut pipe = Pipeline::new(ports, cache, Arc::new(Fdb::new(64, 300)), stats.clone(), opts);
+        while pipe.poll() > 0 {}
+        let (p0, p1) = (&stats.ports[0], &stats.ports[1]);
+        let too_long = |p: &PortStats| p.drops[DropReason::EgressMtuExceeded as usize].get();
+        assert_eq!((p1.tx_packets.get(), p1.tx_bytes.get()), (3, 1514 + 1518 + 64), "port 0 -> port 1");
+        assert_eq!(too_long(p1), 4, "1519-1522 counted on the egress port");
+        assert_eq!((p0.tx_packets.get(), too_long(p0)), (7, 0), "port 1 -> port 0: all fit");
+        assert_eq!(p0.drops_total(), 0, "nothing counted on the ingress port");
+        pipe.shutdown();
+        drop(pipe);
+        check_no_leak(&pool, &[]).unwrap();
+    }
+
     /// `batch` bounds each RX burst, at both ends of its range and clamped beyond them.
     #[test]
     fn each_burst_takes_at_most_the_configured_batch() {
@@ -1242,8 +1304,8 @@ mod tests {
         let before = stats.ports[1].rx_packets.get();
         pipe.attach_port(1, PortSlot::new(Vec::new(), 1518), false);
         assert_eq!(stats.ports[1].rx_packets.get(), before);
-        pipe.set_max_frame(3, 100);
-        assert_eq!(pipe.ports()[3].max_frame, 100);
+        pipe.set_max_frame(3, 100, 96);
+        assert_eq!((pipe.ports()[3].max_frame, pipe.ports()[3].tx_max), (100, 96));
         pipe.shutdown();
         drop(pipe);
         check_no_leak(&pool, &[]).unwrap();

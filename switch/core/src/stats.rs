@@ -42,10 +42,13 @@ pub enum DropReason {
     /// A group (multicast, broadcast) or all-zero source address: no station sends from one
     /// (the Linux bridge drops these too).
     BadSource,
+    /// Longer than the egress port sends (its MTU plus the headers its device admits), as the
+    /// Linux bridge drops a frame over its egress port's MTU; counted on the egress port.
+    EgressMtuExceeded,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 17] = [
+    pub const ALL: [DropReason; 18] = [
         DropReason::Runt,
         DropReason::TruncatedVlan,
         DropReason::BadL3,
@@ -63,6 +66,7 @@ impl DropReason {
         DropReason::MirrorDestination,
         DropReason::NoHeadroom,
         DropReason::BadSource,
+        DropReason::EgressMtuExceeded,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -85,6 +89,7 @@ impl DropReason {
             DropReason::MirrorDestination => "mirror_destination",
             DropReason::NoHeadroom => "no_headroom",
             DropReason::BadSource => "bad_source_mac",
+            DropReason::EgressMtuExceeded => "egress_mtu_exceeded",
         }
     }
 }

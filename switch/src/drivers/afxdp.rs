@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use wasmswitch_afxdp::{AfXdpError, AfXdpPort, Overrides, PortSpec, RingSizes, UmemRegistration};
 
-use super::{max_frame, OpenCtx, OpenedPort, PortHandle, PortInfo};
+use super::{max_frame, max_tx_frame, OpenCtx, OpenedPort, PortHandle, PortInfo};
 use crate::config::{AfxdpSection, AttachMode, BindMode, PartialChecksums};
 
 /// The AF_XDP driver's view of a port section.
@@ -76,6 +76,8 @@ pub fn open(ctx: &mut OpenCtx<'_>, name: &str, a: &AfxdpSection, mtu: u32) -> Re
     }
     let mut info = PortInfo::new(name, "afxdp", nq, format!("{}/{}", d.attach, d.bind));
     info.complete_partial_checksums = d.complete_partial_checksums;
+    info.veth = d.driver == "veth";
+    let tx_max = max_tx_frame(mtu, info.veth);
     info.afxdp = xp.queue_stats();
     info.interface = Some(a.interface.value.clone());
     info.ifindex = xp.ifindex();
@@ -84,6 +86,7 @@ pub fn open(ctx: &mut OpenCtx<'_>, name: &str, a: &AfxdpSection, mtu: u32) -> Re
         info,
         queues: per_worker,
         max_frame: max_frame(mtu),
+        tx_max,
         handle: PortHandle::Afxdp(xp),
         l2: Default::default(),
         pool: ctx.pool.id(),

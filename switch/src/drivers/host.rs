@@ -42,6 +42,7 @@ pub fn open(ctx: &OpenCtx<'_>, h: &HostSection) -> Result<OpenedPort> {
         info,
         queues,
         max_frame: max_frame(h.mtu.value),
+        tx_max: max_frame(h.mtu.value),
         handle: PortHandle::Host(hp),
         l2: Default::default(),
         pool: ctx.pool.id(),

@@ -30,6 +30,18 @@ pub fn max_frame(mtu: u32) -> usize {
     mtu as usize + 14 + 8
 }
 
+/// The longest frame a port of MTU `mtu` sends: [`max_frame`], but 4 bytes less on a veth. A
+/// veth passes a frame to its peer only up to the peer's MTU plus 18 bytes (Ethernet header and
+/// one tag: the kernel's `is_skb_forwardable`), and AF_XDP hands it every tag inside the frame;
+/// a longer frame would be dropped by the kernel after the switch had counted it as sent.
+pub fn max_tx_frame(mtu: u32, veth: bool) -> usize {
+    if veth {
+        mtu as usize + 14 + 4
+    } else {
+        max_frame(mtu)
+    }
+}
+
 /// What every driver needs to open a port: the UMEM group it opens the port in.
 pub struct OpenCtx<'a> {
     pub umem: &'a Arc<Umem>,
@@ -131,6 +143,8 @@ pub struct PortInfo {
     pub afxdp: Vec<QueueMonitor>,
     /// Whether ingress completes TCP/UDP checksums left to offload (AF_XDP profile or override).
     pub complete_partial_checksums: bool,
+    /// The port's interface is a veth, which sends less past the MTU ([`max_tx_frame`]).
+    pub veth: bool,
     /// The kernel interface behind the port (AF_XDP, or the host port's TAP) and its index when
     /// the port was opened,
     /// watched for disappearance (an interface deleted and re-created keeps its name but gets
@@ -176,6 +190,7 @@ impl PortInfo {
             sim_rates: Vec::new(),
             afxdp: Vec::new(),
             complete_partial_checksums: false,
+            veth: false,
             interface: None,
             ifindex: 0,
             gone: AtomicBool::new(false),
@@ -221,6 +236,8 @@ pub struct OpenedPort {
     /// `queues[w]`: the queues worker `w` owns on the port (the first carries its TX).
     pub queues: Vec<Vec<Box<dyn PortQueue>>>,
     pub max_frame: usize,
+    /// The longest frame it sends ([`max_tx_frame`]).
+    pub tx_max: usize,
     pub handle: PortHandle,
     /// VLANs, storm limits and mirrors, as each worker's slot gets them.
     pub l2: wasmswitch_core::vlan::PortL2,

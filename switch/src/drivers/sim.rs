@@ -33,6 +33,7 @@ pub fn open(ctx: &OpenCtx<'_>, name: &str, sim: &SimSection, mtu: u32, traffic: 
         info,
         queues: per_worker,
         max_frame: max_frame(mtu),
+        tx_max: max_frame(mtu),
         handle: PortHandle::Queues,
         l2: Default::default(),
         pool: ctx.pool.id(),
