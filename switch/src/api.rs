@@ -33,6 +33,8 @@ use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
+use wasmswitch_core::fdb::MacPrefix;
+use wasmswitch_core::vlan::Vid;
 use wasmswitch_core::wire::MacAddr;
 
 /// The result of a reload: `Ok(summary)` or `Err(refusal)`; a refusal that begins with
@@ -79,7 +81,9 @@ pub trait Control: Send + Sync + 'static {
     /// Ok, or which worker is unhealthy and why.
     fn health(&self) -> Result<(), String>;
     fn ports_json(&self) -> serde_json::Value;
-    fn fdb_json(&self) -> serde_json::Value;
+    /// One page of the FDB listing (`GET /api/v1/fdb`): bounded by [`FDB_PAGE_MAX`] entries and
+    /// [`FDB_PAGE_SCAN`] slots looked at, whatever the table holds.
+    fn fdb_page(&self, query: &FdbQuery) -> Result<FdbPage, FdbPageError>;
     /// An FDB edit (lock-free table operations: quick); the answer's JSON, or why not.
     fn fdb_change(&self, change: FdbChange) -> Result<serde_json::Value, String>;
     fn plugins_json(&self) -> serde_json::Value;
@@ -123,6 +127,201 @@ pub enum FdbChange {
     },
 }
 
+/// Entries in a page of `GET /api/v1/fdb` when the request names no `limit`.
+pub const FDB_PAGE_DEFAULT: usize = 1000;
+/// The most entries a page may hold (`limit`): some 90 bytes of JSON each, under 1 MB a page,
+/// which a client on a connection of its own has the connection's whole time to read (60 s:
+/// 16 KiB/s); one cut short still gets fewer bytes than its `Content-Length`, never a
+/// complete-looking answer.
+pub const FDB_PAGE_MAX: usize = 10_000;
+/// Slots a page looks at, at most, however few of them hold an entry its filters select: 64 Ki
+/// buckets (8 MiB of table, a few milliseconds), so a filter that matches nothing costs each
+/// request no more than one that matches everything. A table of 16 Mi entries (the largest
+/// `fdb.capacity`) takes 32 such pages.
+pub const FDB_PAGE_SCAN: usize = 1 << 19;
+
+/// What a `GET /api/v1/fdb` asks: its query parameters, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FdbQuery {
+    /// 1 to [`FDB_PAGE_MAX`].
+    pub limit: usize,
+    /// Where the last page ended; `None` for the first.
+    pub cursor: Option<FdbCursor>,
+    /// A port name (checked against the running ports by the daemon).
+    pub port: Option<String>,
+    /// A VLAN id, 1-4094.
+    pub vlan: Option<u16>,
+    pub mac: MacPrefix,
+}
+
+impl Default for FdbQuery {
+    fn default() -> Self {
+        FdbQuery { limit: FDB_PAGE_DEFAULT, cursor: None, port: None, vlan: None, mac: MacPrefix::default() }
+    }
+}
+
+/// Where a listing goes on: a slot of one table ([`wasmswitch_core::fdb::Fdb::page`]). Written
+/// `<table id, 16 hex digits>-<slot>`; clients pass it back as they got it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdbCursor {
+    pub table: u64,
+    pub slot: usize,
+}
+
+impl std::fmt::Display for FdbCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}-{}", self.table, self.slot)
+    }
+}
+
+impl std::str::FromStr for FdbCursor {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parsed = s.split_once('-').and_then(|(t, n)| {
+            let digits = |x: &str, hex: bool| {
+                !x.is_empty() && x.bytes().all(|b| if hex { b.is_ascii_hexdigit() } else { b.is_ascii_digit() })
+            };
+            if t.len() != 16 || !digits(t, true) || !digits(n, false) {
+                return None;
+            }
+            Some(FdbCursor { table: u64::from_str_radix(t, 16).ok()?, slot: n.parse().ok()? })
+        });
+        parsed.ok_or_else(|| {
+            format!("`{}` is not a cursor: pass back the `next` of the last page as it came", shorten(s))
+        })
+    }
+}
+
+/// A page of the FDB listing, serialized as the answer of `GET /api/v1/fdb`.
+#[derive(Debug, serde::Serialize)]
+pub struct FdbPage {
+    /// Slots in the table.
+    pub capacity: usize,
+    /// Entries in the whole table as the aging sweep last counted them (every 100 ms): no page
+    /// walks the table to count.
+    pub table_entries: usize,
+    pub entries: Vec<FdbEntry>,
+    /// The cursor of the next page, `None` (null) when this one reached the table's end.
+    #[serde(serialize_with = "as_text_or_null")]
+    pub next: Option<FdbCursor>,
+}
+
+/// One entry of an [`FdbPage`].
+#[derive(Debug, serde::Serialize)]
+pub struct FdbEntry {
+    pub vlan: u16,
+    #[serde(serialize_with = "as_text")]
+    pub mac: MacAddr,
+    /// `None` (null) for a port that went since the entry was read.
+    #[serde(serialize_with = "as_text_or_null")]
+    pub port: Option<Arc<str>>,
+    #[serde(rename = "static")]
+    pub is_static: bool,
+    pub age_seconds: u32,
+}
+
+/// Serializes a value as its `Display` text.
+fn as_text<T: std::fmt::Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+/// [`as_text`], `None` as null.
+fn as_text_or_null<T: std::fmt::Display, S: serde::Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.collect_str(v),
+        None => s.serialize_none(),
+    }
+}
+
+/// Why a page was not made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FdbPageError {
+    /// A filter the switch cannot apply (no such port): 400.
+    Bad(String),
+    /// The cursor is of a table that is gone (a reload resized it): 409, start again.
+    Stale(String),
+}
+
+/// At most 40 characters of `s` (a quoted request part in an error), with an ellipsis.
+fn shorten(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// `%XX` escapes of a query value decoded (a `+` stays a `+`: no value here has a space).
+fn percent_decode(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+            let Some(byte) = hex else { return Err(format!("`{}` has a bad %-escape", shorten(s))) };
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("`{}` is not UTF-8 once decoded", shorten(s)))
+}
+
+impl FdbQuery {
+    /// The query string of a `GET /api/v1/fdb`, checked: each parameter known, given once, and
+    /// in range; else why not (answered 400).
+    pub fn parse(query: Option<&str>) -> Result<FdbQuery, String> {
+        const KNOWN: &str = "limit, cursor, port, vlan or mac";
+        let mut q = FdbQuery::default();
+        let mut seen: Vec<&str> = Vec::new();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
+            if !KNOWN.split(", ").flat_map(|k| k.split(" or ")).any(|k| k == key) {
+                return Err(format!("unknown parameter `{}`: expected {KNOWN}", shorten(key)));
+            }
+            if seen.contains(&key) {
+                return Err(format!("`{key}` is given twice"));
+            }
+            seen.push(key);
+            let v = percent_decode(raw).map_err(|e| format!("{key}: {e}"))?;
+            match key {
+                "limit" => {
+                    let n = (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                        .then(|| v.parse::<usize>().unwrap_or(usize::MAX));
+                    q.limit = match n {
+                        Some(n @ 1..=FDB_PAGE_MAX) => n,
+                        _ => {
+                            return Err(format!(
+                                "limit `{}` is out of range: expected 1-{FDB_PAGE_MAX} (the most one page holds; follow `next` for the rest)",
+                                shorten(&v)
+                            ))
+                        }
+                    }
+                }
+                "cursor" => q.cursor = Some(v.parse()?),
+                "port" if v.is_empty() => return Err("port: expected a port's name".into()),
+                "port" => q.port = Some(v),
+                "vlan" => {
+                    let vid = v.parse::<u16>().ok().filter(|&n| n.to_string() == v).and_then(Vid::new);
+                    let Some(vid) = vid else {
+                        return Err(format!(
+                            "vlan `{}` is out of range: expected a VLAN id {}-{}",
+                            shorten(&v),
+                            Vid::MIN,
+                            Vid::MAX
+                        ));
+                    };
+                    q.vlan = Some(vid.get());
+                }
+                _ => q.mac = v.parse().map_err(|e| format!("mac: {e}"))?,
+            }
+        }
+        Ok(q)
+    }
+}
+
 #[derive(Clone)]
 pub struct ApiState {
     pub control: Arc<dyn Control>,
@@ -134,6 +333,10 @@ pub struct ApiState {
     walks: Arc<Semaphore>,
     /// Such answers running or waiting; past [`WALKS_QUEUED`] a request is refused at once.
     walks_queued: Arc<Semaphore>,
+    /// FDB pages, one at a time as the walks but in a queue of their own: a client paging
+    /// through a large table does not crowd out Prometheus' scrapes, nor they its pages.
+    pages: Arc<Semaphore>,
+    pages_queued: Arc<Semaphore>,
     pub stats: Arc<ControlStats>,
 }
 
@@ -145,6 +348,8 @@ impl ApiState {
             refusals: Arc::default(),
             walks: Arc::new(Semaphore::new(1)),
             walks_queued: Arc::new(Semaphore::new(WALKS_QUEUED)),
+            pages: Arc::new(Semaphore::new(1)),
+            pages_queued: Arc::new(Semaphore::new(WALKS_QUEUED)),
             stats,
         }
     }
@@ -165,13 +370,22 @@ async fn off_thread<T: Send + 'static>(
     s: &ApiState,
     f: impl FnOnce(&dyn Control) -> T + Send + 'static,
 ) -> Result<T, Response> {
-    let Ok(queued) = s.walks_queued.clone().try_acquire_owned() else {
-        let busy = format!(
-            "{WALKS_QUEUED} reads of /metrics, the FDB, the config, the plugins or the shadows are running or waiting already: retry\n"
-        );
+    let what = "reads of /metrics, the config, the plugins or the shadows";
+    queued_off_thread(s, (&s.walks, &s.walks_queued), what, f).await
+}
+
+/// [`off_thread`] with the semaphores `(running, queued)`, `what` naming their requests in a 503.
+async fn queued_off_thread<T: Send + 'static>(
+    s: &ApiState,
+    (running, queued): (&Arc<Semaphore>, &Arc<Semaphore>),
+    what: &str,
+    f: impl FnOnce(&dyn Control) -> T + Send + 'static,
+) -> Result<T, Response> {
+    let Ok(queued) = queued.clone().try_acquire_owned() else {
+        let busy = format!("{WALKS_QUEUED} {what} are running or waiting already: retry\n");
         return Err((StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], busy).into_response());
     };
-    let permit = s.walks.clone().acquire_owned().await.map_err(|_| shutting_down())?;
+    let permit = running.clone().acquire_owned().await.map_err(|_| shutting_down())?;
     // The permits go with the call: a client that leaves does not let a second walk start
     // beside one still running.
     blocking(s, move |c| {
@@ -727,15 +941,37 @@ async fn ports(State(s): State<ApiState>) -> Json<serde_json::Value> {
     Json(s.control.ports_json())
 }
 
-async fn fdb(State(s): State<ApiState>) -> Response {
-    json_off_thread(&s, |c| c.fdb_json()).await
+/// `GET /api/v1/fdb?limit=&cursor=&port=&vlan=&mac=`: one page of the table, made and
+/// serialized on the blocking pool (under 1 MB, a few milliseconds), with a `Content-Length`,
+/// so a client that gets less than that knows the answer was cut.
+async fn fdb(State(s): State<ApiState>, uri: axum::http::Uri) -> Response {
+    let query = match FdbQuery::parse(uri.query()) {
+        Ok(q) => q,
+        Err(why) => return bad_request(why),
+    };
+    let page = move |c: &dyn Control| c.fdb_page(&query).map(|p| serde_json::to_vec(&p));
+    match queued_off_thread(&s, (&s.pages, &s.pages_queued), "pages of the FDB", page).await {
+        Ok(Ok(body)) => json_bytes(body),
+        Ok(Err(FdbPageError::Bad(why))) => bad_request(why),
+        Ok(Err(FdbPageError::Stale(why))) => json_error(StatusCode::CONFLICT, &why),
+        Err(r) => r,
+    }
 }
 
-/// A JSON answer made by [`off_thread`].
+/// A JSON answer made and serialized by [`off_thread`]: a large one serialized on the
+/// server's one thread would hold up every other request as long.
 async fn json_off_thread(s: &ApiState, f: impl FnOnce(&dyn Control) -> serde_json::Value + Send + 'static) -> Response {
-    match off_thread(s, f).await {
-        Ok(j) => Json(j).into_response(),
+    match off_thread(s, move |c| serde_json::to_vec(&f(c))).await {
+        Ok(body) => json_bytes(body),
         Err(r) => r,
+    }
+}
+
+/// A 200 of JSON `body`, or a 500 if it could not be serialized.
+fn json_bytes(body: serde_json::Result<Vec<u8>>) -> Response {
+    match body {
+        Ok(b) => ([(header::CONTENT_TYPE, "application/json")], b).into_response(),
+        Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &format!("cannot serialize the answer: {e}")),
     }
 }
 
@@ -1053,9 +1289,25 @@ mod tests {
         fn ports_json(&self) -> serde_json::Value {
             json!({})
         }
-        fn fdb_json(&self) -> serde_json::Value {
+        fn fdb_page(&self, q: &FdbQuery) -> Result<FdbPage, FdbPageError> {
             self.wait();
-            json!({})
+            if q.port.as_deref() == Some("nope") {
+                return Err(FdbPageError::Bad("`nope` is not a port of the switch".into()));
+            }
+            let entry = |i: u64| FdbEntry {
+                vlan: 1,
+                mac: MacAddr::from_u64(0x0200_0000_0000 | i),
+                port: Some("p0".into()),
+                is_static: false,
+                age_seconds: 3,
+            };
+            let entries = (0..q.limit as u64).map(entry).collect();
+            Ok(FdbPage {
+                capacity: 1 << 20,
+                table_entries: 1 << 20,
+                entries,
+                next: Some(FdbCursor { table: 7, slot: 9 }),
+            })
         }
         fn fdb_change(&self, _: FdbChange) -> Result<serde_json::Value, String> {
             Err("not here".into())
@@ -1144,25 +1396,101 @@ mod tests {
     fn healthz_answers_while_metrics_fdb_config_plugins_and_shadow_walks_are_under_way() {
         let server = HeldServer::start(Limits::default());
         let get = server.getter();
-        let walks: Vec<_> = ["/api/v1/config", "/api/v1/plugins", "/api/v1/shadow", "/api/v1/fdb"]
+        // Four walks fill their queue, four FDB pages theirs.
+        let walks: Vec<_> = ["/api/v1/config", "/api/v1/plugins", "/api/v1/shadow", "/metrics"]
             .into_iter()
+            .chain(["/api/v1/fdb"; 4])
             .map(|p| std::thread::spawn(move || get(p, None).unwrap()))
             .collect();
-        std::thread::sleep(Duration::from_millis(100));
-        // Past the queue's room, refused at once (holding no connection slot while waiting).
+        std::thread::sleep(Duration::from_millis(200));
+        // Past a queue's room, refused at once (holding no connection slot while waiting).
         let busy = get("/metrics", Some(Duration::from_secs(5))).expect("answered at once");
         assert!(busy.starts_with("HTTP/1.1 503") && busy.contains("retry-after: 1"), "{busy}");
+        assert!(busy.contains("4 reads of /metrics, the config, the plugins or the shadows"), "{busy}");
+        let busy = get("/api/v1/fdb?limit=1", Some(Duration::from_secs(5))).expect("answered at once");
+        assert!(busy.starts_with("HTTP/1.1 503") && busy.contains("4 pages of the FDB are running"), "{busy}");
         let health = get("/healthz", Some(Duration::from_secs(5)));
         for _ in 0..walks.len() {
             server.release.send(()).unwrap();
         }
-        let health = health.expect("/healthz answered within 5 s while four walks were held");
+        let health = health.expect("/healthz answered within 5 s while eight walks were held");
         assert!(health.starts_with("HTTP/1.1 200"), "{health}");
         for w in walks {
             let answer = w.join().unwrap();
             assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         }
         server.stop();
+    }
+
+    /// The body of an answer `get` read, and its `Content-Length`.
+    fn body_and_length(answer: &str) -> (&str, Option<usize>) {
+        let (head, body) = answer.split_once("\r\n\r\n").expect("a whole head");
+        let len = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ")?.parse().ok());
+        (body, len)
+    }
+
+    #[test]
+    fn an_fdb_page_is_json_of_the_length_it_says_and_bad_queries_are_refused_before_any_walk() {
+        let server = HeldServer::start(Limits::default());
+        let get = server.getter();
+        let wait = Some(Duration::from_secs(10));
+        server.release.send(()).unwrap();
+        let answer = get("/api/v1/fdb?limit=3&vlan=7&mac=02%3A00", wait).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("content-type: application/json"), "{answer}");
+        let (body, len) = body_and_length(&answer);
+        assert_eq!(len, Some(body.len()), "framed by its length, so a cut answer is told from a whole one");
+        let page: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(page["entries"].as_array().unwrap().len(), 3, "{page}");
+        assert_eq!(
+            page["entries"][2],
+            json!({"vlan": 1, "mac": "02:00:00:00:00:02", "port": "p0", "static": false, "age_seconds": 3})
+        );
+        assert_eq!((page["capacity"].as_u64(), page["table_entries"].as_u64()), (Some(1 << 20), Some(1 << 20)));
+        assert_eq!(page["next"], "0000000000000007-9");
+        // Refused with the reason, and no walk started: none was released for them.
+        for (query, why) in [
+            ("limit=10001", "limit `10001` is out of range: expected 1-10000"),
+            ("limit=0", "expected 1-10000"),
+            ("limit=99999999999999999999999", "expected 1-10000"),
+            ("limit=-1", "expected 1-10000"),
+            ("vlan=4095", "vlan `4095` is out of range: expected a VLAN id 1-4094"),
+            ("vlan=010", "out of range"),
+            ("mac=02:zz", "`02:zz` is not a MAC prefix"),
+            ("cursor=12-3", "`12-3` is not a cursor"),
+            ("port=", "expected a port's name"),
+            ("limit=5&limit=6", "`limit` is given twice"),
+            ("colour=red", "unknown parameter `colour`: expected limit, cursor, port, vlan or mac"),
+            ("port=%zz", "bad %-escape"),
+        ] {
+            let answer = get(&format!("/api/v1/fdb?{query}"), wait).unwrap();
+            assert!(answer.starts_with("HTTP/1.1 400"), "{query}: {answer}");
+            assert!(answer.contains(why), "{query}: {answer}");
+        }
+        // The daemon's own refusal (no such port) is a 400 too.
+        server.release.send(()).unwrap();
+        let answer = get("/api/v1/fdb?port=nope", wait).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("`nope` is not a port"), "{answer}");
+        server.stop();
+    }
+
+    #[test]
+    fn fdb_queries_parse_to_what_they_say() {
+        let q = FdbQuery::parse(None).unwrap();
+        assert_eq!(q, FdbQuery::default());
+        assert_eq!(q.limit, FDB_PAGE_DEFAULT);
+        let q = FdbQuery::parse(Some("limit=10000&port=p%2D1&vlan=4094&mac=0a:1&cursor=00000000000000ff-42&")).unwrap();
+        assert_eq!(q.limit, FDB_PAGE_MAX);
+        assert_eq!(q.port.as_deref(), Some("p-1"));
+        assert_eq!(q.vlan, Some(4094));
+        assert_eq!(q.mac, "0a:01".parse().unwrap());
+        assert_eq!(q.cursor, Some(FdbCursor { table: 0xff, slot: 42 }));
+        let c = FdbCursor { table: u64::MAX, slot: 1 << 24 };
+        assert_eq!(c.to_string().parse::<FdbCursor>(), Ok(c), "a cursor reads back as written");
+        for bad in ["ffff-1", "00000000000000ff-", "00000000000000ff-+1", "0000000000000g0f-1", "x"] {
+            assert!(bad.parse::<FdbCursor>().is_err(), "{bad}");
+        }
+        let long = FdbQuery::parse(Some(&format!("{}=1", "k".repeat(1000)))).unwrap_err();
+        assert!(long.len() < 200, "a quoted parameter is shortened: {long}");
     }
 
     #[test]

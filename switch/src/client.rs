@@ -83,30 +83,44 @@ impl Target {
     }
 }
 
-/// Status and body of an HTTP/1.1 response (plain or chunked body).
+/// Status and body of an HTTP/1.1 response (plain or chunked body). A body shorter than its
+/// `Content-Length` is an error: the connection closed before the whole answer came (the
+/// daemon ends a connection past its time, whoever is reading), and half an answer is none.
 fn parse_response(raw: &[u8]) -> Result<(u16, String)> {
-    let text = String::from_utf8_lossy(raw);
-    let (head, body) = text.split_once("\r\n\r\n").context("an incomplete HTTP answer")?;
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").context("an incomplete HTTP answer")?;
+    let head = String::from_utf8_lossy(&raw[..end]);
+    let body = &raw[end + 4..];
     let status: u16 = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("no HTTP status")?;
-    let chunked = head.lines().any(|l| {
-        l.split_once(':').is_some_and(|(k, v)| {
-            k.eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked")
+    let header = |name: &str| {
+        head.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
         })
-    });
+    };
+    let chunked = header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
     if !chunked {
-        return Ok((status, body.to_string()));
+        if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+            if body.len() < len {
+                bail!("the answer was cut short: {} of its {len} bytes came before the connection closed", body.len());
+            }
+        }
+        return Ok((status, String::from_utf8_lossy(body).into_owned()));
     }
+    let body = String::from_utf8_lossy(body);
     let mut out = String::new();
-    let mut rest = body;
+    let mut rest = &*body;
     while let Some((size, after)) = rest.split_once("\r\n") {
         let n = usize::from_str_radix(size.trim(), 16).context("a bad chunk size")?;
-        if n == 0 || after.len() < n {
+        if n == 0 {
+            return Ok((status, out));
+        }
+        if after.len() < n {
             break;
         }
         out += &after[..n];
         rest = after[n..].strip_prefix("\r\n").unwrap_or(&after[n..]);
     }
-    Ok((status, out))
+    bail!("the answer was cut short: its last chunk did not come before the connection closed")
 }
 
 /// What the client asks.
@@ -114,7 +128,13 @@ fn parse_response(raw: &[u8]) -> Result<(u16, String)> {
 pub enum Ask {
     Status,
     Ports,
-    Fdb,
+    /// The FDB's entries that every filter given selects.
+    Fdb {
+        port: Option<String>,
+        vlan: Option<u16>,
+        /// A MAC prefix, 1 to 6 bytes.
+        mac: Option<String>,
+    },
     /// A static FDB entry.
     FdbAdd {
         mac: String,
@@ -186,24 +206,7 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
                 print_ports(&ports);
             }
         }
-        Ask::Fdb => {
-            let fdb = target.get_json("/api/v1/fdb")?;
-            if json {
-                println!("{fdb}");
-            } else {
-                let entries = fdb["entries"].as_array().cloned().unwrap_or_default();
-                println!("{} entries (capacity {})", entries.len(), n(&fdb["capacity"]));
-                println!("{:>4} {:<18} {:<16} {:>8}", "vlan", "mac", "port", "age (s)");
-                for e in &entries {
-                    let age = if e["static"].as_bool().unwrap_or(false) {
-                        "static".to_string()
-                    } else {
-                        n(&e["age_seconds"]).to_string()
-                    };
-                    println!("{:>4} {:<18} {:<16} {:>8}", n(&e["vlan"]), s(&e["mac"]), s(&e["port"]), age);
-                }
-            }
-        }
+        Ask::Fdb { port, vlan, mac } => show_fdb(target, port, vlan, mac, json)?,
         Ask::FdbAdd { mac, vlan, port } => {
             let body = serde_json::json!({"mac": mac, "vlan": vlan, "port": port});
             edit(target, "POST", "/api/v1/fdb", &body.to_string(), json)?;
@@ -382,6 +385,86 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// How often a page refused with 503 (the daemon's queue of pages full) is asked again.
+const PAGE_RETRIES: u32 = 30;
+
+/// Every page of the FDB listing, printed as it comes (the table's rows, or with `json` one
+/// JSON document of the API's shape, `{"capacity", "entries"}`): the client holds one page at a
+/// time, whatever the table holds.
+fn show_fdb(target: &Target, port: Option<String>, vlan: Option<u16>, mac: Option<String>, json: bool) -> Result<()> {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let s = |v: &Value| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+    let mut filters = String::new();
+    for (k, v) in [("port", port), ("vlan", vlan.map(|v| v.to_string())), ("mac", mac)] {
+        if let Some(v) = v {
+            filters += &format!("&{k}={}", path_segment(&v));
+        }
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let (mut cursor, mut shown, mut capacity): (Option<String>, u64, Option<u64>) = (None, 0, None);
+    loop {
+        let after = cursor.as_deref().map(|c| format!("&cursor={}", path_segment(c))).unwrap_or_default();
+        let path = format!("/api/v1/fdb?limit={}{filters}{after}", crate::api::FDB_PAGE_MAX);
+        let page = page_of(target, &path, shown)?;
+        if capacity.is_none() {
+            capacity = Some(n(&page["capacity"]));
+            if json {
+                write!(out, "{{\"capacity\":{},\"entries\":[", n(&page["capacity"]))?;
+            } else {
+                writeln!(out, "{:>4} {:<18} {:<16} {:>8}", "vlan", "mac", "port", "age (s)")?;
+            }
+        }
+        for e in page["entries"].as_array().into_iter().flatten() {
+            if json {
+                write!(out, "{}{e}", if shown == 0 { "" } else { "," })?;
+            } else {
+                let age = if e["static"].as_bool().unwrap_or(false) {
+                    "static".to_string()
+                } else {
+                    n(&e["age_seconds"]).to_string()
+                };
+                writeln!(out, "{:>4} {:<18} {:<16} {:>8}", n(&e["vlan"]), s(&e["mac"]), s(&e["port"]), age)?;
+            }
+            shown += 1;
+        }
+        // Each page goes out as it comes (a pipe to `less` shows the first at once).
+        out.flush()?;
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    if json {
+        writeln!(out, "]}}")?;
+    } else {
+        let what = if shown == 1 { "entry" } else { "entries" };
+        writeln!(out, "{shown} {what} (capacity {})", capacity.unwrap_or(0))?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// One page of the FDB listing, asked again (after the `Retry-After` second) while the daemon's
+/// queue of pages is full. `shown`: how many entries the listing printed before it.
+fn page_of(target: &Target, path: &str, shown: u64) -> Result<Value> {
+    for _ in 0..PAGE_RETRIES {
+        let (st, body) = target.request("GET", path, Duration::from_secs(10))?;
+        let error = || {
+            serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_string))
+                .unwrap_or_else(|| body.trim().to_string())
+        };
+        match st {
+            200 => return serde_json::from_str(&body).with_context(|| format!("GET {path}: not JSON")),
+            503 => std::thread::sleep(Duration::from_secs(1)),
+            409 => bail!("the listing stopped after {shown} entries: {}", error()),
+            _ => bail!("GET {path}: {st}: {}", error()),
+        }
+    }
+    bail!("GET {path}: the daemon was busy (503) {PAGE_RETRIES} times in a row")
+}
+
 /// `s` as one segment of a URL path: every byte but the unreserved ones (and `:`, which MACs
 /// carry) percent-encoded, so that a name with a `/`, a space or a `?` reaches the daemon as
 /// typed, to be refused there by name, instead of naming another path.
@@ -481,5 +564,10 @@ mod tests {
         let chunked = b"HTTP/1.1 422 X\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
         assert_eq!(parse_response(chunked).unwrap(), (422, "hello world".to_string()));
         assert!(parse_response(b"HTTP/1.1 200").is_err());
+        // Cut short: fewer bytes than the length said, or no last chunk.
+        let cut = parse_response(b"HTTP/1.1 200 OK\r\ncontent-length: 20\r\n\r\n{\"entries\": [").unwrap_err();
+        assert!(cut.to_string().contains("cut short: 13 of its 20 bytes"), "{cut}");
+        let cut = parse_response(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n").unwrap_err();
+        assert!(cut.to_string().contains("its last chunk did not come"), "{cut}");
     }
 }

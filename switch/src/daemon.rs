@@ -17,14 +17,14 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{oneshot, watch};
-use wasmswitch_core::fdb::Flush;
+use wasmswitch_core::fdb::{Flush, Select};
 use wasmswitch_core::vlan::Vid;
 use wasmswitch_core::wire::MacAddr;
 use wasmswitch_core::PortId;
 
 use crate::api::{
-    applied_late, router, ApiState, Control, ControlStats, FdbChange, Limits, RefusalLog, ReloadBusy, ReloadOutcome,
-    ReloadResult, ShadowResult, APPLIED_LATE,
+    self, applied_late, router, ApiState, Control, ControlStats, FdbChange, FdbCursor, FdbEntry, FdbPage, FdbPageError,
+    FdbQuery, Limits, RefusalLog, ReloadBusy, ReloadOutcome, ReloadResult, ShadowResult, APPLIED_LATE,
 };
 use crate::config::diff::Plan;
 use crate::config::l2::StaticEntry;
@@ -105,19 +105,64 @@ impl Switch {
         json!({ "ports": ports })
     }
 
-    pub fn fdb_json(&self) -> serde_json::Value {
+    /// A page of the FDB listing: at most `query.limit` entries, after looking at
+    /// [`api::FDB_PAGE_SCAN`] slots at most, from the cursor's slot of the table it names.
+    /// Reads the lock-free table without its edits lock (nothing waits for a page).
+    pub fn fdb_page(&self, query: &FdbQuery) -> Result<FdbPage, FdbPageError> {
         let dp = &self.dataplane;
         let now = dp.start.elapsed().as_secs() as u32;
         let fdb = dp.fdb.get();
-        let entries: Vec<_> = fdb
-            .entries(now)
+        let from = match query.cursor {
+            None => 0,
+            Some(c) if c.table != fdb.id() => {
+                return Err(FdbPageError::Stale(format!(
+                    "cursor {c} is of a table that is gone (a reload changed fdb.capacity, or the daemon restarted): start the listing again without a cursor"
+                )))
+            }
+            Some(c) if c.slot >= fdb.capacity() => {
+                return Err(FdbPageError::Bad(format!(
+                    "cursor {c} is past the table's end ({} slots): pass back the `next` of the last page as it came",
+                    fdb.capacity()
+                )))
+            }
+            Some(c) => c.slot,
+        };
+        let port = match &query.port {
+            None => None,
+            Some(name) => Some(
+                dp.ports
+                    .id_of(name)
+                    .ok_or_else(|| FdbPageError::Bad(format!("`{name}` is not a port of the switch")))?,
+            ),
+        };
+        let select = Select { port, vlan: query.vlan, mac: query.mac };
+        let mut found = Vec::with_capacity(query.limit.min(1024));
+        let next = fdb.page(from, query.limit, api::FDB_PAGE_SCAN, select, now, &mut found);
+        // Port names once per page, not a lock per entry.
+        let names: Vec<Option<Arc<str>>> = {
+            let ports = dp.ports.snapshot();
+            let mut names = vec![None; ports.last().map_or(0, |(id, _)| *id as usize + 1)];
+            for (id, info) in ports {
+                names[id as usize] = Some(Arc::from(info.name.as_str()));
+            }
+            names
+        };
+        let entries = found
             .into_iter()
-            .map(|e| {
-                json!({"vlan": e.vlan, "mac": e.mac.to_string(), "port": dp.ports.get(e.port).map(|p| p.name.clone()),
-                       "static": e.is_static, "age_seconds": e.age})
+            .map(|e| FdbEntry {
+                vlan: e.vlan,
+                mac: e.mac,
+                port: names.get(e.port as usize).cloned().flatten(),
+                is_static: e.is_static,
+                age_seconds: e.age,
             })
             .collect();
-        json!({"capacity": fdb.capacity(), "entries": entries})
+        Ok(FdbPage {
+            capacity: fdb.capacity(),
+            table_entries: fdb.counted(),
+            entries,
+            next: next.map(|slot| FdbCursor { table: fdb.id(), slot }),
+        })
     }
 
     /// Adds a static entry, removes an entry or flushes entries (the API's FDB edits). Static
@@ -826,8 +871,8 @@ impl Control for Daemon {
         self.switch.ports_json()
     }
 
-    fn fdb_json(&self) -> serde_json::Value {
-        self.switch.fdb_json()
+    fn fdb_page(&self, query: &FdbQuery) -> Result<FdbPage, FdbPageError> {
+        self.switch.fdb_page(query)
     }
 
     fn fdb_change(&self, change: FdbChange) -> Result<serde_json::Value, String> {

@@ -125,8 +125,21 @@ enum PluginAction {
 
 #[derive(Subcommand)]
 enum FdbAction {
-    /// Every entry: VLAN, MAC, port, age (or `static`).
-    Show(ClientArgs),
+    /// Every entry (or those every filter given selects): VLAN, MAC, port, age (or `static`).
+    /// Pages through the table, printing each page as it comes.
+    Show {
+        /// Only the entries of this port.
+        #[arg(long)]
+        port: Option<String>,
+        /// Only the entries of this VLAN.
+        #[arg(long)]
+        vlan: Option<u16>,
+        /// Only the MACs that begin with these bytes, e.g. 02:00:5e.
+        #[arg(long)]
+        mac: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Add a static entry (never aged or moved; replaces a learned one).
     Add {
         /// The station's MAC address, e.g. 02:00:00:00:00:01.
@@ -273,8 +286,8 @@ fn main() -> ExitCode {
         Command::Status(a) => ask(a, Ask::Status),
         Command::Ports(a) => ask(a, Ask::Ports),
         Command::Fdb { action, client } => match action {
-            None => ask(client, Ask::Fdb),
-            Some(FdbAction::Show(a)) => ask(a, Ask::Fdb),
+            None => ask(client, Ask::Fdb { port: None, vlan: None, mac: None }),
+            Some(FdbAction::Show { port, vlan, mac, client }) => ask(client, Ask::Fdb { port, vlan, mac }),
             Some(FdbAction::Add { mac, vlan, port, client }) => ask(client, Ask::FdbAdd { mac, vlan, port }),
             Some(FdbAction::Del { mac, vlan, client }) => ask(client, Ask::FdbDel { mac, vlan }),
             Some(FdbAction::Flush { port, vlan, statics, client }) => {

@@ -611,6 +611,7 @@ fn acl_denies_tcp_behind_many_ipv6_extension_headers() {
         }
         dp.stop().expect("no frame leaked");
     }
+}
 
 /// TX kicks of a port's queues the kernel answered EBUSY: frames it dropped after the switch
 /// had counted them sent.

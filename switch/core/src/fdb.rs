@@ -224,6 +224,55 @@ pub struct Entry {
     pub is_static: bool,
 }
 
+/// The first bytes of a MAC, none to all six (`02:00:5e`): what a listing's MAC filter takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MacPrefix {
+    /// The prefix's bits where `mask` has ones, in the MAC's 48 bits as [`MacAddr::to_u64`]
+    /// puts them.
+    bits: u64,
+    mask: u64,
+}
+
+impl MacPrefix {
+    /// True when `mac` (48 bits, as [`MacAddr::to_u64`] gives it) begins with the prefix.
+    #[inline]
+    pub fn matches(self, mac: u64) -> bool {
+        mac & self.mask == self.bits
+    }
+}
+
+impl std::str::FromStr for MacPrefix {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let expected = "expected 1 to 6 hex bytes separated by `:`, like 02:00:5e";
+        let parts: Vec<&str> = s.split(':').collect();
+        if parts.len() > 6 {
+            return Err(format!("`{s}` is not a MAC prefix ({expected})"));
+        }
+        let (mut bits, mut mask) = (0u64, 0u64);
+        for (i, p) in parts.iter().enumerate() {
+            // One or two hex digits, as a MAC's bytes (`from_str_radix` alone takes `+c`).
+            if !(1..=2).contains(&p.len()) || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("`{s}` is not a MAC prefix (bad byte `{p}`: {expected})"));
+            }
+            let byte = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC prefix ({expected})"))?;
+            let shift = 40 - 8 * i as u32;
+            bits |= u64::from(byte) << shift;
+            mask |= 0xff << shift;
+        }
+        Ok(MacPrefix { bits, mask })
+    }
+}
+
+/// Which entries a listing ([`Fdb::page`]) returns: every condition given must hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Select {
+    pub port: Option<PortId>,
+    pub vlan: Option<u16>,
+    /// Every MAC begins with the empty prefix (the default).
+    pub mac: MacPrefix,
+}
+
 /// Which entries a flush removes: every condition given must hold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Flush {
@@ -256,6 +305,12 @@ pub struct Fdb {
     statics: AtomicUsize,
     /// Learned entries and limit of each port id below [`COUNTED_PORTS`].
     ports: Box<[PortLearned]>,
+    /// Tells this table from every other one (a resize makes a new table): a listing's cursor
+    /// names the table its position is in. Random, so a cursor from before a restart is not
+    /// taken for one of the new process's tables.
+    id: u64,
+    /// Entries the last aging sweep counted ([`Fdb::counted`]).
+    counted: AtomicUsize,
     pub stats: FdbStats,
 }
 
@@ -301,6 +356,13 @@ fn unpack(v: u64) -> (u16, MacAddr, bool) {
     (((v >> VID_SHIFT) & 0xfff) as u16, MacAddr::from_u64(v & MAC_MASK), v & STATIC != 0)
 }
 
+/// A new table's [`Fdb::id`]: a serial, hashed with this process's random keys.
+fn table_id() -> u64 {
+    use std::hash::BuildHasher;
+    static SERIAL: AtomicU64 = AtomicU64::new(0);
+    std::collections::hash_map::RandomState::new().hash_one(SERIAL.fetch_add(1, Ordering::Relaxed))
+}
+
 /// Buckets of a table with room for at least `capacity` MACs (a power of two).
 fn buckets_for(capacity: usize) -> usize {
     capacity.div_ceil(SLOTS).next_power_of_two().max(1)
@@ -325,6 +387,8 @@ impl Fdb {
             edits: Mutex::new(()),
             statics: AtomicUsize::new(0),
             ports: (0..COUNTED_PORTS).map(|_| PortLearned::default()).collect(),
+            id: table_id(),
+            counted: AtomicUsize::new(0),
             stats: FdbStats::default(),
         }
     }
@@ -398,6 +462,18 @@ impl Fdb {
         s.key.store(0, Ordering::Release);
         self.forget(v, w);
         true
+    }
+
+    /// This table's identity (see the field).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Entries in the table as the last aging sweep counted them ([`Fdb::age`] walks every
+    /// slot anyway, every tenth of a second in the daemon): a count that costs its readers no
+    /// walk, some 100 ms old; 0 before the first sweep.
+    pub fn counted(&self) -> usize {
+        self.counted.load(Ordering::Relaxed)
     }
 
     /// The lock of the edits from outside the datapath (see the field).
@@ -812,22 +888,26 @@ impl Fdb {
 
     /// Removes learned entries silent for longer than the aging time; returns how many. Run by
     /// one housekeeping thread (it owns `stats.aged`).
+    /// Counts the entries it leaves, for [`Fdb::counted`].
     pub fn age(&self, now: u32) -> usize {
-        let mut aged = 0;
+        let (mut aged, mut left) = (0, 0);
         let aging_ticks = self.aging_ticks();
         for b in self.buckets.iter() {
             for s in &b.slots {
                 let v = s.key.load(Ordering::Acquire);
-                if v == 0 || v == CLAIMED || v & STATIC != 0 {
+                if v == 0 || v == CLAIMED {
                     continue;
                 }
                 let seen = s.seen.load(Ordering::Relaxed);
-                if ticks_since(seen, now) > aging_ticks && self.take(s, v) {
+                if v & STATIC == 0 && ticks_since(seen, now) > aging_ticks && self.take(s, v) {
                     aged += 1;
+                } else {
+                    left += 1;
                 }
             }
         }
         self.stats.aged.add(aged as u64);
+        self.counted.store(left, Ordering::Relaxed);
         aged
     }
 
@@ -836,22 +916,54 @@ impl Fdb {
         self.flush(Flush { port: Some(port), ..Flush::default() });
     }
 
-    /// Every entry, sorted by VLAN and MAC.
+    /// Every entry, sorted by VLAN and MAC. Allocates for the whole table: for a reload, not
+    /// for what a client asks ([`Fdb::page`]).
     pub fn entries(&self, now: u32) -> Vec<Entry> {
         let mut out = Vec::new();
-        for b in self.buckets.iter() {
-            for s in &b.slots {
-                let Some((v, port)) = s.read() else { continue };
-                if v == 0 || v == CLAIMED {
-                    continue;
-                }
-                let (vlan, mac, is_static) = unpack(v);
-                let age = if is_static { 0 } else { ticks_since(s.seen.load(Ordering::Relaxed), now) };
-                out.push(Entry { vlan, mac, port, age, is_static });
-            }
-        }
+        self.page(0, usize::MAX, usize::MAX, Select::default(), now, &mut out);
         out.sort();
         out
+    }
+
+    /// Appends to `out` the entries `select` selects, in table order from slot `from` (0 to
+    /// start, then what the last call returned): at most `limit` of them, after looking at
+    /// `scan` slots at most, so a call costs the same whether the table is full or the filter
+    /// matches nothing. Returns the slot to go on from, `None` once the walk has passed the
+    /// table's last slot. Takes no lock and writes nothing, so neither the datapath nor the
+    /// edits wait for it. Entries do not move between slots: one that is in the table for the
+    /// whole walk is listed exactly once (with the port it has when its slot is read); one
+    /// learned, aged or removed meanwhile may be listed or not, and one removed and learned
+    /// again into a later slot of its bucket may be listed twice.
+    pub fn page(
+        &self,
+        from: usize,
+        limit: usize,
+        scan: usize,
+        select: Select,
+        now: u32,
+        out: &mut Vec<Entry>,
+    ) -> Option<usize> {
+        let end = self.capacity().min(from.saturating_add(scan.max(1)));
+        let (mut at, mut found) = (from, 0);
+        while at < end && found < limit {
+            let s = &self.buckets[at / SLOTS].slots[at % SLOTS];
+            at += 1;
+            let Some((v, port)) = s.read() else { continue };
+            if v == 0 || v == CLAIMED {
+                continue;
+            }
+            let (vlan, mac, is_static) = unpack(v);
+            if select.vlan.is_some_and(|x| x != vlan)
+                || select.port.is_some_and(|x| x != port)
+                || !select.mac.matches(v & MAC_MASK)
+            {
+                continue;
+            }
+            let age = if is_static { 0 } else { ticks_since(s.seen.load(Ordering::Relaxed), now) };
+            out.push(Entry { vlan, mac, port, age, is_static });
+            found += 1;
+        }
+        (at < self.capacity()).then_some(at)
     }
 
     /// Number of entries (walks the table: for metrics, not the data path).
@@ -893,6 +1005,7 @@ impl Fdb {
         }
         new.stats.aged.add(self.stats.aged.get());
         new.stats.resize_dropped.add(self.stats.resize_dropped.get());
+        new.counted.store(new.len(), Ordering::Relaxed);
         Ok(new)
     }
 }
@@ -1275,6 +1388,111 @@ mod tests {
             assert!(n <= 100, "port {p}: {n} learned, the limit is 100");
         }
         assert_eq!(over, 0, "a count above the limit (plus one learn in flight per worker)");
+    }
+
+    /// Every page of a listing, each call starting where the last one said.
+    fn listing(f: &Fdb, limit: usize, scan: usize, select: Select) -> (Vec<Entry>, usize) {
+        let (mut all, mut pages, mut at) = (Vec::new(), 0, Some(0));
+        while let Some(from) = at {
+            let before = all.len();
+            at = f.page(from, limit, scan, select, 0, &mut all);
+            assert!(all.len() - before <= limit, "a page holds `limit` entries at most");
+            assert!(at.is_none_or(|a| a > from && a - from <= scan), "each page moves on, by `scan` slots at most");
+            pages += 1;
+        }
+        all.sort();
+        (all, pages)
+    }
+
+    #[test]
+    fn pages_list_every_entry_once_whatever_the_limit() {
+        let f = Fdb::new(1024, 300);
+        for i in 0..700u64 {
+            f.learn((i % 3) as u16 + 1, mac(i), (i % 5) as PortId, 0);
+        }
+        f.add_static(7, mac(5000), 2).unwrap();
+        let all = f.entries(0);
+        for limit in [1, 7, 8, 9, 100, 10_000] {
+            let (listed, pages) = listing(&f, limit, usize::MAX, Select::default());
+            assert_eq!(listed, all, "limit {limit}");
+            assert!(pages >= all.len().div_ceil(limit), "limit {limit}: {pages} pages");
+        }
+        // The scan bound cuts pages short, never loses an entry.
+        let (listed, pages) = listing(&f, 10_000, 64, Select::default());
+        assert_eq!((listed, pages), (all, f.capacity() / 64));
+    }
+
+    #[test]
+    fn a_page_looks_at_scan_slots_at_most_even_when_nothing_matches() {
+        let f = Fdb::new(4096, 300);
+        for i in 0..2000u64 {
+            f.learn(1, mac(i), 1, 0);
+        }
+        let nothing = Select { vlan: Some(99), ..Select::default() };
+        let mut out = Vec::new();
+        assert_eq!(f.page(0, 10, 512, nothing, 0, &mut out), Some(512), "an empty page and where to go on");
+        assert_eq!(f.page(512, 10, 512, nothing, 0, &mut out), Some(1024));
+        assert_eq!(f.page(f.capacity() - 100, 10, 512, nothing, 0, &mut out), None, "the table's end");
+        assert!(out.is_empty());
+        // A full page stops where its last entry was, and the next goes on from there.
+        let mut first = Vec::new();
+        let next = f.page(0, 10, usize::MAX, Select::default(), 0, &mut first).unwrap();
+        assert_eq!(first.len(), 10);
+        let mut second = Vec::new();
+        f.page(next, 10, usize::MAX, Select::default(), 0, &mut second);
+        assert!(second.iter().all(|e| !first.contains(e)));
+        // A position past the end (no page returns one) lists nothing and ends the walk.
+        assert_eq!(f.page(f.capacity() + 5, 10, 512, Select::default(), 0, &mut out), None);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn pages_select_by_port_vlan_and_mac_prefix() {
+        let f = Fdb::new(4096, 300);
+        for i in 0..256u64 {
+            f.learn(10 + (i % 2) as u16, MacAddr::from_u64(0x0200_5e00_0000 | i << 8 | i), (i % 4) as PortId, 0);
+            f.learn(10, MacAddr::from_u64(0x0a00_0000_0000 | i), 9, 0);
+        }
+        let all = f.entries(0);
+        let select = |s: Select| listing(&f, 50, 100, s).0;
+        let by = |keep: &dyn Fn(&Entry) -> bool| all.iter().copied().filter(|e| keep(e)).collect::<Vec<_>>();
+        assert_eq!(select(Select { port: Some(3), ..Select::default() }), by(&|e| e.port == 3));
+        assert_eq!(select(Select { vlan: Some(11), ..Select::default() }), by(&|e| e.vlan == 11));
+        let p = |s: &str| s.parse::<MacPrefix>().unwrap();
+        assert_eq!(select(Select { mac: p("0a"), ..Select::default() }), by(&|e| e.mac.0[0] == 0x0a));
+        assert_eq!(select(Select { mac: p("02:00:5e:00:07"), ..Select::default() }).len(), 1);
+        assert_eq!(select(Select { mac: p("02:00:5e:00:07:07"), ..Select::default() })[0].mac.0[5], 7);
+        let three = Select { port: Some(1), vlan: Some(11), mac: p("2:0:5e") };
+        let want = by(&|e| e.port == 1 && e.vlan == 11 && e.mac.0[..3] == [2, 0, 0x5e]);
+        assert!(!want.is_empty());
+        assert_eq!(select(three), want, "every condition holds");
+    }
+
+    #[test]
+    fn mac_prefixes_parse_one_to_six_bytes_or_say_why_not() {
+        let p = |s: &str| s.parse::<MacPrefix>();
+        assert!(p("02").unwrap().matches(0x02ab_cdef_0123) && !p("02").unwrap().matches(0x03ab_cdef_0123));
+        assert!(p("02:ab:cd:ef:01:23").unwrap().matches(0x02ab_cdef_0123));
+        assert!(!p("02:ab:cd:ef:01:24").unwrap().matches(0x02ab_cdef_0123));
+        for bad in ["", "02:", ":02", "0x2", "+2", "002", "02:ab:cd:ef:01:23:45", "zz", "02-ab"] {
+            let err = p(bad).expect_err(bad);
+            assert!(err.contains("is not a MAC prefix") && err.contains("1 to 6 hex bytes"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_sweep_counts_what_it_leaves_and_each_table_has_its_own_id() {
+        let f = Fdb::new(1024, 10);
+        assert_eq!(f.counted(), 0, "no sweep yet");
+        for i in 0..50u64 {
+            f.learn(1, mac(i), 1, if i < 20 { 0 } else { 15 });
+        }
+        f.add_static(1, mac(999), 1).unwrap();
+        assert_eq!(f.age(20), 20);
+        assert_eq!(f.counted(), 31, "30 learned entries left and a static one");
+        let big = f.resized(4096, 20).unwrap();
+        assert_eq!(big.counted(), 31, "a resized table starts with its copy counted");
+        assert!(f.id() != big.id() && f.id() != Fdb::new(1024, 10).id());
     }
 
     #[test]
