@@ -457,7 +457,7 @@ fn sim_yaml_with_token(port: u16) -> String {
 fn mutating_requests_need_the_token_and_a_local_host_and_no_origin() {
     let dir = Scratch::new("auth");
     let port = free_port();
-    let token = write_token(&dir, "first-token\n", 0o600);
+    let token = write_token(&dir, "first-token-0123456789\n", 0o600);
     let cfg = dir.path("sim.yaml");
     std::fs::write(&cfg, sim_yaml_with_token(port)).unwrap();
     let child = start(&cfg, &dir.path("cache"), port);
@@ -469,16 +469,16 @@ fn mutating_requests_need_the_token_and_a_local_host_and_no_origin() {
     let r = post(&["Authorization: Bearer wrong-token"]);
     assert_eq!(r.status, 401, "wrong token: {r:?}");
     assert!(r.body.contains("wrong token"), "{r:?}");
-    assert_eq!(post(&["Authorization: Basic Zmlyc3QtdG9rZW4="]).status, 401);
-    let r = post(&["Authorization: Bearer first-token"]);
+    assert_eq!(post(&["Authorization: Basic Zmlyc3QtdG9rZW4tMDEyMzQ1Njc4OQ=="]).status, 401);
+    let r = post(&["Authorization: Bearer first-token-0123456789"]);
     assert_eq!(r.status, 200, "right token: {r:?}");
     assert!(r.body.contains("\"status\":\"ok\""), "{r:?}");
 
     // A browser's request (it sends Origin) is refused even with the token.
-    let r = post(&["Authorization: Bearer first-token", "Origin: http://127.0.0.1"]);
+    let r = post(&["Authorization: Bearer first-token-0123456789", "Origin: http://127.0.0.1"]);
     assert_eq!(r.status, 403, "{r:?}");
     // DNS rebinding: a foreign name in Host, on a mutating request and on a read.
-    let r = post(&["Authorization: Bearer first-token", "Host: attacker.example:80"]);
+    let r = post(&["Authorization: Bearer first-token-0123456789", "Host: attacker.example:80"]);
     assert_eq!(r.status, 421, "{r:?}");
     let r = http_with(port, "GET", "/api/v1/config", &["Host: attacker.example"], b"").unwrap();
     assert_eq!(r.status, 421, "{r:?}");
@@ -493,26 +493,35 @@ fn mutating_requests_need_the_token_and_a_local_host_and_no_origin() {
     assert!(body.contains("wasmswitch_"), "{body}");
     let (st, body) = http(port, "GET", "/api/v1/config").unwrap();
     assert_eq!(st, 200);
-    assert!(body.contains("token_file") && !body.contains("first-token"), "{body}");
+    assert!(body.contains("token_file") && !body.contains("first-token-0123456789"), "{body}");
 
     // Bodies are bounded, declared or chunked.
     let big = vec![b'x'; 5000];
-    let r = http_with(port, "POST", "/api/v1/reload", &["Authorization: Bearer first-token"], &big).unwrap();
+    let r = http_with(port, "POST", "/api/v1/reload", &["Authorization: Bearer first-token-0123456789"], &big).unwrap();
     assert_eq!(r.status, 413, "{r:?}");
     let mut chunked = format!("{:x}\r\n", big.len()).into_bytes();
     chunked.extend_from_slice(&big);
     chunked.extend_from_slice(b"\r\n0\r\n\r\n");
-    let headers = ["Authorization: Bearer first-token", "Transfer-Encoding: chunked"];
+    let headers = ["Authorization: Bearer first-token-0123456789", "Transfer-Encoding: chunked"];
     assert_eq!(http_with(port, "POST", "/api/v1/reload", &headers, &chunked).unwrap().status, 413);
 
     // A token rewritten in place is picked up by a reload (the file is re-read then).
-    std::fs::write(&token, "second-token").unwrap();
-    let r = post(&["Authorization: Bearer first-token"]);
+    std::fs::write(&token, "second-token-0123456789").unwrap();
+    let r = post(&["Authorization: Bearer first-token-0123456789"]);
     assert_eq!(r.status, 200);
     assert!(r.body.contains("control API token: the one now in the token file"), "the reload says so: {r:?}");
-    assert!(!r.body.contains("second-token"), "and does not show it: {r:?}");
-    assert_eq!(post(&["Authorization: Bearer first-token"]).status, 401);
-    assert_eq!(post(&["Authorization: Bearer second-token"]).status, 200);
+    assert!(!r.body.contains("second-token-0123456789"), "and does not show it: {r:?}");
+    assert_eq!(post(&["Authorization: Bearer first-token-0123456789"]).status, 401);
+    assert_eq!(post(&["Authorization: Bearer second-token-0123456789"]).status, 200);
+    // A token too short is refused by the reload, which changes nothing (as `check` and the
+    // start refuse it).
+    std::fs::write(&token, "0123456789abcde\n").unwrap();
+    let r = post(&["Authorization: Bearer second-token-0123456789"]);
+    assert_eq!(r.status, 422, "{r:?}");
+    assert!(r.body.contains("a token of 15 bytes: at least 16 are needed"), "{r:?}");
+    assert_eq!(post(&["Authorization: Bearer 0123456789abcde"]).status, 401);
+    std::fs::write(&token, "second-token-0123456789").unwrap();
+    assert_eq!(post(&["Authorization: Bearer second-token-0123456789"]).status, 200);
 
     // Every refusal counted by its status.
     let (_, metrics) = http(port, "GET", "/metrics").unwrap();
@@ -547,12 +556,18 @@ fn check_refuses_a_shared_token_file_and_an_open_listener_without_one() {
     let yaml = sim_yaml_with_token(port);
     let line = yaml.lines().count();
     std::fs::write(&cfg, &yaml).unwrap();
-    write_token(&dir, "tok", 0o640);
+    write_token(&dir, "a-token-0123456789", 0o640);
     let (ok, err) = check();
     assert!(!ok, "a group-readable token file passed: {err}");
     let at = format!("{}:{line}:15: control.token_file: ", cfg.display());
     assert!(err.contains(&at) && err.contains("mode 0640") && err.contains("chmod 600"), "expected `{at}`: {err}");
-    write_token(&dir, "tok", 0o600);
+    // One byte short of the minimum, then the minimum.
+    write_token(&dir, "0123456789abcde", 0o600);
+    let (ok, err) = check();
+    let at = format!("{}:{line}:15: control.token_file: ", cfg.display());
+    assert!(!ok && err.contains(&at) && err.contains("a token of 15 bytes: at least 16"), "expected `{at}`: {err}");
+    assert!(err.contains("head -c 24 /dev/urandom | base64"), "{err}");
+    write_token(&dir, "0123456789abcdef", 0o600);
     let (ok, err) = check();
     assert!(ok, "{err}");
 
