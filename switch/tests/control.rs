@@ -536,7 +536,8 @@ fn mutating_requests_need_the_token_and_a_local_host_and_no_origin() {
     let (_, ok, log) = terminate(child);
     assert!(ok, "{log}");
     assert!(log.contains("SIGHUP: reloading"), "{log}");
-    assert!(log.matches("reload: applied").count() >= 4, "three HTTP reloads and SIGHUP's: {log}");
+    // Reloads that say the same are one kind of line (the rest counted, at shutdown at last).
+    assert_eq!(logged(&log, "reload: applied"), 5, "four HTTP reloads and SIGHUP's: {log}");
     // Every mutating request is logged with its peer, path and outcome.
     assert!(log.contains("control API: 127.0.0.1:"), "{log}");
     assert!(log.contains("POST /api/v1/reload: 401 Unauthorized: refused: wrong token"), "{log}");
@@ -633,6 +634,86 @@ fn answers_a_handler_refuses_are_logged_once_per_kind_not_once_per_request() {
     assert_eq!(lines, 1, "one line for 50 refusals of one kind:\n{stderr}");
 }
 
+/// How many events the lines of `log` containing `what` stand for: a line logged is one, with
+/// "(and N more ...)" 1 + N; a count of its own ("N more ...", written when a period ends) N.
+fn logged(log: &str, what: &str) -> u64 {
+    let number = |digits: &str| digits.parse::<u64>().unwrap_or_else(|_| panic!("a count in `{digits}`"));
+    log.lines()
+        .filter(|l| l.contains(what))
+        .map(|l| {
+            if let Some(i) = l.find("(and ") {
+                let n: String = l[i + 5..].chars().take_while(char::is_ascii_digit).collect();
+                1 + number(&n)
+            } else if let Some(i) = l.find(" more ") {
+                let before = &l[..i];
+                let start = before.rfind(|c: char| !c.is_ascii_digit()).map_or(0, |j| j + 1);
+                number(&before[start..])
+            } else {
+                1
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn successful_changes_are_logged_once_per_kind_and_the_rest_counted_when_the_period_ends() {
+    // A client with the token adding and removing entries in a loop wrote two lines per
+    // request (the API's and the FDB's): 55,000 lines in 30 s.
+    let (dir, port, cfg) = scratch("change-log");
+    std::fs::write(&cfg, sim_yaml(port)).unwrap();
+    // stderr into a file, read while the daemon runs: the counts must come without another
+    // request or a shutdown.
+    let log = dir.path("stderr");
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c"])
+        .arg(&cfg)
+        .env("WASMSWITCH_CACHE_DIR", dir.path("cache"))
+        .stderr(std::fs::File::create(&log).unwrap());
+    die_with_test(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    wait_healthy(port, &mut child);
+    const N: u64 = 300;
+    let mac = |i: u64| format!("02:00:00:00:{:02x}:{:02x}", i / 256, i % 256);
+    let json = ["Content-Type: application/json"];
+    for i in 0..N {
+        let body = format!(r#"{{"mac": "{}", "vlan": 1, "port": "p0"}}"#, mac(i));
+        let r = http_with(port, "POST", "/api/v1/fdb", &json, body.as_bytes()).unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    for i in 0..N {
+        let (st, body) = http(port, "DELETE", &format!("/api/v1/fdb/1/{}", mac(i))).unwrap();
+        assert_eq!(st, 200, "{body}");
+    }
+    let kinds = ["POST /api/v1/fdb", "DELETE /api/v1/fdb/", "fdb: static entry", "fdb: entry"];
+    let t = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if kinds.iter().all(|k| logged(&text, k) == N) {
+            break text;
+        }
+        // One period after the first line, and the period of the writer's tick at most.
+        assert!(t.elapsed() < Duration::from_secs(30), "no count of the lines not logged:\n{text}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for k in kinds {
+        let lines = text.lines().filter(|l| l.contains(k)).count();
+        assert!(lines <= 3, "{lines} lines of `{k}` for {N} requests:\n{text}");
+    }
+    assert!(text.contains("control API: 299 more answered 200 (POST /api/v1/fdb) since the last such line"), "{text}");
+    assert!(text.contains("fdb: static entry added (299 more such since the last such line, not logged)"), "{text}");
+
+    // A burst the period has not ended for is counted at shutdown.
+    for i in 0..5 {
+        let body = format!(r#"{{"mac": "{}", "vlan": 1, "port": "p1"}}"#, mac(i));
+        assert_eq!(http_with(port, "POST", "/api/v1/fdb", &json, body.as_bytes()).unwrap().status, 200);
+    }
+    sigterm(&child);
+    assert!(child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(logged(&text, "POST /api/v1/fdb"), N + 5, "{text}");
+    assert_eq!(logged(&text, "fdb: static entry"), N + 5, "{text}");
+}
+
 #[test]
 fn refused_reloads_and_promotes_are_logged_once_per_reason_not_once_per_request() {
     // Any local process may ask for a reload (no token on loopback): a loop of refused ones
@@ -653,9 +734,13 @@ fn refused_reloads_and_promotes_are_logged_once_per_reason_not_once_per_request(
     );
     let (_, ok, stderr) = terminate(child);
     assert!(ok, "{stderr}");
-    let count = |what: &str| stderr.lines().filter(|l| l.contains("WARN") && l.contains(what)).count();
-    assert_eq!(count("switch.batch 999 is out of range"), 1, "one line for 40 refused reloads:\n{stderr}");
-    assert_eq!(count("shadow promote refused"), 1, "one line for 40 refused promotes:\n{stderr}");
+    // One line each, and the count of the rest written at shutdown.
+    let warned: String = stderr.lines().filter(|l| l.contains("WARN")).map(|l| format!("{l}\n")).collect();
+    let count = |what: &str| warned.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(count("switch.batch 999 is out of range"), 2, "one line for 40 refused reloads, one count:\n{stderr}");
+    assert_eq!(logged(&warned, "switch.batch 999 is out of range"), 40, "{stderr}");
+    assert_eq!(count("shadow promote refused"), 2, "one line for 40 refused promotes, one count:\n{stderr}");
+    assert_eq!(logged(&warned, "shadow promote refused"), 40, "{stderr}");
 }
 
 /// `switch.batch` applies live: after a reload to 1, every burst a worker takes is one packet;
