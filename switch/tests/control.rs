@@ -933,3 +933,64 @@ fn a_reopened_port_keeps_its_unchanged_plugins_instance() {
     let (_, ok, err) = terminate(child);
     assert!(ok, "{err}");
 }
+
+/// A plugin that cannot be loaded is refused at its `path` in the file (file:line:column, as a
+/// config error is), with the error the system gave: by `check`, by the start and by a reload.
+#[test]
+fn plugin_load_errors_are_located_at_the_plugin_entry_and_name_the_errno() {
+    let (dir, port, cfg) = scratch("plugin-errors");
+    let yaml = |path: &str| {
+        format!(
+            "{}  - name: p0\n    driver: sim\n    plugins:\n      - name: pl\n        path: {path}\n",
+            sim_head(port)
+        )
+    };
+    // The line of `path:` (the last), its value at column 15.
+    let at = |path: &str| format!("{}:{}:15: ", cfg.display(), yaml(path).lines().count());
+    let check = || {
+        let out = Command::new(bin()).args(["check", "-c"]).arg(&cfg).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // A symlink loop (ELOOP) and a path through a regular file (ENOTDIR): "no such file" before.
+    std::os::unix::fs::symlink(dir.path("loop.wasm"), dir.path("loop.wasm")).unwrap();
+    std::fs::write(dir.path("regular"), "x").unwrap();
+    for (path, why) in [
+        ("loop.wasm", "Too many levels of symbolic links (os error 40)"),
+        ("regular/pl.wasm", "Not a directory (os error 20)"),
+    ] {
+        std::fs::write(&cfg, yaml(path)).unwrap();
+        let (ok, err) = check();
+        let said = format!("{}plugin `pl`: cannot read {}: {why}", at(path), dir.path(path).display());
+        assert!(!ok && err.contains(&said), "expected `{said}`: {err}");
+    }
+    // An invalid component: the compile's error, at the entry too.
+    std::fs::write(dir.path("bad.wasm"), b"not a component").unwrap();
+    std::fs::write(&cfg, yaml("bad.wasm")).unwrap();
+    let (ok, err) = check();
+    let said =
+        format!("{}port `p0`: plugin `pl`: {}: not a valid component", at("bad.wasm"), dir.path("bad.wasm").display());
+    assert!(!ok && err.contains(&said), "expected `{said}`: {err}");
+    // The start says the same.
+    let out = Command::new(bin())
+        .args(["run", "-c"])
+        .arg(&cfg)
+        .env("WASMSWITCH_CACHE_DIR", dir.path("cache"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(&said), "expected `{said}`: {err}");
+    // And a reload that finds the component replaced by one that does not compile.
+    std::fs::write(dir.path("good.wasm"), plugin_with_process(&pass_all_unless("(i32.const 0)"))).unwrap();
+    std::fs::write(&cfg, yaml("good.wasm")).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    std::fs::write(dir.path("good.wasm"), b"not a component").unwrap();
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    let said = format!(
+        "{}port `p0`: plugin `pl`: {}: not a valid component",
+        at("good.wasm"),
+        dir.path("good.wasm").display()
+    );
+    assert!(st == 422 && body.contains(&said), "expected `{said}`: {st} {body}");
+    let (_, ok, log) = terminate(child);
+    assert!(ok, "{log}");
+}

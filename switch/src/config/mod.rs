@@ -1054,7 +1054,7 @@ impl Config {
                             format!("plugin `{}`: {} is not a regular file", pl.name.value, file.display()),
                         ))
                     }
-                    Err(_) => {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         return Err(err(
                             pl.path.referenced,
                             format!(
@@ -1062,6 +1062,15 @@ impl Config {
                                 pl.name.value,
                                 file.display()
                             ),
+                        ))
+                    }
+                    // The errno as it is: a symlink loop (ELOOP), a file where a folder should
+                    // be (ENOTDIR) or a folder the daemon's user may not search (EACCES) is not
+                    // fixed by building the plugin.
+                    Err(e) => {
+                        return Err(err(
+                            pl.path.referenced,
+                            format!("plugin `{}`: cannot read {}: {e}", pl.name.value, file.display()),
                         ))
                     }
                 }

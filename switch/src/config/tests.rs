@@ -537,6 +537,30 @@ fn a_token_file_that_is_not_private_small_and_filled_is_refused_at_its_key() {
 }
 
 #[test]
+fn a_plugin_path_that_cannot_be_resolved_is_refused_at_its_key_naming_the_errno() {
+    // All of these were "no such file ... (build plugins with plugins/build.sh)".
+    let dir = TokenDir::new("plugin-errno");
+    let link = dir.0.join("loop.wasm");
+    std::os::unix::fs::symlink(&link, &link).unwrap();
+    let regular = dir.file("regular", "x", 0o600);
+    let cases = [
+        (link, "cannot read", "Too many levels of symbolic links (os error 40)"),
+        (regular.join("acl.wasm"), "cannot read", "Not a directory (os error 20)"),
+        (dir.0.join("absent.wasm"), "no such file", "plugins/build.sh"),
+    ];
+    for (path, what, why) in cases {
+        let yaml = format!(
+            "ports:\n  - name: p0\n    driver: sim\n    plugins:\n      - name: acl\n        path: {}\n",
+            path.display()
+        );
+        let shown = parse(&yaml).unwrap_err().to_string();
+        assert!(shown.starts_with("test.yaml:6:15: "), "at the plugin's path: {shown}");
+        let said = format!("plugin `acl`: {what} {}", path.display());
+        assert!(shown.contains(&said) && shown.contains(why), "expected `{said}` and `{why}`: {shown}");
+    }
+}
+
+#[test]
 fn a_non_loopback_listen_needs_a_token() {
     let dir = TokenDir::new("listen");
     let yaml = format!("metrics:\n  listen: 0.0.0.0:9187\n{GOOD}");
