@@ -102,7 +102,7 @@ if [ -x "$venv/bin/kubernetes-validate" ]; then
   if [ -n "$bin" ]; then
     # The token file is checked when the config loads: point it at a private scratch token.
     "$venv/bin/python" "$here/checks.py" switch-yaml "$kdir/configmap.yaml" "$tmp/switch.yaml" &&
-      printf 'example-token\n' >"$tmp/token" && chmod 600 "$tmp/token" &&
+      printf 'example-token-0123456789\n' >"$tmp/token" && chmod 600 "$tmp/token" &&
       sed -i "s#/etc/wasmswitch-token/token#$tmp/token#" "$tmp/switch.yaml"
     run "kubernetes: configmap's switch.yaml passes wasmswitch check" "$bin" check -c "$tmp/switch.yaml"
   else

@@ -14,13 +14,15 @@
 //! A mutating request (any method but GET and HEAD) is refused with 403 if it carries an
 //! `Origin` (a browser sent it), with 401 unless it carries the configured bearer token
 //! (`control.token_file`), and with 413 if its body is over [`MAX_BODY_BYTES`]; each one is
-//! logged with the peer, method, path and status.
+//! logged with the peer, method, path and status, at most one line per kind (status and
+//! reason, or method and route when it succeeded) every [`REFUSAL_LOG_EVERY`], and a count of
+//! those not logged when that period ends.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, Path, Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -589,15 +591,18 @@ impl crate::metrics::MetricsSource for ControlStats {
     }
 }
 
-/// How often a refusal of one kind (status and reason) is logged: a client retrying with a
-/// wrong token, or a page hammering the port, would otherwise fill the log.
+/// How often a line of one kind (status and reason) is logged: a client retrying with a
+/// wrong token, a page hammering the port, or a client with the token changing the FDB in a
+/// loop would otherwise fill the log.
 pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Kinds of refusal tracked apart; reasons may quote the request (its Host), so past this
 /// the rest of a status share one entry and the map stays bounded.
 const REFUSAL_KINDS: usize = 64;
 
-/// Per (status, reason): when a refusal was last logged, and how many were not logged since.
+/// Per (status, reason): when a line of that kind was last logged, and how many were not
+/// logged since. Refusals are keyed by their reason; successful changes by what they did
+/// (the API's by method and route, the daemon's by kind of change), with a 2xx status.
 #[derive(Debug, Default)]
 pub struct RefusalLog(std::sync::Mutex<std::collections::HashMap<(u16, String), (std::time::Instant, u64)>>);
 
@@ -632,11 +637,21 @@ impl RefusalLog {
     /// reason does not come back. Kinds quiet for a whole period are forgotten (the next is
     /// logged at once, as it would be anyway).
     pub fn overdue(&self) -> Vec<(u16, String, u64)> {
+        self.counts(false)
+    }
+
+    /// Every count not logged yet, its period over or not (at shutdown, so that the last
+    /// burst is counted in the log too).
+    pub fn remaining(&self) -> Vec<(u16, String, u64)> {
+        self.counts(true)
+    }
+
+    fn counts(&self, all: bool) -> Vec<(u16, String, u64)> {
         let now = std::time::Instant::now();
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
         m.retain(|(code, why), (last, quiet)| {
-            if now.duration_since(*last) < REFUSAL_LOG_EVERY {
+            if !all && now.duration_since(*last) < REFUSAL_LOG_EVERY {
                 return true;
             }
             if *quiet == 0 {
@@ -650,16 +665,24 @@ impl RefusalLog {
     }
 }
 
-/// Writes, once a period, the counts of refused requests that [`RefusalLog::admit`] did not
+/// Writes, once a period, the counts of requests whose line [`RefusalLog::admit`] did not
 /// let through, so that the last burst of a kind is not left uncounted in the log. Runs until
 /// the runtime ends.
 pub async fn log_overdue_refusals(refusals: Arc<RefusalLog>) {
     let mut every = tokio::time::interval(REFUSAL_LOG_EVERY);
     loop {
         every.tick().await;
-        for (status, why, n) in refusals.overdue() {
-            log::warn!("control API: {n} more answered {status} ({why}) since the last such line, not logged");
-        }
+        log_not_logged(refusals.overdue());
+    }
+}
+
+/// The lines of [`log_overdue_refusals`] (and of the daemon's shutdown, with
+/// [`RefusalLog::remaining`]): successful changes at INFO, refusals at WARN, as their own
+/// lines are.
+pub fn log_not_logged(counts: Vec<(u16, String, u64)>) {
+    for (status, why, n) in counts {
+        let level = if (200..300).contains(&status) { log::Level::Info } else { log::Level::Warn };
+        log::log!(level, "control API: {n} more answered {status} ({why}) since the last such line, not logged");
     }
 }
 
@@ -756,16 +779,27 @@ async fn checked(s: &ApiState, req: Request, next: Next) -> Response {
     let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.to_string());
     let peer = peer.unwrap_or_else(|| "unknown peer".into());
     let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    // The route (`/api/v1/fdb/{vlan}/{mac}`), not the path, so that deletes of many entries
+    // are one kind of line.
+    let route = req.extensions().get::<MatchedPath>().map_or_else(|| path.clone(), |m| m.as_str().to_owned());
     let (response, why) = match check_mutation(s, req).await {
         Ok(req) => (Answering::run(req, next).await, None),
         Err((code, why)) => (refuse(code, &why), Some(why)),
     };
     let status = response.status();
     match why {
-        None if status.is_success() => log::info!("control API: {peer} {method} {path}: {status}"),
+        // Successful changes too, per method and route: a client with the token (or any local
+        // process, on loopback without one) changing the FDB in a loop wrote a line each.
+        None if status.is_success() => match s.refusals.admit(status, &format!("{method} {route}")) {
+            Some(0) => log::info!("control API: {peer} {method} {path}: {status}"),
+            Some(n) => log::info!(
+                "control API: {peer} {method} {path}: {status} (and {n} more {method} {route} answered {status} since the last such line, not logged)"
+            ),
+            None => {}
+        },
         // A handler's refusal (409 while a reload runs, 422 for a bad edit): rate-limited per
-        // status and path like the guard's, so a client retrying in a loop cannot flood the log.
-        None => match s.refusals.admit(status, &path) {
+        // status and route like the guard's, so a client retrying in a loop cannot flood the log.
+        None => match s.refusals.admit(status, &format!("{method} {route}")) {
             Some(0) => log::warn!("control API: {peer} {method} {path}: {status}"),
             Some(n) => log::warn!(
                 "control API: {peer} {method} {path}: {status} (and {n} more answered {status} since the last such line, not logged)"
@@ -1703,6 +1737,13 @@ mod tests {
         assert_eq!(l.admit(StatusCode::UNAUTHORIZED, "no header"), Some(0));
         age("wrong token");
         assert_eq!(l.overdue(), vec![(401, "wrong token".to_string(), 1)]);
+        // At shutdown every count is written, its period over or not.
+        for _ in 0..3 {
+            l.admit(StatusCode::OK, "POST /api/v1/fdb");
+        }
+        assert_eq!(l.overdue(), vec![]);
+        assert_eq!(l.remaining(), vec![(200, "POST /api/v1/fdb".to_string(), 2)]);
+        assert_eq!(l.remaining(), vec![], "written once");
     }
 
     #[test]

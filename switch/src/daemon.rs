@@ -39,6 +39,9 @@ pub struct Switch {
     pub path: PathBuf,
     pub dataplane: Dataplane,
     pub plugin_metrics: Arc<crate::plugins::PluginMetrics>,
+    /// Rate limit of the lines of changes and refused changes (FDB edits, reloads, shadow
+    /// changes): one per kind every [`crate::api::REFUSAL_LOG_EVERY`], then a count.
+    pub log_limit: RefusalLog,
 }
 
 impl Switch {
@@ -50,7 +53,7 @@ impl Switch {
     pub fn start_with(path: &Path, config: Config) -> Result<Switch> {
         let plugin_metrics = Arc::new(crate::plugins::PluginMetrics::default());
         let dataplane = Dataplane::start_with_plugins(&config, Some(&plugin_metrics))?;
-        Ok(Switch { path: path.to_owned(), dataplane, plugin_metrics })
+        Ok(Switch { path: path.to_owned(), dataplane, plugin_metrics, log_limit: RefusalLog::default() })
     }
 
     /// The running config (kept by the datapath, whose re-attaches check against it); replaced
@@ -189,7 +192,10 @@ impl Switch {
                     return Err(why);
                 }
                 fdb.add_static(v.get(), mac, id).map_err(|e| format!("{mac} in VLAN {v}: {e}"))?;
-                log::info!("fdb: static entry {mac} in VLAN {v} on port `{port}` added");
+                self.info_changed(
+                    "fdb: static entry added",
+                    &format!("fdb: static entry {mac} in VLAN {v} on port `{port}` added"),
+                );
                 Ok(json!({"status": "ok", "added": {"mac": mac.to_string(), "vlan": vlan, "port": port}}))
             }
             FdbChange::Remove { mac, vlan } => {
@@ -197,7 +203,7 @@ impl Switch {
                 if !fdb.remove(v.get(), mac) {
                     return Err(format!("no entry for {mac} in VLAN {v}"));
                 }
-                log::info!("fdb: entry {mac} in VLAN {v} removed");
+                self.info_changed("fdb: entry removed", &format!("fdb: entry {mac} in VLAN {v} removed"));
                 Ok(json!({"status": "ok", "removed": 1}))
             }
             FdbChange::Flush { port, vlan, statics } => {
@@ -207,14 +213,27 @@ impl Switch {
                     statics,
                 };
                 let n = fdb.flush(what);
-                log::info!(
+                let line = format!(
                     "fdb: flushed {n} entries (port {}, VLAN {}, {})",
                     port.as_deref().unwrap_or("any"),
                     vlan.map_or("any".to_string(), |v| v.to_string()),
                     if statics { "static ones too" } else { "learned ones" }
                 );
+                self.info_changed("fdb: flush", &line);
                 Ok(json!({"status": "ok", "removed": n}))
             }
+        }
+    }
+
+    /// Logs a change (`line`) at INFO, unless one of its `kind` was logged less than
+    /// [`crate::api::REFUSAL_LOG_EVERY`] ago: a client with the token adding entries in a loop
+    /// wrote a line each. The next line logged of the kind, or the control thread when the
+    /// period ends ([`log_overdue`]), says how many were not.
+    fn info_changed(&self, kind: &str, line: &str) {
+        match self.log_limit.admit(axum::http::StatusCode::OK, kind) {
+            Some(0) => log::info!("{line}"),
+            Some(n) => log::info!("{line} (and {n} more such since the last such line, not logged)"),
+            None => {}
         }
     }
 
@@ -295,12 +314,13 @@ impl Switch {
         self.plugin_metrics.replace(next);
         self.dataplane.set_config(Arc::new(new_cfg));
         let compared = compared.filter(|c| c["port"] == port);
-        log::info!(
+        let line = format!(
             "port `{port}`: shadow chain ({}) {verb}; it had compared {} packets, {} with another verdict than the live chain",
             names.join(", "),
             compared.as_ref().map_or(0, |c| c["packets"].as_u64().unwrap_or(0)),
             compared.as_ref().map_or(0, |c| c["differ"].as_u64().unwrap_or(0)),
         );
+        self.info_changed(&format!("port `{port}`: shadow chain {verb}"), &line);
         if !late.is_empty() {
             return Err(format!(
                 "{APPLIED_LATE}worker(s) {late:?} did not apply the change within {} s; it is applied when they next complete a round",
@@ -940,8 +960,8 @@ fn warn_refused(log: &RefusalLog, line: &str) {
 /// The control thread: runs jobs one after the other until the job channel closes, and one
 /// more reload after a job during which a SIGHUP came.
 fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats>, jobs: mpsc::Receiver<Job>) {
-    let refusals = RefusalLog::default();
-    let mut next = next_job(&jobs, &refusals);
+    let refusals = &switch.log_limit;
+    let mut next = next_job(&jobs, refusals);
     while let Some(job) = next.take() {
         let reply = match job {
             Job::Reload(reply) => reply,
@@ -957,7 +977,7 @@ fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats
                     }
                     // A refusal changed nothing: the client's to act on, not a fault.
                     Err(e) => {
-                        warn_refused(&refusals, &format!("port `{port}`: shadow {op_name} refused: {e}"));
+                        warn_refused(refusals, &format!("port `{port}`: shadow {op_name} refused: {e}"));
                         ReloadOutcome::Refused
                     }
                     Ok(_) => ReloadOutcome::Applied,
@@ -965,7 +985,7 @@ fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats
                 stats.shadow_changed(matches!(op, ShadowOp::Promote), outcome);
                 let again = gate.job_done();
                 let _ = reply.send(result);
-                next = if again { Some(hup_reload()) } else { next_job(&jobs, &refusals) };
+                next = if again { Some(hup_reload()) } else { next_job(&jobs, refusals) };
                 continue;
             }
         };
@@ -975,8 +995,11 @@ fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.reload()))
             .unwrap_or_else(|_| Err("reload refused: it panicked (see the log); nothing was changed".into()));
         let outcome = match &result {
+            // Keyed by what it says: a loop of reloads of one file (any local process may ask,
+            // on loopback without a token) wrote a line each.
             Ok(s) => {
-                log::info!("reload: {s}");
+                let line = format!("reload: {s}");
+                switch.info_changed(&line, &line);
                 ReloadOutcome::Applied
             }
             // Applied, but not everywhere in time: the switch's own trouble.
@@ -986,7 +1009,7 @@ fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats
             }
             // Refused, nothing changed: the file's to fix.
             Err(e) => {
-                warn_refused(&refusals, e);
+                warn_refused(refusals, e);
                 ReloadOutcome::Refused
             }
         };
@@ -1003,27 +1026,40 @@ fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats
         if let Some(reply) = reply {
             let _ = reply.send(result);
         }
-        next = if again { Some(hup_reload()) } else { next_job(&jobs, &refusals) };
+        next = if again { Some(hup_reload()) } else { next_job(&jobs, refusals) };
     }
-    log_overdue(&refusals);
+    log_not_logged(refusals.remaining());
 }
 
-/// The next job, or `None` once the channel closes. While it waits, the counts of refusals
-/// not logged are written when their period ends ([`RefusalLog::overdue`]).
+/// The next job, or `None` once the channel closes. Before and while it waits, the counts of
+/// lines not logged are written when their period ends ([`RefusalLog::overdue`]): FDB edits
+/// come from the API's threads, so a count must not wait for the control thread to be idle
+/// for a whole period.
 fn next_job(jobs: &mpsc::Receiver<Job>, refusals: &RefusalLog) -> Option<Job> {
     loop {
+        log_overdue(refusals);
         match jobs.recv_timeout(crate::api::REFUSAL_LOG_EVERY) {
             Ok(job) => return Some(job),
-            Err(mpsc::RecvTimeoutError::Timeout) => log_overdue(refusals),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => return None,
         }
     }
 }
 
-/// Writes the counts of refused changes that [`warn_refused`] did not log.
+/// Writes the counts of changes and refused changes that [`Switch::info_changed`] and
+/// [`warn_refused`] did not log.
 fn log_overdue(refusals: &RefusalLog) {
-    for (_, line, n) in refusals.overdue() {
-        log::warn!("{line} ({n} more such refusals since the last such line, not logged)");
+    log_not_logged(refusals.overdue());
+}
+
+/// The lines of [`log_overdue`]: changes (2xx) at INFO, refusals at WARN.
+fn log_not_logged(counts: Vec<(u16, String, u64)>) {
+    for (status, what, n) in counts {
+        if (200..300).contains(&status) {
+            log::info!("{what} ({n} more such since the last such line, not logged)");
+        } else {
+            log::warn!("{what} ({n} more such refusals since the last such line, not logged)");
+        }
     }
 }
 
@@ -1117,7 +1153,8 @@ pub fn run(path: &Path) -> Result<()> {
         let mut int = signal(SignalKind::interrupt())?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let limits = Limits { shutdown_grace: SHUTDOWN_GRACE, ..Limits::default() };
-        tokio::spawn(crate::api::log_overdue_refusals(state.refusals.clone()));
+        let refusals = state.refusals.clone();
+        tokio::spawn(crate::api::log_overdue_refusals(refusals.clone()));
         let mut server = tokio::spawn(crate::api::serve(listener, router(state), limits, control_stats, stop_rx));
         loop {
             tokio::select! {
@@ -1149,6 +1186,9 @@ pub fn run(path: &Path) -> Result<()> {
         let _ = stop_tx.send(true);
         // The server bounds its own drain; this bound is the backstop.
         let _ = tokio::time::timeout(SHUTDOWN_GRACE * 2, server).await;
+        // The last burst's counts, their periods over or not.
+        crate::api::log_not_logged(refusals.remaining());
+        log_not_logged(daemon.switch.log_limit.remaining());
         anyhow::Ok(())
     });
     // Drops whatever connection tasks are left without waiting for them.

@@ -115,7 +115,8 @@ pub fn engine() -> Result<Arc<PluginEngine>> {
 }
 
 /// Compiles (or loads from cache) and initialises every plugin of `cfg`, shadow chains
-/// included; the first error names the port and plugin.
+/// included; the first error is located at the plugin's `path` in the config file, as a
+/// config error is, and names the port and plugin.
 pub fn compile(engine: &Arc<PluginEngine>, cfg: &Config) -> Result<CompiledChains> {
     let mut chains = Vec::new();
     for port in &cfg.ports {
@@ -125,9 +126,23 @@ pub fn compile(engine: &Arc<PluginEngine>, cfg: &Config) -> Result<CompiledChain
             for s in list {
                 let mut sp = spec(s);
                 sp.context = role.context(&port.name.value);
-                let f = engine.compile(&sp).map_err(|e| match role {
-                    Role::Live => anyhow::anyhow!("port `{}`: {e}", port.name.value),
-                    Role::Shadow => anyhow::anyhow!("port `{}` (shadow chain): {e}", port.name.value),
+                let f = engine.compile(&sp).map_err(|e| {
+                    let chain = match role {
+                        Role::Live => "",
+                        Role::Shadow => " (shadow chain)",
+                    };
+                    let message = format!("port `{}`{chain}: {e}", port.name.value);
+                    // A config made in code has no file to point into.
+                    if cfg.file.as_os_str().is_empty() {
+                        return anyhow::anyhow!(message);
+                    }
+                    let at = s.path.referenced;
+                    anyhow::Error::new(config::ConfigError {
+                        file: cfg.file.clone(),
+                        line: at.line(),
+                        column: at.column(),
+                        message,
+                    })
                 })?;
                 out.push(f);
             }

@@ -25,7 +25,7 @@ fn client_commands_show_a_running_daemon_and_reload_it_with_its_token() {
     let dir = Scratch::new("cli");
     let port = free_port();
     let token = dir.path("token");
-    std::fs::write(&token, "s3cret-token\n").unwrap();
+    std::fs::write(&token, "s3cret-token-0123456789\n").unwrap();
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
     let yaml = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/sim.yaml"))
         .unwrap()
@@ -78,6 +78,13 @@ fn client_commands_show_a_running_daemon_and_reload_it_with_its_token() {
     assert!(!o.status.success() && err.contains("the daemon wants its token"), "{err}");
     let o = cli(&["reload", "--addr", &format!("127.0.0.1:{port}"), "--token-file", token.to_str().unwrap()]);
     assert!(o.status.success(), "{o:?}");
+    // A token the daemon would refuse as too short, the client refuses too (one reader).
+    let short = dir.path("short");
+    std::fs::write(&short, "0123456789abcde\n").unwrap();
+    std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let o = cli(&["reload", "--addr", &format!("127.0.0.1:{port}"), "--token-file", short.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("a token of 15 bytes: at least 16"), "{err}");
     // A file the daemon will refuse still reaches it: `-c` only finds the daemon and its token,
     // so the refusal is the daemon's (named, counted), not the client's own check that never
     // sent it (systemd's ExecReload and the reload alert saw nothing).
@@ -351,7 +358,7 @@ fn check_warns_of_an_interface_this_machine_lacks() {
 fn check_warns_of_a_listen_address_this_machine_lacks() {
     let dir = Scratch::new("check-noaddr");
     let token = dir.path("token");
-    std::fs::write(&token, "s3cret-token\n").unwrap();
+    std::fs::write(&token, "s3cret-token-0123456789\n").unwrap();
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
     let ports = "ports:\n  - name: p0\n    driver: sim\n";
     // 192.0.2.0/24 is TEST-NET-1: documentation only, on no machine.

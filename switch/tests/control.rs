@@ -457,7 +457,7 @@ fn sim_yaml_with_token(port: u16) -> String {
 fn mutating_requests_need_the_token_and_a_local_host_and_no_origin() {
     let dir = Scratch::new("auth");
     let port = free_port();
-    let token = write_token(&dir, "first-token\n", 0o600);
+    let token = write_token(&dir, "first-token-0123456789\n", 0o600);
     let cfg = dir.path("sim.yaml");
     std::fs::write(&cfg, sim_yaml_with_token(port)).unwrap();
     let child = start(&cfg, &dir.path("cache"), port);
@@ -469,16 +469,16 @@ fn mutating_requests_need_the_token_and_a_local_host_and_no_origin() {
     let r = post(&["Authorization: Bearer wrong-token"]);
     assert_eq!(r.status, 401, "wrong token: {r:?}");
     assert!(r.body.contains("wrong token"), "{r:?}");
-    assert_eq!(post(&["Authorization: Basic Zmlyc3QtdG9rZW4="]).status, 401);
-    let r = post(&["Authorization: Bearer first-token"]);
+    assert_eq!(post(&["Authorization: Basic Zmlyc3QtdG9rZW4tMDEyMzQ1Njc4OQ=="]).status, 401);
+    let r = post(&["Authorization: Bearer first-token-0123456789"]);
     assert_eq!(r.status, 200, "right token: {r:?}");
     assert!(r.body.contains("\"status\":\"ok\""), "{r:?}");
 
     // A browser's request (it sends Origin) is refused even with the token.
-    let r = post(&["Authorization: Bearer first-token", "Origin: http://127.0.0.1"]);
+    let r = post(&["Authorization: Bearer first-token-0123456789", "Origin: http://127.0.0.1"]);
     assert_eq!(r.status, 403, "{r:?}");
     // DNS rebinding: a foreign name in Host, on a mutating request and on a read.
-    let r = post(&["Authorization: Bearer first-token", "Host: attacker.example:80"]);
+    let r = post(&["Authorization: Bearer first-token-0123456789", "Host: attacker.example:80"]);
     assert_eq!(r.status, 421, "{r:?}");
     let r = http_with(port, "GET", "/api/v1/config", &["Host: attacker.example"], b"").unwrap();
     assert_eq!(r.status, 421, "{r:?}");
@@ -493,26 +493,35 @@ fn mutating_requests_need_the_token_and_a_local_host_and_no_origin() {
     assert!(body.contains("wasmswitch_"), "{body}");
     let (st, body) = http(port, "GET", "/api/v1/config").unwrap();
     assert_eq!(st, 200);
-    assert!(body.contains("token_file") && !body.contains("first-token"), "{body}");
+    assert!(body.contains("token_file") && !body.contains("first-token-0123456789"), "{body}");
 
     // Bodies are bounded, declared or chunked.
     let big = vec![b'x'; 5000];
-    let r = http_with(port, "POST", "/api/v1/reload", &["Authorization: Bearer first-token"], &big).unwrap();
+    let r = http_with(port, "POST", "/api/v1/reload", &["Authorization: Bearer first-token-0123456789"], &big).unwrap();
     assert_eq!(r.status, 413, "{r:?}");
     let mut chunked = format!("{:x}\r\n", big.len()).into_bytes();
     chunked.extend_from_slice(&big);
     chunked.extend_from_slice(b"\r\n0\r\n\r\n");
-    let headers = ["Authorization: Bearer first-token", "Transfer-Encoding: chunked"];
+    let headers = ["Authorization: Bearer first-token-0123456789", "Transfer-Encoding: chunked"];
     assert_eq!(http_with(port, "POST", "/api/v1/reload", &headers, &chunked).unwrap().status, 413);
 
     // A token rewritten in place is picked up by a reload (the file is re-read then).
-    std::fs::write(&token, "second-token").unwrap();
-    let r = post(&["Authorization: Bearer first-token"]);
+    std::fs::write(&token, "second-token-0123456789").unwrap();
+    let r = post(&["Authorization: Bearer first-token-0123456789"]);
     assert_eq!(r.status, 200);
     assert!(r.body.contains("control API token: the one now in the token file"), "the reload says so: {r:?}");
-    assert!(!r.body.contains("second-token"), "and does not show it: {r:?}");
-    assert_eq!(post(&["Authorization: Bearer first-token"]).status, 401);
-    assert_eq!(post(&["Authorization: Bearer second-token"]).status, 200);
+    assert!(!r.body.contains("second-token-0123456789"), "and does not show it: {r:?}");
+    assert_eq!(post(&["Authorization: Bearer first-token-0123456789"]).status, 401);
+    assert_eq!(post(&["Authorization: Bearer second-token-0123456789"]).status, 200);
+    // A token too short is refused by the reload, which changes nothing (as `check` and the
+    // start refuse it).
+    std::fs::write(&token, "0123456789abcde\n").unwrap();
+    let r = post(&["Authorization: Bearer second-token-0123456789"]);
+    assert_eq!(r.status, 422, "{r:?}");
+    assert!(r.body.contains("a token of 15 bytes: at least 16 are needed"), "{r:?}");
+    assert_eq!(post(&["Authorization: Bearer 0123456789abcde"]).status, 401);
+    std::fs::write(&token, "second-token-0123456789").unwrap();
+    assert_eq!(post(&["Authorization: Bearer second-token-0123456789"]).status, 200);
 
     // Every refusal counted by its status.
     let (_, metrics) = http(port, "GET", "/metrics").unwrap();
@@ -527,7 +536,8 @@ fn mutating_requests_need_the_token_and_a_local_host_and_no_origin() {
     let (_, ok, log) = terminate(child);
     assert!(ok, "{log}");
     assert!(log.contains("SIGHUP: reloading"), "{log}");
-    assert!(log.matches("reload: applied").count() >= 4, "three HTTP reloads and SIGHUP's: {log}");
+    // Reloads that say the same are one kind of line (the rest counted, at shutdown at last).
+    assert_eq!(logged(&log, "reload: applied"), 5, "four HTTP reloads and SIGHUP's: {log}");
     // Every mutating request is logged with its peer, path and outcome.
     assert!(log.contains("control API: 127.0.0.1:"), "{log}");
     assert!(log.contains("POST /api/v1/reload: 401 Unauthorized: refused: wrong token"), "{log}");
@@ -547,12 +557,18 @@ fn check_refuses_a_shared_token_file_and_an_open_listener_without_one() {
     let yaml = sim_yaml_with_token(port);
     let line = yaml.lines().count();
     std::fs::write(&cfg, &yaml).unwrap();
-    write_token(&dir, "tok", 0o640);
+    write_token(&dir, "a-token-0123456789", 0o640);
     let (ok, err) = check();
     assert!(!ok, "a group-readable token file passed: {err}");
     let at = format!("{}:{line}:15: control.token_file: ", cfg.display());
     assert!(err.contains(&at) && err.contains("mode 0640") && err.contains("chmod 600"), "expected `{at}`: {err}");
-    write_token(&dir, "tok", 0o600);
+    // One byte short of the minimum, then the minimum.
+    write_token(&dir, "0123456789abcde", 0o600);
+    let (ok, err) = check();
+    let at = format!("{}:{line}:15: control.token_file: ", cfg.display());
+    assert!(!ok && err.contains(&at) && err.contains("a token of 15 bytes: at least 16"), "expected `{at}`: {err}");
+    assert!(err.contains("head -c 24 /dev/urandom | base64"), "{err}");
+    write_token(&dir, "0123456789abcdef", 0o600);
     let (ok, err) = check();
     assert!(ok, "{err}");
 
@@ -618,6 +634,86 @@ fn answers_a_handler_refuses_are_logged_once_per_kind_not_once_per_request() {
     assert_eq!(lines, 1, "one line for 50 refusals of one kind:\n{stderr}");
 }
 
+/// How many events the lines of `log` containing `what` stand for: a line logged is one, with
+/// "(and N more ...)" 1 + N; a count of its own ("N more ...", written when a period ends) N.
+fn logged(log: &str, what: &str) -> u64 {
+    let number = |digits: &str| digits.parse::<u64>().unwrap_or_else(|_| panic!("a count in `{digits}`"));
+    log.lines()
+        .filter(|l| l.contains(what))
+        .map(|l| {
+            if let Some(i) = l.find("(and ") {
+                let n: String = l[i + 5..].chars().take_while(char::is_ascii_digit).collect();
+                1 + number(&n)
+            } else if let Some(i) = l.find(" more ") {
+                let before = &l[..i];
+                let start = before.rfind(|c: char| !c.is_ascii_digit()).map_or(0, |j| j + 1);
+                number(&before[start..])
+            } else {
+                1
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn successful_changes_are_logged_once_per_kind_and_the_rest_counted_when_the_period_ends() {
+    // A client with the token adding and removing entries in a loop wrote two lines per
+    // request (the API's and the FDB's): 55,000 lines in 30 s.
+    let (dir, port, cfg) = scratch("change-log");
+    std::fs::write(&cfg, sim_yaml(port)).unwrap();
+    // stderr into a file, read while the daemon runs: the counts must come without another
+    // request or a shutdown.
+    let log = dir.path("stderr");
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "-c"])
+        .arg(&cfg)
+        .env("WASMSWITCH_CACHE_DIR", dir.path("cache"))
+        .stderr(std::fs::File::create(&log).unwrap());
+    die_with_test(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    wait_healthy(port, &mut child);
+    const N: u64 = 300;
+    let mac = |i: u64| format!("02:00:00:00:{:02x}:{:02x}", i / 256, i % 256);
+    let json = ["Content-Type: application/json"];
+    for i in 0..N {
+        let body = format!(r#"{{"mac": "{}", "vlan": 1, "port": "p0"}}"#, mac(i));
+        let r = http_with(port, "POST", "/api/v1/fdb", &json, body.as_bytes()).unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    for i in 0..N {
+        let (st, body) = http(port, "DELETE", &format!("/api/v1/fdb/1/{}", mac(i))).unwrap();
+        assert_eq!(st, 200, "{body}");
+    }
+    let kinds = ["POST /api/v1/fdb", "DELETE /api/v1/fdb/", "fdb: static entry", "fdb: entry"];
+    let t = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if kinds.iter().all(|k| logged(&text, k) == N) {
+            break text;
+        }
+        // One period after the first line, and the period of the writer's tick at most.
+        assert!(t.elapsed() < Duration::from_secs(30), "no count of the lines not logged:\n{text}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for k in kinds {
+        let lines = text.lines().filter(|l| l.contains(k)).count();
+        assert!(lines <= 3, "{lines} lines of `{k}` for {N} requests:\n{text}");
+    }
+    assert!(text.contains("control API: 299 more answered 200 (POST /api/v1/fdb) since the last such line"), "{text}");
+    assert!(text.contains("fdb: static entry added (299 more such since the last such line, not logged)"), "{text}");
+
+    // A burst the period has not ended for is counted at shutdown.
+    for i in 0..5 {
+        let body = format!(r#"{{"mac": "{}", "vlan": 1, "port": "p1"}}"#, mac(i));
+        assert_eq!(http_with(port, "POST", "/api/v1/fdb", &json, body.as_bytes()).unwrap().status, 200);
+    }
+    sigterm(&child);
+    assert!(child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(logged(&text, "POST /api/v1/fdb"), N + 5, "{text}");
+    assert_eq!(logged(&text, "fdb: static entry"), N + 5, "{text}");
+}
+
 #[test]
 fn refused_reloads_and_promotes_are_logged_once_per_reason_not_once_per_request() {
     // Any local process may ask for a reload (no token on loopback): a loop of refused ones
@@ -638,9 +734,13 @@ fn refused_reloads_and_promotes_are_logged_once_per_reason_not_once_per_request(
     );
     let (_, ok, stderr) = terminate(child);
     assert!(ok, "{stderr}");
-    let count = |what: &str| stderr.lines().filter(|l| l.contains("WARN") && l.contains(what)).count();
-    assert_eq!(count("switch.batch 999 is out of range"), 1, "one line for 40 refused reloads:\n{stderr}");
-    assert_eq!(count("shadow promote refused"), 1, "one line for 40 refused promotes:\n{stderr}");
+    // One line each, and the count of the rest written at shutdown.
+    let warned: String = stderr.lines().filter(|l| l.contains("WARN")).map(|l| format!("{l}\n")).collect();
+    let count = |what: &str| warned.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(count("switch.batch 999 is out of range"), 2, "one line for 40 refused reloads, one count:\n{stderr}");
+    assert_eq!(logged(&warned, "switch.batch 999 is out of range"), 40, "{stderr}");
+    assert_eq!(count("shadow promote refused"), 2, "one line for 40 refused promotes, one count:\n{stderr}");
+    assert_eq!(logged(&warned, "shadow promote refused"), 40, "{stderr}");
 }
 
 /// `switch.batch` applies live: after a reload to 1, every burst a worker takes is one packet;
@@ -832,4 +932,65 @@ fn a_reopened_port_keeps_its_unchanged_plugins_instance() {
     assert_eq!(metric("reinstantiations_total", ""), 0.0);
     let (_, ok, err) = terminate(child);
     assert!(ok, "{err}");
+}
+
+/// A plugin that cannot be loaded is refused at its `path` in the file (file:line:column, as a
+/// config error is), with the error the system gave: by `check`, by the start and by a reload.
+#[test]
+fn plugin_load_errors_are_located_at_the_plugin_entry_and_name_the_errno() {
+    let (dir, port, cfg) = scratch("plugin-errors");
+    let yaml = |path: &str| {
+        format!(
+            "{}  - name: p0\n    driver: sim\n    plugins:\n      - name: pl\n        path: {path}\n",
+            sim_head(port)
+        )
+    };
+    // The line of `path:` (the last), its value at column 15.
+    let at = |path: &str| format!("{}:{}:15: ", cfg.display(), yaml(path).lines().count());
+    let check = || {
+        let out = Command::new(bin()).args(["check", "-c"]).arg(&cfg).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // A symlink loop (ELOOP) and a path through a regular file (ENOTDIR): "no such file" before.
+    std::os::unix::fs::symlink(dir.path("loop.wasm"), dir.path("loop.wasm")).unwrap();
+    std::fs::write(dir.path("regular"), "x").unwrap();
+    for (path, why) in [
+        ("loop.wasm", "Too many levels of symbolic links (os error 40)"),
+        ("regular/pl.wasm", "Not a directory (os error 20)"),
+    ] {
+        std::fs::write(&cfg, yaml(path)).unwrap();
+        let (ok, err) = check();
+        let said = format!("{}plugin `pl`: cannot read {}: {why}", at(path), dir.path(path).display());
+        assert!(!ok && err.contains(&said), "expected `{said}`: {err}");
+    }
+    // An invalid component: the compile's error, at the entry too.
+    std::fs::write(dir.path("bad.wasm"), b"not a component").unwrap();
+    std::fs::write(&cfg, yaml("bad.wasm")).unwrap();
+    let (ok, err) = check();
+    let said =
+        format!("{}port `p0`: plugin `pl`: {}: not a valid component", at("bad.wasm"), dir.path("bad.wasm").display());
+    assert!(!ok && err.contains(&said), "expected `{said}`: {err}");
+    // The start says the same.
+    let out = Command::new(bin())
+        .args(["run", "-c"])
+        .arg(&cfg)
+        .env("WASMSWITCH_CACHE_DIR", dir.path("cache"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(&said), "expected `{said}`: {err}");
+    // And a reload that finds the component replaced by one that does not compile.
+    std::fs::write(dir.path("good.wasm"), plugin_with_process(&pass_all_unless("(i32.const 0)"))).unwrap();
+    std::fs::write(&cfg, yaml("good.wasm")).unwrap();
+    let child = start(&cfg, &dir.path("cache"), port);
+    std::fs::write(dir.path("good.wasm"), b"not a component").unwrap();
+    let (st, body) = http(port, "POST", "/api/v1/reload").unwrap();
+    let said = format!(
+        "{}port `p0`: plugin `pl`: {}: not a valid component",
+        at("good.wasm"),
+        dir.path("good.wasm").display()
+    );
+    assert!(st == 422 && body.contains(&said), "expected `{said}`: {st} {body}");
+    let (_, ok, log) = terminate(child);
+    assert!(ok, "{log}");
 }

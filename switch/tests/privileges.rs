@@ -153,7 +153,7 @@ fn files_the_dropped_user_cannot_read_are_named_at_start() {
     let port = free_port();
     let private = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
     let (token, plugin) = (dir.path("token"), dir.path("pass.wasm"));
-    std::fs::write(&token, "s3cret\n").unwrap();
+    std::fs::write(&token, "s3cret-token-0123456789\n").unwrap();
     std::fs::write(&plugin, plugin_that_faults_after(u32::MAX)).unwrap();
     private(&token);
     private(&plugin);
@@ -171,7 +171,7 @@ fn files_the_dropped_user_cannot_read_are_named_at_start() {
     // reads as `nobody`, is refused by name.
     let (st, body) = http(port, "GET", "/api/v1/plugins").unwrap();
     assert!(st == 200 && body.contains("\"pass\""), "{st} {body}");
-    let r = http_with(port, "POST", "/api/v1/reload", &["Authorization: Bearer s3cret"], b"").unwrap();
+    let r = http_with(port, "POST", "/api/v1/reload", &["Authorization: Bearer s3cret-token-0123456789"], b"").unwrap();
     assert!(r.status == 422 && r.body.contains("cannot read the config file"), "{} {}", r.status, r.body);
     sigterm(&child);
     let out = child.wait_with_output().unwrap();

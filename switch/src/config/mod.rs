@@ -162,8 +162,13 @@ impl fmt::Debug for Token {
 /// Largest token file accepted.
 pub const MAX_TOKEN_FILE_BYTES: u64 = 4096;
 
+/// Shortest token accepted: the API answers a wrong token as fast as a client can ask, so
+/// a short one falls to guessing (16 base64 characters are 96 bits; even hex, 64).
+pub const MIN_TOKEN_BYTES: usize = 16;
+
 /// Reads the token from `path`: a regular file of at most [`MAX_TOKEN_FILE_BYTES`], readable
-/// by its owner only, holding printable ASCII (surrounding whitespace is trimmed).
+/// by its owner only, holding at least [`MIN_TOKEN_BYTES`] of printable ASCII (surrounding
+/// whitespace is trimmed). The daemon (start, `check`, reload) and the client read it here.
 pub fn read_token(path: &Path) -> Result<Token, String> {
     use std::io::Read;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -200,6 +205,12 @@ pub fn read_token(path: &Path) -> Result<Token, String> {
     // A client must be able to send it in an Authorization header.
     if !token.iter().all(|b| (0x21..=0x7e).contains(b)) {
         return Err(format!("{shown}: the token must be printable ASCII without spaces (e.g. base64)"));
+    }
+    if token.len() < MIN_TOKEN_BYTES {
+        return Err(format!(
+            "{shown} holds a token of {} bytes: at least {MIN_TOKEN_BYTES} are needed, a shorter one can be guessed; make one with `head -c 24 /dev/urandom | base64 > {shown}`",
+            token.len()
+        ));
     }
     Ok(Token(token.to_vec()))
 }
@@ -1049,7 +1060,7 @@ impl Config {
                             format!("plugin `{}`: {} is not a regular file", pl.name.value, file.display()),
                         ))
                     }
-                    Err(_) => {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         return Err(err(
                             pl.path.referenced,
                             format!(
@@ -1057,6 +1068,15 @@ impl Config {
                                 pl.name.value,
                                 file.display()
                             ),
+                        ))
+                    }
+                    // The errno as it is: a symlink loop (ELOOP), a file where a folder should
+                    // be (ENOTDIR) or a folder the daemon's user may not search (EACCES) is not
+                    // fixed by building the plugin.
+                    Err(e) => {
+                        return Err(err(
+                            pl.path.referenced,
+                            format!("plugin `{}`: cannot read {}: {e}", pl.name.value, file.display()),
                         ))
                     }
                 }

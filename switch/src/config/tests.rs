@@ -478,6 +478,9 @@ fn what_only_l2_applies_is_refused_in_the_other_modes() {
     }
 }
 
+/// A token of the shortest length accepted ([`super::MIN_TOKEN_BYTES`]).
+const TOKEN: &str = "0123456789abcdef";
+
 /// A folder of token files for one test, removed when the test ends (also when it fails).
 struct TokenDir(PathBuf);
 
@@ -507,16 +510,21 @@ impl Drop for TokenDir {
 #[test]
 fn the_token_is_read_trimmed_and_never_shown() {
     let dir = TokenDir::new("trimmed");
-    let f = dir.file("good", "  s3cret-token==\n", 0o600);
+    let f = dir.file("good", "  s3cret-token-0123456789==\n", 0o600);
     let c = parse(&format!("control:\n  token_file: {}\n{GOOD}", f.display())).unwrap();
-    assert_eq!(c.control.token.as_ref().unwrap().as_bytes(), b"s3cret-token==");
+    assert_eq!(c.control.token.as_ref().unwrap().as_bytes(), b"s3cret-token-0123456789==");
     assert!(!format!("{c:?}").contains("s3cret"), "Debug shows the token");
     assert!(!serde_json::to_string(&c).unwrap().contains("s3cret"), "the served config shows the token");
     // Another token file is applied by a reload.
-    let g = dir.file("other", "t2", 0o600);
+    let g = dir.file("other", "another-token-0123456789", 0o600);
     let d = parse(&format!("control:\n  token_file: {}\n{GOOD}", g.display())).unwrap();
     let plan = diff::plan(&c, &d);
     assert!(plan.restart.is_empty() && plan.live.len() == 1, "{plan:?}");
+    // The shortest token accepted, whitespace around it not counted.
+    assert_eq!(TOKEN.len(), MIN_TOKEN_BYTES);
+    let e = dir.file("edge", &format!(" {TOKEN}\n"), 0o600);
+    let c = parse(&format!("control:\n  token_file: {}\n{GOOD}", e.display())).unwrap();
+    assert_eq!(c.control.token.as_ref().unwrap().as_bytes(), TOKEN.as_bytes());
     assert_eq!((plan.live[0].key.as_str(), plan.live[0].at.as_str()), ("control.token_file", "test.yaml:2:15"));
 }
 
@@ -525,11 +533,18 @@ fn a_token_file_that_is_not_private_small_and_filled_is_refused_at_its_key() {
     let dir = TokenDir::new("refused");
     let big = "x".repeat(5000);
     let cases = [
-        (dir.file("group", "tok", 0o640), "mode 0640", "chmod 600"),
-        (dir.file("world", "tok", 0o604), "mode 0604", "chmod 600"),
+        (dir.file("group", TOKEN, 0o640), "mode 0640", "chmod 600"),
+        (dir.file("world", TOKEN, 0o604), "mode 0604", "chmod 600"),
         (dir.file("empty", " \n", 0o600), "is empty", ""),
         (dir.file("big", &big, 0o600), "5000 bytes: at most 4096", ""),
         (dir.file("spaces", "two words", 0o600), "printable ASCII", ""),
+        // One byte short of the minimum, whitespace around it not counted.
+        (
+            dir.file("short", " 0123456789abcde\n", 0o600),
+            "a token of 15 bytes: at least 16",
+            "head -c 24 /dev/urandom | base64",
+        ),
+        (dir.file("one", "x", 0o600), "a token of 1 bytes: at least 16", "head -c 24 /dev/urandom | base64"),
         (PathBuf::from("/dev/null"), "not a regular file", ""),
         (PathBuf::from("/nonexistent/token"), "cannot read /nonexistent/token", ""),
     ];
@@ -543,6 +558,30 @@ fn a_token_file_that_is_not_private_small_and_filled_is_refused_at_its_key() {
 }
 
 #[test]
+fn a_plugin_path_that_cannot_be_resolved_is_refused_at_its_key_naming_the_errno() {
+    // All of these were "no such file ... (build plugins with plugins/build.sh)".
+    let dir = TokenDir::new("plugin-errno");
+    let link = dir.0.join("loop.wasm");
+    std::os::unix::fs::symlink(&link, &link).unwrap();
+    let regular = dir.file("regular", "x", 0o600);
+    let cases = [
+        (link, "cannot read", "Too many levels of symbolic links (os error 40)"),
+        (regular.join("acl.wasm"), "cannot read", "Not a directory (os error 20)"),
+        (dir.0.join("absent.wasm"), "no such file", "plugins/build.sh"),
+    ];
+    for (path, what, why) in cases {
+        let yaml = format!(
+            "ports:\n  - name: p0\n    driver: sim\n    plugins:\n      - name: acl\n        path: {}\n",
+            path.display()
+        );
+        let shown = parse(&yaml).unwrap_err().to_string();
+        assert!(shown.starts_with("test.yaml:6:15: "), "at the plugin's path: {shown}");
+        let said = format!("plugin `acl`: {what} {}", path.display());
+        assert!(shown.contains(&said) && shown.contains(why), "expected `{said}` and `{why}`: {shown}");
+    }
+}
+
+#[test]
 fn a_non_loopback_listen_needs_a_token() {
     let dir = TokenDir::new("listen");
     let yaml = format!("metrics:\n  listen: 0.0.0.0:9187\n{GOOD}");
@@ -550,7 +589,7 @@ fn a_non_loopback_listen_needs_a_token() {
     assert_eq!((e.line, e.column), (2, 11), "{e}");
     assert!(e.message.contains("metrics.listen 0.0.0.0:9187 is not a loopback address"), "{e}");
     assert!(e.message.contains("control.token_file"), "{e}");
-    let f = dir.file("remote", "tok", 0o400);
+    let f = dir.file("remote", TOKEN, 0o400);
     parse(&format!("{yaml}control:\n  token_file: {}\n", f.display())).unwrap();
     parse(&format!("metrics:\n  listen: \"[::1]:9187\"\n{GOOD}")).unwrap();
 }
@@ -559,7 +598,7 @@ fn a_non_loopback_listen_needs_a_token() {
 /// Its token file is written into `dir`, the calling test's own.
 fn full_yaml(dir: &TokenDir) -> String {
     let plugin = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
-    let token = dir.file("full", "tok", 0o600);
+    let token = dir.file("full", TOKEN, 0o600);
     let token = token.display();
     format!(
         "switch:
