@@ -1096,6 +1096,9 @@ pub fn run(path: &Path) -> Result<()> {
         std::net::TcpListener::bind(listen).with_context(|| format!("cannot listen on {listen} (metrics.listen)"))?;
     std_listener.set_nonblocking(true)?;
     let user = config.user.as_ref().map(|u| u.value.as_str());
+    // The plugin cache's key is read (or made) now, while the daemon is still the user it was
+    // started as: after the drop, any other process of `user` could read what `user` can.
+    crate::plugins::load_cache_key(user.and_then(|u| crate::privileges::lookup(u).ok()).map(|(uid, _)| uid));
     let dropped = crate::privileges::drop_privileges(user).context("cannot drop privileges")?;
     log::info!("{dropped}");
     // Read before the drop; a reload reads them again as the user the daemon now is.

@@ -1,8 +1,10 @@
 //! Plugin chains: YAML → compiled plugins (off the data path) → one chain stage per port per
 //! worker (its live chain and maybe a shadow chain), swapped in at a batch boundary on reload.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -11,7 +13,8 @@ use wasmswitch_core::counter::Counter;
 use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
 use wasmswitch_core::{PortId, BATCH_SIZE};
 use wasmswitch_plugin_host::{
-    EngineOptions, FaultReason, OnError, PluginEngine, PluginFactory, PluginSpec, PluginStats, WasmStage,
+    check_dir, CacheKey, CacheStats, CompileCache, Discard, EngineOptions, FaultReason, OnError, PluginEngine,
+    PluginFactory, PluginSpec, PluginStats, WasmStage,
 };
 
 use crate::config::{self, Config, PluginSection};
@@ -87,31 +90,159 @@ pub struct CompiledChains {
     pub chains: Vec<PortChains>,
 }
 
-/// One engine per process: compiled code is cached (`WASMSWITCH_CACHE_DIR`, else
-/// `$XDG_CACHE_HOME/wasmswitch`, else `$HOME/.cache/wasmswitch`) so a restart does not recompile.
-pub fn engine() -> Result<Arc<PluginEngine>> {
-    let cache = std::env::var_os("WASMSWITCH_CACHE_DIR")
-        .map(std::path::PathBuf::from)
+/// The compile cache's directory: `WASMSWITCH_CACHE_DIR`, else `$XDG_CACHE_HOME/wasmswitch`,
+/// else `$HOME/.cache/wasmswitch`.
+fn cache_dir() -> Option<PathBuf> {
+    std::env::var_os("WASMSWITCH_CACHE_DIR")
+        .map(PathBuf::from)
         .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| Path::new(&d).join("wasmswitch")))
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/wasmswitch")))
-        // One this process cannot write (a `user:` the daemon dropped to, whose HOME is still
-        // root's) costs a compile per start, not the start.
-        .filter(|d| {
-            let writable = std::fs::create_dir_all(d).is_ok() && {
-                let c = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).unwrap_or_default();
+}
+
+/// Why plugins are compiled without the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CacheRefused {
+    /// The directory: absent and not creatable, not this user's, writable by others, or not
+    /// writable by the daemon.
+    Directory = 0,
+    /// The key file (see [`CacheKey::load_or_create`]).
+    Key = 1,
+}
+
+impl CacheRefused {
+    const ALL: [CacheRefused; 2] = [CacheRefused::Directory, CacheRefused::Key];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            CacheRefused::Directory => "directory",
+            CacheRefused::Key => "key",
+        }
+    }
+}
+
+/// The process's compile cache: the key (read or made once, by [`load_cache_key`]), and what
+/// its engines counted (one engine per start and per reload).
+#[derive(Default)]
+struct CacheState {
+    key: OnceLock<Result<CacheKey, (CacheRefused, String)>>,
+    stats: Arc<CacheStats>,
+    refused: [AtomicU64; CacheRefused::ALL.len()],
+}
+
+static CACHE: LazyLock<CacheState> = LazyLock::new(CacheState::default);
+
+fn geteuid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Reads (or makes) the compile cache's key, as the process's user now; once per process,
+/// later calls do nothing. The daemon calls it before it drops privileges, with `run_as` the
+/// uid it then runs as: the key file is root's, mode 0600, so a process of that uid, which
+/// may write the directory, cannot read the key and so cannot forge an entry. The directory
+/// must already exist then, owned by that uid (root making it would own it); without a
+/// privilege drop (`run_as` the current uid, or `None`) it is made here, mode 0700. Anything
+/// refused is kept as the reason every engine gives for running without the cache.
+pub fn load_cache_key(run_as: Option<u32>) {
+    let Some(dir) = cache_dir() else { return };
+    CACHE.key.get_or_init(|| {
+        let euid = geteuid();
+        let uid = run_as.unwrap_or(euid);
+        if uid == euid {
+            // Made here as it would be by the engine: by the user it runs as.
+            let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir);
+        }
+        check_dir(&dir, uid).map_err(|e| {
+            let e = if uid != euid && !dir.exists() {
+                format!(
+                    "plugin cache {}: does not exist; make it, owned by uid {uid} and mode 0700 (the key its entries are authenticated with is made in it at start, before the daemon drops privileges)",
+                    dir.display()
+                )
+            } else {
+                e
+            };
+            (CacheRefused::Directory, e)
+        })?;
+        CacheKey::load_or_create(&dir).map_err(|e| (CacheRefused::Key, e))
+    });
+}
+
+/// One engine per start and reload, with the compile cache (see [`cache_dir`]) so a restart
+/// does not recompile. A cache whose directory or key is refused is not used: plugins are
+/// compiled, said in a warning and counted (`wasmswitch_plugin_cache_refused_total`).
+pub fn engine() -> Result<Arc<PluginEngine>> {
+    let cache = cache_dir().and_then(|dir| {
+        load_cache_key(None);
+        let key = match CACHE.key.get() {
+            Some(Ok(key)) => Ok(key.clone()),
+            Some(Err(e)) => Err(e.clone()),
+            None => return None,
+        };
+        // The directory again, as the user the process is now: it may have changed since the
+        // key was read, and one this process cannot write (a `user:` the daemon dropped to,
+        // whose HOME is still root's) costs a compile per start, not the start.
+        let usable = key.and_then(|key| {
+            let writable = {
+                let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap_or_default();
                 // SAFETY: `c` is a NUL-terminated path that lives across the call.
                 unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
             };
+            check_dir(&dir, geteuid()).map_err(|e| (CacheRefused::Directory, e))?;
             if !writable {
-                log::warn!(
-                    "plugin cache {}: this process cannot write it, so plugins are compiled at every start (set WASMSWITCH_CACHE_DIR to a directory the daemon's user owns)",
-                    d.display()
-                );
+                return Err((
+                    CacheRefused::Directory,
+                    format!("plugin cache {}: this process cannot write it (set WASMSWITCH_CACHE_DIR to a directory the daemon's user owns)", dir.display()),
+                ));
             }
-            writable
+            Ok(CompileCache { dir, key })
         });
-    PluginEngine::new(EngineOptions { cache_dir: cache, ..EngineOptions::default() })
+        match usable {
+            Ok(c) => Some(c),
+            Err((why, e)) => {
+                CACHE.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+                log::warn!("{e}, so plugins are compiled at every start");
+                None
+            }
+        }
+    });
+    PluginEngine::new(EngineOptions { cache, cache_stats: CACHE.stats.clone(), ..EngineOptions::default() })
         .map_err(|e| anyhow::anyhow!("cannot start the plugin engine: {e}"))
+}
+
+/// `wasmswitch_plugin_cache_*` and `wasmswitch_plugin_compiles_total`: the whole process's.
+fn encode_cache_metrics(e: &mut DescriptorEncoder) -> std::fmt::Result {
+    let c = &*CACHE;
+    let one = |v: &AtomicU64| -> [(Vec<(&'static str, String)>, u64); 1] { [(Vec::new(), v.load(Ordering::Relaxed))] };
+    counter_family(
+        e,
+        "wasmswitch_plugin_cache_hits",
+        "Plugins loaded from the compile cache (not compiled).",
+        &one(&c.stats.hits),
+    )?;
+    counter_family(
+        e,
+        "wasmswitch_plugin_compiles",
+        "Plugins compiled: no cache, no entry for them yet, or their entry discarded.",
+        &one(&c.stats.compiled),
+    )?;
+    let discarded: Vec<_> =
+        Discard::ALL.iter().map(|d| (vec![("reason", d.as_str().to_string())], c.stats.discarded(*d))).collect();
+    counter_family(
+        e,
+        "wasmswitch_plugin_cache_discarded",
+        "Compile cache entries deleted, never loaded, and their plugin compiled: bad_mac (forged, damaged or of another key), other_component (copied over another's name), format, unreadable, wasmtime (refused by its own checks).",
+        &discarded,
+    )?;
+    let refused: Vec<_> = CacheRefused::ALL
+        .iter()
+        .map(|r| (vec![("reason", r.as_str().to_string())], c.refused[*r as usize].load(Ordering::Relaxed)))
+        .collect();
+    counter_family(
+        e,
+        "wasmswitch_plugin_cache_refused",
+        "Starts and reloads that compiled their plugins without the compile cache because its directory or key file was refused (the log says why).",
+        &refused,
+    )
 }
 
 /// Compiles (or loads from cache) and initialises every plugin of `cfg`, shadow chains
@@ -861,7 +992,8 @@ impl MetricsSource for PluginMetrics {
             "wasmswitch_shadow_differ",
             "Packets whose shadow verdict differs from the live one (redirect targets included).",
             &differ,
-        )
+        )?;
+        encode_cache_metrics(e)
     }
 }
 

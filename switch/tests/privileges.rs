@@ -182,3 +182,171 @@ fn files_the_dropped_user_cannot_read_are_named_at_start() {
         assert!(log.contains(&line) && log.contains("every reload will fail"), "{line} in:\n{log}");
     }
 }
+
+// ---------------------------------------------------------------- the plugin compile cache
+
+/// A config for `user` (if any) with one sim port whose traffic goes through the plugin
+/// `guard` (`path`, `config`).
+fn cache_config(dir: &Scratch, user: &str, port: u16, path: &Path, config: &str) -> std::path::PathBuf {
+    dir.write(&format!(
+        "{user}metrics:\n  listen: 127.0.0.1:{port}\nworkers:\n  - idle: sleep\nports:\n  - name: p0\n    driver: sim\n    sim:\n      traffic:\n        rate_pps: 20000\n        src_macs: 16\n    plugins:\n      - name: guard\n        path: {}\n        config: \"{config}\"\n  - name: p1\n    driver: sim\n",
+        path.display()
+    ))
+}
+
+/// One run of the daemon on `cfg` with the plugin cache in `cache`, until `guard` has seen
+/// traffic: (`/api/v1/plugins`'s `guard` entry, `/metrics`, the log) after a clean stop.
+fn run_once(cfg: &Path, cache: &Path, port: u16) -> (serde_json::Value, String, String) {
+    let mut cmd = Command::new(bin());
+    cmd.env_remove("XDG_CACHE_HOME").env("WASMSWITCH_CACHE_DIR", cache).args(["run", "-c"]).arg(cfg);
+    let child = spawn(cmd, port);
+    let mut guard = serde_json::Value::Null;
+    eventually("guard sees traffic", || {
+        let body = http(port, "GET", "/api/v1/plugins").unwrap().1;
+        let all: serde_json::Value = serde_json::from_str(&body).unwrap();
+        guard = all["plugins"].as_array().unwrap().iter().find(|p| p["plugin"] == "guard").unwrap().clone();
+        guard["packets"].as_u64().unwrap() > 100
+    });
+    let metrics = http(port, "GET", "/metrics").unwrap().1;
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}");
+    (guard, metrics, log)
+}
+
+/// The `.cwasm` entries in `cache`.
+fn entries(cache: &Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Issue 41's attack. Root starts the daemon with `user: nobody` and a cache directory nobody
+/// owns; a process of nobody's rewrites the plugin's entry with a valid header (magic, the
+/// plugin's key), the compiled code of another component (compiled by the same engine
+/// configuration) and that code's SHA-256. The daemon must run its own plugin (its verdicts,
+/// the SHA-256 `/api/v1/plugins` reports), count the entry, and write it again; and a
+/// legitimate entry still loads at the next start without a compile.
+#[test]
+fn a_forged_cache_entry_is_not_run_by_a_daemon_dropped_to_nobody() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !require_lab("a_forged_cache_entry_is_not_run_by_a_daemon_dropped_to_nobody") {
+        return;
+    }
+    let Some(acl) = example_plugin("acl") else { return };
+    let dir = Scratch::new("cache-forge");
+    std::fs::set_permissions(dir.path(""), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cache = dir.path("cache");
+    std::fs::create_dir(&cache).unwrap();
+    std::os::unix::fs::chown(&cache, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let port = free_port();
+    // A (the plugin configured): the ACL dropping everything. B (the forger's): passes all.
+    let a_cfg = cache_config(&dir, "user: nobody\n", port, &acl, "default deny");
+    let (guard, _, log) = run_once(&a_cfg, &cache, port);
+    assert!(guard["verdicts"]["drop"].as_u64().unwrap() > 0, "A drops: {guard} {log}");
+    let a_entry = entries(&cache);
+    assert_eq!(a_entry.len(), 1, "A's entry: {a_entry:?} {log}");
+    let a_entry = a_entry[0].clone();
+    let pass = dir.path("pass.wasm");
+    std::fs::write(&pass, plugin_that_faults_after(u32::MAX)).unwrap();
+    let b_cfg = cache_config(&dir, "user: nobody\n", port, &pass, "");
+    let (guard, _, _) = run_once(&b_cfg, &cache, port);
+    assert_eq!(guard["verdicts"]["drop"], 0, "B passes: {guard}");
+    let b_entry: Vec<_> = entries(&cache).into_iter().filter(|p| *p != a_entry).collect();
+    assert_eq!(b_entry.len(), 1, "{b_entry:?}");
+
+    // The forgery, as nobody could write it: A's header, B's compiled code and its SHA-256.
+    let (a_data, b_data) = (std::fs::read(&a_entry).unwrap(), std::fs::read(&b_entry[0]).unwrap());
+    let b_payload = &b_data[80..];
+    let mut forged = a_data[..48].to_vec();
+    forged.extend_from_slice(&hex_bytes(&sha256_hex(b_payload)));
+    forged.extend_from_slice(b_payload);
+    std::fs::write(&a_entry, &forged).unwrap();
+    std::os::unix::fs::chown(&a_entry, Some(65534), Some(65534)).unwrap();
+
+    let (guard, metrics, log) = run_once(&a_cfg, &cache, port);
+    assert_eq!(guard["component_sha256"], sha256_hex(&std::fs::read(&acl).unwrap()).as_str(), "{guard}");
+    assert_eq!(guard["verdicts"]["pass"], 0, "A's verdicts, not B's: {guard}");
+    assert!(guard["verdicts"]["drop"].as_u64().unwrap() > 100, "A's verdicts, not B's: {guard}");
+    assert_eq!(series(&metrics, "wasmswitch_plugin_cache_discarded_total{reason=\"bad_mac\"}"), Some(1.0), "{log}");
+    assert_eq!(series(&metrics, "wasmswitch_plugin_compiles_total"), Some(1.0));
+    assert!(log.contains("its MAC does not match") && log.contains(&a_entry.display().to_string()), "{log}");
+    let rewritten = std::fs::read(&a_entry).unwrap();
+    assert!(rewritten != forged && rewritten[..48] == a_data[..48], "the entry was written again");
+
+    // The key: root's, 0600, so nobody cannot read it.
+    let key = std::fs::metadata(cache.join("cache.key")).unwrap();
+    assert_eq!((key.uid(), key.mode() & 0o7777, key.len()), (0, 0o600, 32));
+    // A restart loads the entry it wrote: no compile.
+    let (guard, metrics, log) = run_once(&a_cfg, &cache, port);
+    assert!(guard["verdicts"]["drop"].as_u64().unwrap() > 0 && guard["verdicts"]["pass"] == 0);
+    assert_eq!(series(&metrics, "wasmswitch_plugin_cache_hits_total"), Some(1.0), "{log}");
+    assert_eq!(series(&metrics, "wasmswitch_plugin_compiles_total"), Some(0.0), "{log}");
+    assert_eq!(metric_sum(&metrics, "wasmswitch_plugin_cache_discarded_total"), 0.0, "{log}");
+    assert_eq!(metric_sum(&metrics, "wasmswitch_plugin_cache_refused_total"), 0.0, "{log}");
+}
+
+fn hex_bytes(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+/// A cache directory others may write (0777), or that another user owns, and a key file
+/// others may read or that another user owns, are refused by name, counted, and the daemon
+/// starts all the same, compiling its plugins and writing no entry.
+#[test]
+fn a_cache_directory_or_key_file_not_the_daemons_own_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    if !require_lab("a_cache_directory_or_key_file_not_the_daemons_own_is_refused") {
+        return;
+    }
+    let dir = Scratch::new("cache-refused");
+    let pass = dir.path("pass.wasm");
+    std::fs::write(&pass, plugin_that_faults_after(u32::MAX)).unwrap();
+    let port = free_port();
+    let cfg = cache_config(&dir, "", port, &pass, "");
+    let cache = dir.path("cache");
+    let mode = |m: u32| std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(m)).unwrap();
+    let refused = |reason: &str, says: &[&str]| {
+        let (guard, metrics, log) = run_once(&cfg, &cache, port);
+        assert!(guard["verdicts"]["pass"].as_u64().unwrap() > 0, "it runs: {guard}");
+        let series_name = format!("wasmswitch_plugin_cache_refused_total{{reason=\"{reason}\"}}");
+        assert_eq!(series(&metrics, &series_name), Some(1.0), "{series_name}: {log}");
+        assert_eq!(series(&metrics, "wasmswitch_plugin_compiles_total"), Some(1.0));
+        for s in says {
+            assert!(log.contains(s), "`{s}` in: {log}");
+        }
+        assert!(log.contains("so plugins are compiled at every start"), "{log}");
+        assert!(entries(&cache).is_empty(), "nothing written to a refused cache");
+    };
+    let shown = cache.display().to_string();
+    std::fs::create_dir(&cache).unwrap();
+    mode(0o777);
+    refused("directory", &[&shown, "owned by uid 0 with mode 0777", "chmod 0700"]);
+    assert!(!cache.join("cache.key").exists(), "no key made in a refused directory");
+    mode(0o700);
+    std::os::unix::fs::chown(&cache, Some(65534), Some(65534)).unwrap();
+    refused("directory", &[&shown, "owned by uid 65534 with mode 0700", "daemon's user (uid 0)", "chown 0"]);
+    std::os::unix::fs::chown(&cache, Some(0), Some(0)).unwrap();
+    // Its own directory: the key is made, and entries are written.
+    let (_, metrics, log) = run_once(&cfg, &cache, port);
+    assert_eq!(metric_sum(&metrics, "wasmswitch_plugin_cache_refused_total"), 0.0, "{log}");
+    assert_eq!(entries(&cache).len(), 1, "{log}");
+    std::fs::remove_file(&entries(&cache)[0]).unwrap();
+    let key = cache.join("cache.key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    refused("key", &[&key.display().to_string(), "mode 0644", "refused", "remove"]);
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&key, Some(65534), Some(65534)).unwrap();
+    refused("key", &[&key.display().to_string(), "owned by uid 65534, not by uid 0"]);
+}

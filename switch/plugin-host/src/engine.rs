@@ -20,11 +20,14 @@ const CORE_MODULE_HEADER: &[u8] = b"\0asm\x01\0\0\0";
 /// Engine-wide settings.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
-    /// Where compiled plugins are cached (`<sha256>.cwasm`, see [`verified_payload`]); `None`
-    /// disables the cache.
-    /// Loading an entry runs the native code in it: the directory must be writable only by
-    /// the daemon's user (entries are written atomically, tmp + rename).
-    pub cache_dir: Option<PathBuf>,
+    /// Where compiled plugins are cached (`<key>.cwasm`, see [`verified_payload`]) and the key
+    /// their entries are authenticated with; `None` disables the cache. Loading an entry runs
+    /// the native code in it: the key must be one only the daemon holds, and the directory
+    /// the daemon user's own (see [`crate::check_dir`] and [`CacheKey::load_or_create`]).
+    pub cache: Option<CompileCache>,
+    /// Where cache hits, compiles and discarded entries are counted (the daemon passes one
+    /// set for the whole process: it makes an engine per start and reload).
+    pub cache_stats: Arc<CacheStats>,
     /// Epoch tick: deadline granularity. A deadline first fires after `deadline` rounded up to
     /// whole ticks, plus up to one more tick (see [`deadline_as_enforced`]).
     pub epoch_tick: Duration,
@@ -37,7 +40,7 @@ pub struct EngineOptions {
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        Self { cache_dir: None, epoch_tick: EPOCH_TICK, deadline_checks: true }
+        Self { cache: None, cache_stats: Arc::default(), epoch_tick: EPOCH_TICK, deadline_checks: true }
     }
 }
 
@@ -51,6 +54,7 @@ pub struct PluginEngine {
     /// let the host read): a stage reads it around each call to see one that ran past its
     /// deadline where no epoch check could stop it (see [`crate::stage::CPU_WATCH_CALLS`]).
     pub(crate) ticks: Arc<AtomicU64>,
+    /// Entries this engine discarded (its `cache_stats` may be shared with other engines).
     cache_discarded: AtomicU64,
 }
 
@@ -98,8 +102,8 @@ impl PluginEngine {
             })
             .map_err(|e| wt(&e))?;
         }
-        if let Some(dir) = &opts.cache_dir {
-            std::fs::create_dir_all(dir).map_err(|e| format!("plugin cache {}: {e}", dir.display()))?;
+        if let Some(c) = &opts.cache {
+            std::fs::create_dir_all(&c.dir).map_err(|e| format!("plugin cache {}: {e}", c.dir.display()))?;
         }
         let stop = Arc::new(AtomicBool::new(false));
         let ticks = Arc::new(AtomicU64::new(0));
@@ -149,38 +153,50 @@ impl PluginEngine {
     /// Cache file for the key: `<hex key>.cwasm` in the cache directory.
     pub(crate) fn cache_path(&self, key: &[u8; 32]) -> Option<PathBuf> {
         let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-        Some(self.opts.cache_dir.as_ref()?.join(format!("{hex}.cwasm")))
+        Some(self.opts.cache.as_ref()?.dir.join(format!("{hex}.cwasm")))
     }
 
-    /// Cache entries found invalid (wrong key, corrupt, unreadable, refused by wasmtime),
-    /// deleted and recompiled since this engine started.
+    /// Cache entries found invalid (forged, written for another component, corrupt,
+    /// unreadable, refused by wasmtime), deleted and recompiled since this engine started.
     pub fn cache_discarded(&self) -> u64 {
         self.cache_discarded.load(Ordering::Relaxed)
+    }
+
+    /// The counts this engine adds to (see [`EngineOptions::cache_stats`]).
+    pub fn cache_stats(&self) -> &Arc<CacheStats> {
+        &self.opts.cache_stats
     }
 
     pub(crate) fn load_component(&self, spec: &PluginSpec, bytes: &[u8]) -> Result<(Component, bool), PluginError> {
         let key = self.cache_key(bytes);
         let cached = self.cache_path(&key);
-        if let Some(p) = cached.as_ref().filter(|p| p.symlink_metadata().is_ok()) {
+        let stats = &self.opts.cache_stats;
+        if let (Some(p), Some(cache)) = (cached.as_ref().filter(|p| p.symlink_metadata().is_ok()), &self.opts.cache) {
             // Read into memory rather than `deserialize_file`: that one mmaps the file, and a
             // cache entry truncated under a live plugin would then SIGBUS the switch.
-            let loaded = read_regular_file(p, MAX_CACHE_ENTRY_BYTES).map_err(|e| e.to_string()).and_then(|data| {
-                let payload = verified_payload(&data, &key)?;
-                // SAFETY: `Component::deserialize` runs the native code it is given, so only
-                // our own `Component::serialize` output may reach it. `payload` passed
-                // `verified_payload`: the entry names this component's key (component bytes,
-                // wasmtime version and codegen settings), so an entry of another plugin or
-                // another engine configuration copied or renamed here is refused, and its
-                // payload digest matches, so a truncated or corrupted one is too. This
-                // does not stop someone who can write the cache directory from forging an
-                // entry: it must be writable only by the daemon's user (see
-                // `EngineOptions::cache_dir`). wasmtime checks its own header and version.
-                unsafe { Component::deserialize(&self.engine, payload) }.map_err(|e| wt(&e))
-            });
+            let loaded = read_regular_file(p, MAX_CACHE_ENTRY_BYTES)
+                .map_err(|e| (Discard::Unreadable, e.to_string()))
+                .and_then(|data| {
+                    let payload = verified_payload(&data, &key, &cache.key)?;
+                    // SAFETY: `Component::deserialize` runs the native code it is given, so
+                    // only our own `Component::serialize` output may reach it. `payload`
+                    // passed `verified_payload`: its MAC is one only a holder of the cache key
+                    // can make, and the key is read before the daemon drops privileges and
+                    // kept in memory, so a process of the daemon's user cannot forge an entry;
+                    // and the entry names this component's key (component bytes, wasmtime
+                    // version and codegen settings), so another plugin's entry copied over
+                    // this one's name is refused too. wasmtime checks its own header and
+                    // version.
+                    unsafe { Component::deserialize(&self.engine, payload) }.map_err(|e| (Discard::Wasmtime, wt(&e)))
+                });
             match loaded {
-                Ok(c) => return Ok((c, true)),
-                Err(e) => {
+                Ok(c) => {
+                    stats.hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok((c, true));
+                }
+                Err((why, e)) => {
                     self.cache_discarded.fetch_add(1, Ordering::Relaxed);
+                    stats.discard(why);
                     log::warn!("plugin `{}`: discarding cache entry {}: {e}; recompiling", spec.name, p.display());
                     if let Err(e) = std::fs::remove_file(p) {
                         log::warn!("plugin `{}`: cannot delete cache entry {}: {e}", spec.name, p.display());
@@ -199,16 +215,31 @@ impl PluginEngine {
             };
             err(spec, ErrorKind::Compile, format!("{}: not a valid component: {}{hint}", spec.path.display(), wt(&e)))
         })?;
-        if let Some(p) = cached {
+        stats.compiled.fetch_add(1, Ordering::Relaxed);
+        if let (Some(p), Some(cache)) = (cached, &self.opts.cache) {
             match c.serialize() {
                 Ok(payload) => {
                     let tmp = p.with_extension(format!("tmp{}", std::process::id()));
                     let mut data = Vec::with_capacity(CACHE_HEADER_BYTES + payload.len());
                     data.extend_from_slice(CACHE_MAGIC);
                     data.extend_from_slice(&key);
-                    data.extend_from_slice(&Sha256::digest(&payload));
+                    data.extend_from_slice(&cache.key.mac(&[CACHE_MAGIC, &key, &payload]));
                     data.extend_from_slice(&payload);
-                    if std::fs::write(&tmp, data).and_then(|_| std::fs::rename(&tmp, &p)).is_err() {
+                    // A new file (no symlink followed, nothing left there replaced), then renamed.
+                    let write = || {
+                        use std::io::Write;
+                        use std::os::unix::fs::OpenOptionsExt;
+                        let _ = std::fs::remove_file(&tmp);
+                        let mut f = std::fs::OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .mode(0o600)
+                            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                            .open(&tmp)?;
+                        f.write_all(&data)?;
+                        std::fs::rename(&tmp, &p)
+                    };
+                    if write().is_err() {
                         let _ = std::fs::remove_file(&tmp);
                         log::warn!("plugin `{}`: could not write cache entry {}", spec.name, p.display());
                     }
@@ -312,25 +343,31 @@ impl PluginEngine {
 
 /// Tags a cache entry of this format; also hashed into the key, so entries of an older
 /// format get other names and are never read.
-const CACHE_MAGIC: &[u8; 16] = b"wasmswitch-cwsm2";
-/// Magic, the key the entry was written for, SHA-256 of the payload.
+const CACHE_MAGIC: &[u8; 16] = b"wasmswitch-cwsm3";
+/// Magic, the key the entry was written for, HMAC-SHA256 of magic, key and payload under the
+/// cache key.
 const CACHE_HEADER_BYTES: usize = 16 + 32 + 32;
 /// Largest cache entry read (compiled code is a few times the component's size).
 const MAX_CACHE_ENTRY_BYTES: u64 = 4 * MAX_PLUGIN_BYTES;
 
 /// The serialized component in a cache entry, if the entry is of this format, was written for
-/// `key` and its payload is intact. The file name alone proves nothing: an entry copied over
-/// another's name would otherwise run the other plugin's code.
-fn verified_payload<'a>(data: &'a [u8], key: &[u8; 32]) -> Result<&'a [u8], String> {
+/// `key` and carries the MAC of its magic, key and payload under `mac_key`. The file name
+/// alone proves nothing (an entry copied over another's name would otherwise run the other
+/// plugin's code), nor does a digest anyone can compute: only the MAC says this daemon
+/// wrote it.
+fn verified_payload<'a>(data: &'a [u8], key: &[u8; 32], mac_key: &CacheKey) -> Result<&'a [u8], (Discard, String)> {
     if data.len() < CACHE_HEADER_BYTES || &data[..16] != CACHE_MAGIC {
-        return Err("not a cache entry of this version".into());
+        return Err((Discard::Format, "not a cache entry of this version".into()));
     }
-    let (written_for, digest, payload) = (&data[16..48], &data[48..80], &data[CACHE_HEADER_BYTES..]);
+    let (written_for, mac, payload) = (&data[16..48], &data[48..80], &data[CACHE_HEADER_BYTES..]);
     if written_for != key {
-        return Err("it was written for another component or engine configuration".into());
+        return Err((Discard::OtherComponent, "it was written for another component or engine configuration".into()));
     }
-    if digest != Sha256::digest(payload).as_slice() {
-        return Err("its contents do not match their digest (truncated or corrupted)".into());
+    if !crate::cache::same_mac(mac, &mac_key.mac(&[CACHE_MAGIC, key, payload])) {
+        return Err((
+            Discard::BadMac,
+            "its MAC does not match: not written under this daemon's cache key (forged, damaged, or from before the key changed)".into(),
+        ));
     }
     Ok(payload)
 }

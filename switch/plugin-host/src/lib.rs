@@ -25,6 +25,7 @@
 //! The call shape (why `list<u8>` in and out, hand-written guest glue, no post-return) is
 //! explained in `plugins/sdk/src/rt.rs` and `plugins/README.md`, with measurements.
 
+mod cache;
 mod codec;
 mod engine;
 mod sandbox;
@@ -49,6 +50,7 @@ use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
 use wasmswitch_core::PortId;
 use wasmswitch_plugin_sdk::abi;
 
+pub use cache::{check_dir, hmac_sha256, CacheKey, CacheStats, CompileCache, Discard, KEY_FILE};
 pub use codec::{decode_verdicts, drop_ports_unseen, encode_batch, ports_unseen, NativeStage};
 pub use engine::{deadline_as_enforced, read_regular_file, EngineOptions, PluginEngine, EPOCH_TICK, MAX_PLUGIN_BYTES};
 pub use sandbox::HostState;

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use wasmswitch_core::verdict::Verdict;
 use wasmswitch_plugin_host::{
-    EngineOptions, ErrorKind, FaultReason, OnError, PluginEngine, PluginFactory, PluginSpec, CPU_WATCH_CALLS, MAX_NAMED,
+    CacheKey, CacheStats, CompileCache, Discard, EngineOptions, ErrorKind, FaultReason, OnError, PluginEngine,
+    PluginFactory, PluginSpec, CPU_WATCH_CALLS, MAX_NAMED,
 };
 use wasmswitch_plugin_sdk::harness;
 
@@ -165,10 +166,11 @@ fn compiled_code_is_cached_across_engines() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let s = spec("acl", examples().join("acl.wasm"), "");
-    let e1 = PluginEngine::new(EngineOptions { cache_dir: Some(dir.clone()), ..Default::default() }).unwrap();
+    let key = CacheKey::random().unwrap();
+    let e1 = PluginEngine::new(cached(&dir, &key)).unwrap();
     assert!(!e1.compile(&s).unwrap().from_cache());
-    // A "restart": a new engine with the same settings loads the compiled code.
-    let e2 = PluginEngine::new(EngineOptions { cache_dir: Some(dir.clone()), ..Default::default() }).unwrap();
+    // A "restart": a new engine with the same settings and key loads the compiled code.
+    let e2 = PluginEngine::new(cached(&dir, &key)).unwrap();
     let t = Instant::now();
     let f = e2.compile(&s).unwrap();
     assert!(f.from_cache(), "second load comes from {}", dir.display());
@@ -181,6 +183,12 @@ fn compiled_code_is_cached_across_engines() {
         std::fs::write(ent.unwrap().path(), b"garbage").unwrap();
     }
     assert!(!e2.compile(&s).unwrap().from_cache());
+    assert_eq!(e2.cache_stats().discarded(Discard::Format), 1);
+}
+
+/// Engine options with a compile cache in `dir` under `key`.
+fn cached(dir: &std::path::Path, key: &CacheKey) -> EngineOptions {
+    EngineOptions { cache: Some(CompileCache { dir: dir.to_path_buf(), key: key.clone() }), ..Default::default() }
 }
 
 /// The cache entries in `dir` (file names).
@@ -190,13 +198,62 @@ fn cache_entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     v
 }
 
+/// The attack of issue 41: a process of the daemon's user rewrites a plugin's entry with a
+/// valid header (this format's magic, the plugin's own key) and another component's compiled
+/// code, with that code's SHA-256 where the old format kept it. The MAC is not one it can
+/// make, so the entry is counted, deleted and rewritten, and the plugin runs its own code.
+#[test]
+fn a_forged_cache_entry_is_refused_and_the_original_runs() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cache-forge-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let key = CacheKey::random().unwrap();
+    // A: the ACL denying everything; B: the rate limiter, which passes the first frames.
+    let a = spec("acl", examples().join("acl.wasm"), "default deny");
+    let b = spec("rl", examples().join("ratelimit.wasm"), "rate=1000 burst=1000");
+    let e1 = PluginEngine::new(cached(&dir, &key)).unwrap();
+    drop(e1.compile(&a).unwrap());
+    let a_entry = cache_entries(&dir).remove(0);
+    drop(e1.compile(&b).unwrap());
+    let b_entry = cache_entries(&dir).into_iter().find(|p| *p != a_entry).unwrap();
+    let (a_data, b_data) = (std::fs::read(&a_entry).unwrap(), std::fs::read(&b_entry).unwrap());
+    let b_payload = &b_data[80..];
+    let mut forged = a_data[..48].to_vec();
+    forged.extend_from_slice(&sha2_digest(b_payload));
+    forged.extend_from_slice(b_payload);
+    std::fs::write(&a_entry, &forged).unwrap();
+
+    let stats = std::sync::Arc::new(CacheStats::default());
+    let e2 = PluginEngine::new(EngineOptions { cache_stats: stats.clone(), ..cached(&dir, &key) }).unwrap();
+    let f = e2.compile(&a).unwrap();
+    assert!(!f.from_cache(), "the forged entry must not be loaded");
+    assert_eq!((stats.discarded(Discard::BadMac), stats.hits.load(std::sync::atomic::Ordering::Relaxed)), (1, 0));
+    let mut st = f.instantiate(0).unwrap();
+    let udp = harness::udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2);
+    assert_eq!(TestBatch::new(&[udp.clone(), udp.clone()], 0).run(&mut st), vec![Verdict::Drop; 2], "A's verdicts");
+    assert_eq!(st.stats().named.get("ratelimit_limited"), None);
+    let rewritten = std::fs::read(&a_entry).unwrap();
+    assert!(rewritten != forged && rewritten[..48] == a_data[..48], "the entry was written again");
+    // A restart with the key loads it; one with another key refuses every entry.
+    assert!(PluginEngine::new(cached(&dir, &key)).unwrap().compile(&a).unwrap().from_cache());
+    let other = PluginEngine::new(cached(&dir, &CacheKey::random().unwrap())).unwrap();
+    assert!(!other.compile(&a).unwrap().from_cache());
+    assert_eq!(other.cache_stats().discarded(Discard::BadMac), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn sha2_digest(b: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).into()
+}
+
 /// A cache entry copied over another plugin's name is not trusted by its name: the plugin
 /// runs its own code, and the entry is counted, deleted and rewritten.
 #[test]
 fn a_cache_entry_copied_over_another_is_refused() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cache-swap-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let opts = || EngineOptions { cache_dir: Some(dir.clone()), ..Default::default() };
+    let key = CacheKey::random().unwrap();
+    let opts = || cached(&dir, &key);
     // A: the ACL denying everything; B: the rate limiter, which passes the first frames.
     let a = spec("acl", examples().join("acl.wasm"), "default deny");
     let b = spec("rl", examples().join("ratelimit.wasm"), "rate=1000 burst=1000");
@@ -213,6 +270,7 @@ fn a_cache_entry_copied_over_another_is_refused() {
     let f = e2.compile(&a).unwrap();
     assert!(!f.from_cache(), "the swapped entry must not be loaded");
     assert_eq!(e2.cache_discarded(), 1);
+    assert_eq!(e2.cache_stats().discarded(Discard::OtherComponent), 1);
     let mut st = f.instantiate(0).unwrap();
     let udp = harness::udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2);
     assert_eq!(TestBatch::new(&[udp.clone(), udp.clone()], 0).run(&mut st), vec![Verdict::Drop; 2], "A's verdicts");
@@ -223,12 +281,13 @@ fn a_cache_entry_copied_over_another_is_refused() {
     assert!(e3.compile(&a).unwrap().from_cache());
     assert!(e3.compile(&b).unwrap().from_cache());
     assert_eq!(e3.cache_discarded(), 0);
-    // A truncated entry is refused by its payload digest.
+    // A truncated entry is refused by its MAC.
     let data = std::fs::read(&a_entry[0]).unwrap();
     std::fs::write(&a_entry[0], &data[..data.len() - 1]).unwrap();
     let e4 = PluginEngine::new(opts()).unwrap();
     assert!(!e4.compile(&a).unwrap().from_cache());
     assert_eq!(e4.cache_discarded(), 1);
+    assert_eq!(e4.cache_stats().discarded(Discard::BadMac), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
