@@ -275,6 +275,8 @@ fn a_forged_cache_entry_is_not_run_by_a_daemon_dropped_to_nobody() {
     std::fs::write(&a_entry, &forged).unwrap();
     std::os::unix::fs::chown(&a_entry, Some(65534), Some(65534)).unwrap();
 
+    // B's run wrote its config where A's was: A's again.
+    let a_cfg = cache_config(&dir, "user: nobody\n", port, &acl, "default deny");
     let (guard, metrics, log) = run_once(&a_cfg, &cache, port);
     assert_eq!(guard["component_sha256"], sha256_hex(&std::fs::read(&acl).unwrap()).as_str(), "{guard}");
     assert_eq!(guard["verdicts"]["pass"], 0, "A's verdicts, not B's: {guard}");

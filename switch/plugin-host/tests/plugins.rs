@@ -101,11 +101,18 @@ fn c_portdeny_through_the_real_host_matches_the_rust_acl() {
     assert_eq!(named(&small, "portdeny_denied"), Some(denied));
     assert_eq!(named(&small, "portdeny_passed"), Some(2001 * 64 - denied));
 
-    // A snapshot that ends before the destination port: the packet passes (as in the acl).
+    // A snapshot that shows the IP header and ends before the ports: the plugin passes the
+    // packet, the switch drops it (no port rule skipped for want of bytes), counted.
     let mut s = spec("c-portdeny", examples().join("c-portdeny.wasm"), ports);
     s.header_bytes = 36;
     let mut short = e.compile(&s).unwrap().instantiate(0).unwrap();
-    assert_eq!(TestBatch::new(&frames[..1], 0).run(&mut short), vec![P]);
+    assert_eq!(TestBatch::new(&frames[..1], 0).run(&mut short), vec![D]);
+    assert_eq!((short.stats().verdict_pass.get(), short.stats().ports_unseen.get()), (1, 1));
+    // One that stops inside the IP header (a MAC-reading plugin's) is not concerned.
+    s.header_bytes = 30;
+    let mut macs_only = e.compile(&s).unwrap().instantiate(0).unwrap();
+    assert_eq!(TestBatch::new(&frames[..1], 0).run(&mut macs_only), vec![P]);
+    assert_eq!(macs_only.stats().ports_unseen.get(), 0);
 
     // A long token is quoted up to 64 bytes, cut before a character rather than inside one
     // (63 ASCII bytes, then a two-byte `é` that the 64th would split), and ends in `…`.
