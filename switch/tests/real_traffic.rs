@@ -338,6 +338,18 @@ fn batches_of_one_and_of_256_carry_tcp_and_apply_plugin_verdicts() {
     assert!(packets > 1000 && batches <= packets, "{packets} packets in {batches} batches");
 }
 
+/// The lab's config with `acl` (`wasm`) on h1's port, `keys` (YAML lines of the plugin entry)
+/// added, allowing all but `rule`.
+fn lab_with_acl_on_h1(lab: &Lab, wasm: &Path, keys: &str, rule: &str) -> String {
+    let plugin = format!(
+        "    plugins:\n      - name: acl\n        path: {}\n{keys}        on_error: drop\n        config: |\n          default allow\n          {rule}\n",
+        wasm.display()
+    );
+    let mut yaml = lab_yaml(lab, &format!("127.0.0.1:{}", free_port()), "sleep");
+    yaml.insert_str(yaml.find("  - name: h2").unwrap(), &plugin);
+    yaml
+}
+
 /// `acl` on h1's port denying TCP to port 5202: 5201 connects and moves data, 5202 does not
 /// and its SYNs are counted as policy drops. Returns the packets and batches the workers saw.
 fn acl_denies_one_tcp_port(tag: &str, batch: Option<usize>) -> (u64, u64) {
@@ -345,13 +357,7 @@ fn acl_denies_one_tcp_port(tag: &str, batch: Option<usize>) -> (u64, u64) {
     assert!(wasm.exists(), "{} missing: scripts/test.sh builds the plugins first", wasm.display());
     let lab = Lab::create(&prefix(tag), 2, 1, 33).unwrap();
     let (h1, h2) = (&lab.hosts[0], &lab.hosts[1]);
-    let plugin = format!(
-        "    plugins:\n      - name: acl\n        path: {}\n        on_error: drop\n        config: |\n          default allow\n          deny proto=tcp dport=5202\n",
-        wasm.display()
-    );
-    let mut yaml = lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep");
-    let first_port_end = yaml.find("  - name: h2").unwrap();
-    yaml.insert_str(first_port_end, &plugin);
+    let mut yaml = lab_with_acl_on_h1(&lab, &wasm, "", "deny proto=tcp dport=5202");
     if let Some(b) = batch {
         yaml.insert_str(0, &format!("switch:\n  batch: {b}\n"));
     }
@@ -570,12 +576,12 @@ fn acl_denies_tcp_behind_many_ipv6_extension_headers() {
     let (h1, h2) = (&lab.hosts[0], &lab.hosts[1]);
     let (_denied, _allowed) = (Iperf3Server::start(h2, 5201), Iperf3Server::start(h2, 5202));
     for header_bytes in [256, 128] {
-        let plugin = format!(
-            "    plugins:\n      - name: acl\n        path: {}\n        header_bytes: {header_bytes}\n        on_error: drop\n        config: |\n          default allow\n          deny proto=tcp dport=5201\n",
-            wasm.display()
+        let yaml = lab_with_acl_on_h1(
+            &lab,
+            &wasm,
+            &format!("        header_bytes: {header_bytes}\n"),
+            "deny proto=tcp dport=5201",
         );
-        let mut yaml = lab_yaml(&lab, &format!("127.0.0.1:{}", free_port()), "sleep");
-        yaml.insert_str(yaml.find("  - name: h2").unwrap(), &plugin);
         let cfg = Config::parse(&yaml, &repo("switch/tests/real_traffic.yaml")).unwrap();
         let metrics = wasmswitch::plugins::PluginMetrics::default();
         let mut dp = Dataplane::start_with_plugins(&cfg, Some(&metrics)).unwrap();
