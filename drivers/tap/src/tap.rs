@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use wasmswitch_core::wire::MacAddr;
+use wasmswitch_wire::MacAddr;
 
 use crate::error::TapError;
 
@@ -38,7 +38,7 @@ impl TapConfig {
     }
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff` (the one MAC parser, `wasmswitch_core::wire::MacAddr`'s) and
+/// Parses `aa:bb:cc:dd:ee:ff` (the one MAC parser, `wasmswitch_wire::MacAddr`'s) and
 /// checks it is usable as an interface address.
 pub fn parse_mac(s: &str) -> Result<[u8; 6], TapError> {
     let mac: MacAddr = s

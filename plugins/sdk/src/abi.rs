@@ -48,15 +48,9 @@ pub mod rec {
     pub const HEADERS: usize = 16;
 }
 
-/// Bits of the record's `flags` field (the same bits as the switch core's parser flags).
-pub mod flags {
-    pub const VLAN: u16 = 1 << 0;
-    pub const IPV4: u16 = 1 << 1;
-    pub const IPV6: u16 = 1 << 2;
-    pub const L4_PORTS: u16 = 1 << 3;
-    pub const FRAGMENT: u16 = 1 << 4;
-    pub const GROUP_DST: u16 = 1 << 5;
-}
+/// Bits of the record's `flags` field: the switch parser's own flags, passed to the plugin as
+/// they are (one definition, in `wasmswitch-wire`, for both sides).
+pub use wasmswitch_wire::flags;
 
 /// Verdict kinds (byte 0 of a verdict record).
 pub mod kind {
@@ -136,6 +130,20 @@ pub struct RecordMeta {
     pub l3_offset: u16,
     pub l4_offset: u16,
     pub ip_proto: u8,
+}
+
+impl From<&wasmswitch_wire::PacketMeta> for RecordMeta {
+    fn from(m: &wasmswitch_wire::PacketMeta) -> Self {
+        Self {
+            len: m.len,
+            flags: m.flags,
+            vlan: m.vlan,
+            ethertype: m.ethertype,
+            l3_offset: m.l3_offset,
+            l4_offset: m.l4_offset,
+            ip_proto: m.ip_proto,
+        }
+    }
 }
 
 /// Writes a batch header into `out[..16]`.

@@ -104,21 +104,11 @@ impl PortRange {
     }
 }
 
-fn bad_mac(s: &str) -> String {
-    format!("bad MAC address {s:?}: expected six hex octets separated by colons, like 02:00:00:00:00:0a")
-}
-
-/// Parses `aa:bb:cc:dd:ee:ff`.
+/// Parses `aa:bb:cc:dd:ee:ff` (one or two hex digits per byte), with the switch's own parser.
 pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let mut m = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in m.iter_mut() {
-        *b = parts.next().and_then(|p| u8::from_str_radix(p, 16).ok()).ok_or_else(|| bad_mac(s))?;
-    }
-    if parts.next().is_some() {
-        return Err(bad_mac(s));
-    }
-    Ok(m)
+    s.parse::<wasmswitch_wire::MacAddr>().map(|m| m.0).map_err(|_| {
+        format!("bad MAC address {s:?}: expected six hex octets separated by colons, like 02:00:00:00:00:0a")
+    })
 }
 
 #[cfg(test)]

@@ -19,10 +19,13 @@
 //! ```
 //!
 //! The batch bytes are built with the same writer ([`crate::abi::write_record`]) the switch
-//! uses, and the metadata with a small parser that follows the switch's (Ethernet, up to two
-//! VLAN tags, IPv4 with options, IPv6 without extension headers, TCP/UDP ports).
+//! uses, the metadata by the switch's own parser and the frames by its builders (both in
+//! `wasmswitch-wire`), so a plugin sees here what it sees in the switch.
 
-use crate::abi::{self, flags, RecordMeta};
+use wasmswitch_wire::build::{self, IpPair, L4};
+use wasmswitch_wire::{self as wire, ethernet, ipproto, MacAddr};
+
+use crate::abi::{self, RecordMeta};
 use crate::host::{backend::NATIVE, Level};
 use crate::{Plugin, Verdict};
 
@@ -150,84 +153,22 @@ pub fn set_clock_ns(ns: u64) {
     NATIVE.with(|h| h.borrow_mut().clock = Some(ns));
 }
 
-/// The metadata the switch's parser would produce for `f` (best effort, never panics).
+/// The metadata the switch's parser gives `f` (it is the same parser): length only for a frame
+/// the switch would drop as malformed before any plugin saw it.
 pub fn parse(f: &[u8]) -> RecordMeta {
-    let mut m = RecordMeta { len: f.len() as u16, ..Default::default() };
-    if f.len() < 14 {
-        return m;
+    match wire::parse(f, usize::MAX) {
+        Ok(m) => RecordMeta::from(&m),
+        Err(_) => RecordMeta { len: f.len() as u16, ..Default::default() },
     }
-    if f[0] & 1 != 0 {
-        m.flags |= flags::GROUP_DST;
-    }
-    let mut et = u16::from_be_bytes([f[12], f[13]]);
-    let mut off = 14;
-    for _ in 0..2 {
-        if (et == 0x8100 || et == 0x88a8) && f.len() >= off + 4 {
-            if m.flags & flags::VLAN == 0 {
-                m.vlan = u16::from_be_bytes([f[off], f[off + 1]]) & 0x0fff;
-                m.flags |= flags::VLAN;
-            }
-            et = u16::from_be_bytes([f[off + 2], f[off + 3]]);
-            off += 4;
-        }
-    }
-    m.ethertype = et;
-    let (proto, l4, first) = match et {
-        0x0800 if f.len() >= off + 20 => {
-            m.flags |= flags::IPV4;
-            let ihl = (f[off] & 0x0f) as usize * 4;
-            let frag = u16::from_be_bytes([f[off + 6], f[off + 7]]);
-            if frag & 0x3fff != 0 {
-                m.flags |= flags::FRAGMENT;
-            }
-            (f[off + 9], off + ihl, frag & 0x1fff == 0)
-        }
-        0x86dd if f.len() >= off + 40 => {
-            m.flags |= flags::IPV6;
-            (f[off + 6], off + 40, true)
-        }
-        _ => return m,
-    };
-    m.l3_offset = off as u16;
-    m.ip_proto = proto;
-    if first && (proto == 6 || proto == 17) && f.len() >= l4 + if proto == 6 { 20 } else { 8 } {
-        m.l4_offset = l4 as u16;
-        m.flags |= flags::L4_PORTS;
-    }
-    m
 }
 
-fn checksum(b: &[u8]) -> u16 {
-    let mut s: u32 = b.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32).sum();
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
-
-/// An Ethernet frame with `payload` after the header.
+/// An Ethernet frame with `payload` after the header, zero-padded to 60 bytes.
 pub fn ethernet(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(14 + payload.len());
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
+    build::ethernet_frame(MacAddr(dst), MacAddr(src), ethertype, payload)
 }
 
-fn l4(proto: u8, sport: u16, dport: u16) -> Vec<u8> {
-    let mut l = vec![0u8; if proto == 6 { 20 } else { 8 }];
-    l[0..2].copy_from_slice(&sport.to_be_bytes());
-    l[2..4].copy_from_slice(&dport.to_be_bytes());
-    if proto == 6 {
-        l[12] = 5 << 4;
-    } else {
-        l[4..6].copy_from_slice(&8u16.to_be_bytes());
-    }
-    l
-}
-
-/// An IPv4 frame carrying a TCP (6) or UDP (17) header, with a valid IP checksum.
+/// An IPv4 frame carrying a TCP (6) or UDP (17) header, valid checksums; another protocol
+/// carries just the two ports as its payload.
 pub fn ip4(
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
@@ -237,54 +178,56 @@ pub fn ip4(
     sport: u16,
     dport: u16,
 ) -> Vec<u8> {
-    let l4 = l4(proto, sport, dport);
-    let mut ip = vec![0u8; 20];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&((20 + l4.len()) as u16).to_be_bytes());
-    ip[8] = 64;
-    ip[9] = proto;
-    ip[12..16].copy_from_slice(&src);
-    ip[16..20].copy_from_slice(&dst);
-    let c = checksum(&ip);
-    ip[10..12].copy_from_slice(&c.to_be_bytes());
-    ip.extend_from_slice(&l4);
-    ethernet(dst_mac, src_mac, 0x0800, &ip)
+    let (d, s) = (MacAddr(dst_mac), MacAddr(src_mac));
+    match l4_of(proto) {
+        Some(l4) => build::l4_frame(d, s, IpPair::V4(src, dst), l4, sport, dport, 0),
+        None => build::ipv4_frame(d, s, src, dst, proto, &ports(sport, dport)),
+    }
 }
 
 /// A UDP/IPv4 frame between the default MACs.
 pub fn udp4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
-    ip4(SRC_MAC, DST_MAC, 17, src, dst, sport, dport)
+    ip4(SRC_MAC, DST_MAC, ipproto::UDP, src, dst, sport, dport)
 }
 
 /// A TCP/IPv4 frame between the default MACs.
 pub fn tcp4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
-    ip4(SRC_MAC, DST_MAC, 6, src, dst, sport, dport)
+    ip4(SRC_MAC, DST_MAC, ipproto::TCP, src, dst, sport, dport)
 }
 
-/// A TCP (6) or UDP (17) over IPv6 frame between the default MACs.
+/// A TCP (6) or UDP (17) over IPv6 frame between the default MACs; another protocol carries
+/// just the two ports as its payload.
 pub fn ip6(proto: u8, src: [u8; 16], dst: [u8; 16], sport: u16, dport: u16) -> Vec<u8> {
-    let l4 = l4(proto, sport, dport);
-    let mut ip = vec![0u8; 40];
-    ip[0] = 0x60;
-    ip[4..6].copy_from_slice(&(l4.len() as u16).to_be_bytes());
-    ip[6] = proto;
-    ip[7] = 64;
-    ip[8..24].copy_from_slice(&src);
-    ip[24..40].copy_from_slice(&dst);
-    ip.extend_from_slice(&l4);
-    ethernet(DST_MAC, SRC_MAC, 0x86dd, &ip)
+    let (d, s) = (MacAddr(DST_MAC), MacAddr(SRC_MAC));
+    match l4_of(proto) {
+        Some(l4) => build::l4_frame(d, s, IpPair::V6(src, dst), l4, sport, dport, 0),
+        None => build::ipv6_frame(d, s, src, dst, proto, &ports(sport, dport)),
+    }
+}
+
+/// TCP without flags (a bare header) or UDP; `None` for any other protocol.
+fn l4_of(proto: u8) -> Option<L4> {
+    match proto {
+        ipproto::TCP => Some(L4::Tcp(0)),
+        ipproto::UDP => Some(L4::Udp),
+        _ => None,
+    }
+}
+
+fn ports(sport: u16, dport: u16) -> [u8; 4] {
+    let (s, d) = (sport.to_be_bytes(), dport.to_be_bytes());
+    [s[0], s[1], d[0], d[1]]
 }
 
 /// Inserts an 802.1Q tag with VLAN id `vid` after the MAC addresses.
 pub fn with_vlan(mut f: Vec<u8>, vid: u16) -> Vec<u8> {
-    let tag = [0x81, 0x00, (vid >> 8) as u8 & 0x0f, vid as u8];
-    f.splice(12..12, tag);
+    build::insert_vlan(&mut f, vid);
     f
 }
 
 /// Replaces the source MAC.
 pub fn with_src_mac(mut f: Vec<u8>, mac: [u8; 6]) -> Vec<u8> {
-    f[6..12].copy_from_slice(&mac);
+    f[ethernet::field::SRC].copy_from_slice(&mac);
     f
 }
 
@@ -358,5 +301,26 @@ mod tests {
         assert_eq!(logs(), vec![(Level::Warn, "hello".to_string())]);
         set_clock_ns(77);
         assert_eq!(crate::now_ns(), 77);
+    }
+
+    /// The harness parses as the switch does: ports behind IPv6 extension headers are found
+    /// (the harness's own parser stopped at the fixed header), a later fragment has none.
+    #[test]
+    fn ports_behind_ipv6_extension_headers() {
+        let mut f = ip6(17, [0x20; 16], [0x30; 16], 1234, 53);
+        // Two 8-byte Destination Options headers between the fixed header and UDP.
+        let at = 14 + 40;
+        for _ in 0..2 {
+            let next = f[14 + 6];
+            f.splice(at..at, [next, 0, 1, 4, 0, 0, 0, 0]);
+            f[14 + 6] = wasmswitch_wire::ip::ext::DEST_OPTS;
+        }
+        let plen = (f.len() - at) as u16;
+        f[18..20].copy_from_slice(&plen.to_be_bytes());
+        let m = parse(&f);
+        assert_ne!(m.flags & abi::flags::L4_PORTS, 0, "{m:?}");
+        assert_eq!((m.ip_proto, m.l4_offset), (17, at as u16 + 16));
+        let bytes = BatchBuilder::new(128).push(f).encode();
+        assert_eq!(Batch::new(&bytes).unwrap().get(0).unwrap().ports(), Some((1234, 53)));
     }
 }

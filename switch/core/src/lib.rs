@@ -15,7 +15,8 @@ pub mod stats;
 pub mod umem;
 pub mod verdict;
 pub mod vlan;
-pub mod wire;
+/// Packet layouts and the parser live in their own `no_std` crate, shared with the plugin SDK.
+pub use wasmswitch_wire as wire;
 
 pub use batch::{Batch, Desc, BATCH_SIZE, DEFAULT_BATCH};
 pub use pool::{BulkReturn, PoolCache, PoolStats, SharedPool};

@@ -22,15 +22,7 @@ pub fn encode_batch(batch: &BatchView<'_>, header_bytes: usize, buf: &mut Vec<u8
         // the call and nobody writes them meanwhile (`VerdictStage::run` contract); `bytes`
         // returns an empty slice for an out-of-range descriptor instead of reading wild.
         let frame = unsafe { batch.umem.bytes(d.addr, cap) };
-        let meta = RecordMeta {
-            len: m.len,
-            flags: m.flags,
-            vlan: m.vlan,
-            ethertype: m.ethertype,
-            l3_offset: m.l3_offset,
-            l4_offset: m.l4_offset,
-            ip_proto: m.ip_proto,
-        };
+        let meta = RecordMeta::from(m);
         abi::write_record(&mut recs[i * stride..(i + 1) * stride], &meta, frame, header_bytes);
     }
     unseen

@@ -1,10 +1,41 @@
 //! IPv4 and IPv6 header views.
 
-use super::checksum::checksum;
-use super::ethernet::Truncated;
+use crate::checksum::checksum;
+use crate::ethernet::Truncated;
 
 pub const IPV4_MIN_HEADER_LEN: usize = 20;
 pub const IPV6_HEADER_LEN: usize = 40;
+
+/// IPv4 header fields (RFC 791), as offsets into the header.
+pub mod ipv4_field {
+    use core::ops::Range;
+    /// Version (high nibble) and header length in 32-bit words (low nibble).
+    pub const VER_IHL: usize = 0;
+    pub const TOTAL_LEN: Range<usize> = 2..4;
+    /// Flags (3 bits, `MF` is 0x20 of the first byte) and fragment offset (13 bits).
+    pub const FLAGS_FRAG: Range<usize> = 6..8;
+    pub const TTL: usize = 8;
+    pub const PROTOCOL: usize = 9;
+    pub const CHECKSUM: Range<usize> = 10..12;
+    pub const SRC: Range<usize> = 12..16;
+    pub const DST: Range<usize> = 16..20;
+}
+
+/// IPv6 fixed header fields (RFC 8200), as offsets into the header.
+pub mod ipv6_field {
+    use core::ops::Range;
+    /// Version (high nibble of the first byte), traffic class and flow label.
+    pub const VER_TC_FLOW: Range<usize> = 0..4;
+    pub const PAYLOAD_LEN: Range<usize> = 4..6;
+    pub const NEXT_HEADER: usize = 6;
+    pub const HOP_LIMIT: usize = 7;
+    pub const SRC: Range<usize> = 8..24;
+    pub const DST: Range<usize> = 24..40;
+}
+
+fn be16(b: &[u8], r: core::ops::Range<usize>) -> u16 {
+    u16::from_be_bytes([b[r.start], b[r.start + 1]])
+}
 
 /// A checked IPv4 header: version 4, IHL ≥ 5, header and total length inside the buffer.
 #[derive(Clone, Copy)]
@@ -14,11 +45,11 @@ pub struct Ipv4Packet<'a> {
 
 impl<'a> Ipv4Packet<'a> {
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, Truncated> {
-        if buf.len() < IPV4_MIN_HEADER_LEN || buf[0] >> 4 != 4 {
+        if buf.len() < IPV4_MIN_HEADER_LEN || buf[ipv4_field::VER_IHL] >> 4 != 4 {
             return Err(Truncated);
         }
-        let hl = ((buf[0] & 0x0f) as usize) * 4;
-        let total = u16::from_be_bytes([buf[2], buf[3]]) as usize;
+        let hl = ((buf[ipv4_field::VER_IHL] & 0x0f) as usize) * 4;
+        let total = be16(buf, ipv4_field::TOTAL_LEN) as usize;
         if hl < IPV4_MIN_HEADER_LEN || hl > buf.len() || total < hl || total > buf.len() {
             return Err(Truncated);
         }
@@ -26,32 +57,36 @@ impl<'a> Ipv4Packet<'a> {
     }
 
     pub fn header_len(&self) -> usize {
-        ((self.buf[0] & 0x0f) as usize) * 4
+        ((self.buf[ipv4_field::VER_IHL] & 0x0f) as usize) * 4
     }
 
     pub fn total_len(&self) -> usize {
-        u16::from_be_bytes([self.buf[2], self.buf[3]]) as usize
+        be16(self.buf, ipv4_field::TOTAL_LEN) as usize
     }
 
     pub fn protocol(&self) -> u8 {
-        self.buf[9]
+        self.buf[ipv4_field::PROTOCOL]
     }
 
     pub fn src(&self) -> [u8; 4] {
-        [self.buf[12], self.buf[13], self.buf[14], self.buf[15]]
+        let mut a = [0u8; 4];
+        a.copy_from_slice(&self.buf[ipv4_field::SRC]);
+        a
     }
 
     pub fn dst(&self) -> [u8; 4] {
-        [self.buf[16], self.buf[17], self.buf[18], self.buf[19]]
+        let mut a = [0u8; 4];
+        a.copy_from_slice(&self.buf[ipv4_field::DST]);
+        a
     }
 
     /// Fragment offset in 8-byte units.
     pub fn fragment_offset(&self) -> u16 {
-        u16::from_be_bytes([self.buf[6], self.buf[7]]) & 0x1fff
+        be16(self.buf, ipv4_field::FLAGS_FRAG) & 0x1fff
     }
 
     pub fn is_fragment(&self) -> bool {
-        self.fragment_offset() != 0 || self.buf[6] & 0x20 != 0
+        self.fragment_offset() != 0 || self.buf[ipv4_field::FLAGS_FRAG.start] & 0x20 != 0
     }
 
     pub fn checksum_ok(&self) -> bool {
@@ -67,10 +102,10 @@ pub struct Ipv6Packet<'a> {
 
 impl<'a> Ipv6Packet<'a> {
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, Truncated> {
-        if buf.len() < IPV6_HEADER_LEN || buf[0] >> 4 != 6 {
+        if buf.len() < IPV6_HEADER_LEN || buf[ipv6_field::VER_TC_FLOW.start] >> 4 != 6 {
             return Err(Truncated);
         }
-        let payload = u16::from_be_bytes([buf[4], buf[5]]) as usize;
+        let payload = be16(buf, ipv6_field::PAYLOAD_LEN) as usize;
         if IPV6_HEADER_LEN + payload > buf.len() {
             return Err(Truncated);
         }
@@ -78,25 +113,25 @@ impl<'a> Ipv6Packet<'a> {
     }
 
     pub fn next_header(&self) -> u8 {
-        self.buf[6]
+        self.buf[ipv6_field::NEXT_HEADER]
     }
 
     pub fn src(&self) -> [u8; 16] {
         let mut a = [0u8; 16];
-        a.copy_from_slice(&self.buf[8..24]);
+        a.copy_from_slice(&self.buf[ipv6_field::SRC]);
         a
     }
 
     pub fn dst(&self) -> [u8; 16] {
         let mut a = [0u8; 16];
-        a.copy_from_slice(&self.buf[24..40]);
+        a.copy_from_slice(&self.buf[ipv6_field::DST]);
         a
     }
 
     /// The IPv6 packet's end: the fixed header plus its payload length (Ethernet may pad the
     /// frame past it; [`Ipv6Packet::new_checked`] made sure the buffer holds it).
     pub fn packet_len(&self) -> usize {
-        IPV6_HEADER_LEN + u16::from_be_bytes([self.buf[4], self.buf[5]]) as usize
+        IPV6_HEADER_LEN + be16(self.buf, ipv6_field::PAYLOAD_LEN) as usize
     }
 
     /// Follows the extension-header chain to the upper layer, as far as the packet goes: no

@@ -1,8 +1,10 @@
 //! Frame builders for the traffic generator, tests and the plugin test harness.
 
-use super::checksum::{checksum, fill_l4_checksum};
-use super::ethernet::MacAddr;
-use super::{ethertype, ipproto};
+use alloc::vec::Vec;
+
+use crate::checksum::{checksum, fill_l4_checksum};
+use crate::ethernet::MacAddr;
+use crate::{ethertype, ipproto};
 
 fn eth_header(out: &mut Vec<u8>, dst: MacAddr, src: MacAddr, ethertype: u16) {
     out.extend_from_slice(&dst.0);
@@ -24,7 +26,7 @@ fn ipv4_header(out: &mut Vec<u8>, src: [u8; 4], dst: [u8; 4], proto: u8, payload
 
 /// Stores the complete TCP/UDP checksum, as a sender without offload would.
 fn with_l4_checksum(mut f: Vec<u8>) -> Vec<u8> {
-    if let Ok(m) = super::parse(&f, usize::MAX) {
+    if let Ok(m) = crate::parse(&f, usize::MAX) {
         fill_l4_checksum(&mut f, &m);
     }
     f
@@ -46,6 +48,20 @@ pub fn ipv4_frame(dst: MacAddr, src: MacAddr, sip: [u8; 4], dip: [u8; 4], proto:
     let mut f = Vec::with_capacity(34 + payload.len());
     eth_header(&mut f, dst, src, ethertype::IPV4);
     ipv4_header(&mut f, sip, dip, proto, payload.len());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// An Ethernet/IPv6 frame carrying `payload` as next header `proto` (no extension headers),
+/// not padded: the payload length covers `payload` exactly.
+pub fn ipv6_frame(dst: MacAddr, src: MacAddr, sip: [u8; 16], dip: [u8; 16], proto: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(54 + payload.len());
+    eth_header(&mut f, dst, src, ethertype::IPV6);
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[proto, 64]);
+    f.extend_from_slice(&sip);
+    f.extend_from_slice(&dip);
     f.extend_from_slice(payload);
     f
 }
@@ -184,7 +200,7 @@ mod tests {
             (IpPair::V6([0x20; 16], [0x30; 16]), L4::Tcp(tcp_flags::RST), 60),
         ] {
             let f = l4_frame(a, b, ip, l4, 1234, 80, len);
-            let m = super::super::parse(&f, 1518).unwrap();
+            let m = crate::parse(&f, 1518).unwrap();
             assert_eq!(m.ports(&f), Some((1234, 80)));
             assert!(f.len() >= len);
             if let L4::Tcp(flags) = l4 {
@@ -193,8 +209,8 @@ mod tests {
             } else {
                 assert_eq!(m.ip_proto, ipproto::UDP);
             }
-            let completion = super::super::checksum::complete_partial(&mut f.clone(), &m);
-            assert_eq!(completion, super::super::checksum::Completion::Untouched, "checksums complete");
+            let completion = crate::checksum::complete_partial(&mut f.clone(), &m);
+            assert_eq!(completion, crate::checksum::Completion::Untouched, "checksums complete");
         }
     }
 }

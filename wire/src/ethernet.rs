@@ -1,6 +1,9 @@
 //! Ethernet II header view.
 
-use std::fmt;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
 
 pub const HEADER_LEN: usize = 14;
 /// Length of an 802.1Q tag (TPID and TCI), inserted between the source MAC and the ethertype.
@@ -8,7 +11,7 @@ pub const TAG_LEN: usize = 4;
 
 /// Byte ranges of the header (and of an 802.1Q tag where there is one).
 pub mod field {
-    use std::ops::Range;
+    use core::ops::Range;
     pub const DST: Range<usize> = 0..6;
     pub const SRC: Range<usize> = 6..12;
     /// The ethertype, or the TPID of the outer tag.
@@ -77,7 +80,7 @@ impl fmt::Debug for MacAddr {
     }
 }
 
-impl std::str::FromStr for MacAddr {
+impl core::str::FromStr for MacAddr {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let parts: Vec<&str> = s.split(':').collect();
@@ -153,7 +156,7 @@ pub fn push_tag(buf: &mut [u8], tci: u16) -> bool {
         return false;
     }
     buf.copy_within(TAG_LEN..TAG_LEN + field::ADDRS.end, 0);
-    buf[field::ETHERTYPE].copy_from_slice(&super::ethertype::VLAN.to_be_bytes());
+    buf[field::ETHERTYPE].copy_from_slice(&crate::ethertype::VLAN.to_be_bytes());
     buf[field::TCI].copy_from_slice(&tci.to_be_bytes());
     true
 }

@@ -11,7 +11,7 @@
 //! case completing it rewrites the same value (the sum over the segment is then the complement of
 //! the pseudo-header sum), so even the coincidence changes no byte.
 
-use super::{flags, ipproto, PacketMeta};
+use crate::{flags, ipproto, PacketMeta};
 
 /// Offset of the checksum field inside a TCP header.
 pub const TCP_CHECKSUM_OFFSET: usize = 16;
@@ -181,9 +181,9 @@ pub fn l4_checksum_ok(frame: &[u8], meta: &PacketMeta) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::build::*;
-    use super::super::{parse, MacAddr};
     use super::*;
+    use crate::build::*;
+    use crate::{parse, MacAddr};
 
     const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
     const B: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);

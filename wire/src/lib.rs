@@ -5,6 +5,15 @@
 //! [`parse`] walks Ethernet, up to two VLAN tags, IPv4/IPv6 (every IPv6 extension header, to the
 //! end of the chain) and TCP/UDP ports, and rejects (never panics on) runts, truncated headers and
 //! inconsistent lengths.
+//!
+//! One crate for every reader and writer of frames: the switch core's parser, the plugin SDK's
+//! native harness and its ABI flag bits, the TAP flow hash, the traffic generator and the fuzz
+//! harness. It is `no_std` (with `alloc`, for the frame builders) so the SDK can build it for
+//! wasm32.
+
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
 
 pub mod build;
 pub mod checksum;
