@@ -13,8 +13,8 @@ use wasmswitch_core::counter::Counter;
 use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
 use wasmswitch_core::{PortId, BATCH_SIZE};
 use wasmswitch_plugin_host::{
-    check_dir, CacheKey, CacheStats, CompileCache, Discard, EngineOptions, FaultReason, OnError, PluginEngine,
-    PluginFactory, PluginSpec, PluginStats, WasmStage,
+    check_dir, CacheKey, CacheStats, CompileCache, Discard, EngineOptions, FaultReason, PluginEngine, PluginFactory,
+    PluginSpec, PluginStats, WasmStage,
 };
 
 use crate::config::{self, Config, PluginSection};
@@ -27,10 +27,7 @@ pub fn spec(s: &PluginSection) -> PluginSpec {
         path: s.file.clone(),
         config: s.config.clone(),
         header_bytes: s.header_bytes.value,
-        on_error: match s.on_error {
-            config::OnError::Pass => OnError::Pass,
-            config::OnError::Drop => OnError::Drop,
-        },
+        on_error: s.on_error,
         deadline: Duration::from_micros(s.deadline_us.value),
         memory_limit: s.memory_limit_kib.value * 1024,
         max_faults: s.max_faults.value.max(1),

@@ -26,8 +26,8 @@ use wasmswitch_core::{Desc, PortQueue, Umem};
 mod gen;
 pub use gen::{mac_for, Frames, TrafficGen, TrafficSpec};
 
-/// Headroom the sim NIC leaves before packet data (as AF_XDP leaves XDP_PACKET_HEADROOM).
-pub const HEADROOM: u64 = 256;
+/// Headroom the sim NIC leaves before packet data ([`wasmswitch_core::umem::HEADROOM`]).
+pub const HEADROOM: u64 = wasmswitch_core::umem::HEADROOM as u64;
 
 /// Frames waiting to be received, shared with a test that pushes them.
 pub type InjectQueue = Arc<Mutex<VecDeque<Vec<u8>>>>;

@@ -8,6 +8,11 @@
 use std::io;
 use std::ptr::NonNull;
 
+/// Bytes every driver leaves free before packet data in a frame: the kernel's
+/// `XDP_PACKET_HEADROOM`, which AF_XDP leaves on receive, so a frame read by any port (sim, TAP)
+/// looks the same to the pipeline and later stages can push headers in place.
+pub const HEADROOM: u32 = 256;
+
 /// A page-aligned, pre-faulted region of `frames * frame_size` bytes.
 #[derive(Debug)]
 pub struct Umem {

@@ -1,9 +1,12 @@
-//! What the daemon hands the host: a plugin entry of the YAML, and the errors that name it.
+//! What the daemon hands the host: a plugin entry of the YAML (parsed by the daemon), and the
+//! errors that name it.
 
 use super::*;
 
-/// What a plugin's packets get when it faults or is quarantined.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// What a plugin's packets get when it faults or is quarantined. The daemon's YAML names it
+/// directly (`on_error: pass | drop`), hence the one serde derive in this crate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OnError {
     /// Leave the verdicts as they were before the call (`Pass`): fail open.
     #[default]
@@ -12,7 +15,7 @@ pub enum OnError {
     Drop,
 }
 
-/// One plugin entry of the switch's YAML (the daemon parses YAML into this; no serde here).
+/// One plugin entry of the switch's YAML (the daemon parses YAML into this; no serde on it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginSpec {
     /// Name used in logs, errors and metrics.

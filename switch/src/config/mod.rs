@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_saphyr::{Location, Spanned};
+use wasmswitch_core::umem::HEADROOM;
 use wasmswitch_core::wire::MacAddr;
 
 /// A configuration error with its position in the file.
@@ -363,14 +364,8 @@ pub struct PortSection {
     pub umem: Option<Spanned<String>>,
 }
 
-/// What a plugin's packets get when it faults or is quarantined.
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum OnError {
-    #[default]
-    Pass,
-    Drop,
-}
+/// What a plugin's packets get when it faults or is quarantined: the plugin host's own enum.
+pub use wasmswitch_plugin_host::OnError;
 
 /// One plugin of a port's ingress chain.
 #[derive(Deserialize, Serialize, Debug, Clone)]
@@ -622,13 +617,12 @@ fn default_host_mac() -> Spanned<Mac> {
 fn one_usize() -> Spanned<usize> {
     Spanned::new(1, Location::UNKNOWN, Location::UNKNOWN)
 }
+// The host port's defaults are the library's, written once there.
 fn default_host_ring() -> Spanned<usize> {
-    // One TCP flow into the host bursts a window's worth: 1024 dropped hundreds to thousands
-    // of its segments in 5 s (README, "Host port").
-    Spanned::new(4096, Location::UNKNOWN, Location::UNKNOWN)
+    unknown(wasmswitch_tap::HostConfig::default().ring_size)
 }
 fn default_host_bulk() -> Spanned<usize> {
-    Spanned::new(8, Location::UNKNOWN, Location::UNKNOWN)
+    unknown(wasmswitch_tap::HostConfig::default().bulk)
 }
 
 /// The whole file.
@@ -723,10 +717,10 @@ pub(super) fn or_loc(a: Location, b: Location) -> Location {
     }
 }
 
-/// Largest MTU a frame of `frame_size` bytes carries: 256 bytes of headroom, Ethernet header
+/// Largest MTU a frame of `frame_size` bytes carries: the headroom (256 bytes), Ethernet header
 /// and two VLAN tags (22 bytes) come off (1770 for 2048, 3818 for 4096).
 pub fn max_mtu(frame_size: u32) -> u32 {
-    frame_size.saturating_sub(256 + 22)
+    frame_size.saturating_sub(HEADROOM + 22)
 }
 
 impl Config {
@@ -988,7 +982,7 @@ impl Config {
                 return Err(err(
                     or_loc(p.mtu.referenced, p.name.referenced),
                     format!(
-                        "port `{name}`: mtu {} is out of range: expected {}-{} ({fs}-byte frames less 256 bytes of headroom and 22 of Ethernet and VLAN headers)",
+                        "port `{name}`: mtu {} is out of range: expected {}-{} ({fs}-byte frames less {HEADROOM} bytes of headroom and 22 of Ethernet and VLAN headers)",
                         p.mtu.value, mtu_range.0, mtu_range.1
                     ),
                 ));
@@ -1235,7 +1229,7 @@ impl Config {
                 return Err(err(
                     h.mtu.referenced,
                     format!(
-                        "host.mtu {} is out of range: expected {}-{} ({fs}-byte frames less 256 bytes of headroom and 22 of Ethernet and VLAN headers, less one byte to tell a frame cut short by the TAP read)",
+                        "host.mtu {} is out of range: expected {}-{} ({fs}-byte frames less {HEADROOM} bytes of headroom and 22 of Ethernet and VLAN headers, less one byte to tell a frame cut short by the TAP read)",
                         h.mtu.value, host_mtu.0, host_mtu.1
                     ),
                 ));
@@ -1317,7 +1311,7 @@ impl Config {
                 format!("broadcast_percent {b} is out of range: expected 0-100"),
             ));
         }
-        let max = self.pool.frame_size.value as usize - 256;
+        let max = (self.pool.frame_size.value - HEADROOM) as usize;
         if t.frame_sizes.value.is_empty() {
             return Err(err(t.frame_sizes.referenced, "frame_sizes is empty: list at least one size in bytes".into()));
         }

@@ -29,9 +29,9 @@ use link::{Doorbell, Link};
 pub use queue::HostPortQueue;
 use worker::{HostWorker, NO_FRAME};
 
-/// Bytes left free before the packet in frames the host worker reads into (as AF_XDP leaves
-/// `XDP_PACKET_HEADROOM`), so later stages can push headers.
-pub const HEADROOM: u64 = 256;
+/// Bytes left free before the packet in frames the host worker reads into
+/// ([`wasmswitch_core::umem::HEADROOM`]).
+pub const HEADROOM: u64 = wasmswitch_core::umem::HEADROOM as u64;
 /// Largest bulk (the batch-size histogram's last bucket).
 pub const MAX_BULK: usize = 64;
 
@@ -66,7 +66,9 @@ impl Default for HostConfig {
             datapath_workers: 1,
             host_workers: 1,
             bulk: 8,
-            ring_size: 1024,
+            // One TCP flow into the host bursts a window's worth: 1024 dropped hundreds to
+            // thousands of its segments in 5 s (README, "Host port").
+            ring_size: 4096,
             reads_in_flight: 8,
             rx_cache: 64,
             uring: UringOptions::default(),
