@@ -405,7 +405,7 @@ pub fn build(cfg: &Config, variant: Variant) -> Result<Built> {
     for (id, name) in names.into_iter().enumerate() {
         let umem = Umem::new(cfg.pool.frames.value, cfg.pool.frame_size.value)
             .with_context(|| format!("cannot map the frame memory (UMEM) of group `{name}`"))?;
-        let pool = SharedPool::new(id as PoolId, Arc::new(umem), cfg.pool.ring.value);
+        let pool = SharedPool::new(PoolId(id as u16), Arc::new(umem), cfg.pool.ring.value);
         groups.push(UmemGroup::new(name, pool));
     }
     if groups.len() > 1 {

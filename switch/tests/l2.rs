@@ -41,7 +41,7 @@ fn rig(ports: usize, frames: u32, aging: u32) -> Rig {
 fn rig_with(l2: Vec<PortL2>, host: Option<PortId>, frames: u32, aging: u32) -> Rig {
     let ports = l2.len();
     let umem = Arc::new(Umem::new(frames, 2048).unwrap());
-    let pool = SharedPool::new(0, umem.clone(), 256);
+    let pool = SharedPool::new(wasmswitch_core::pool::PoolId(0), umem.clone(), 256);
     let fdb = Arc::new(Fdb::new(1024, aging));
     let mut inject = Vec::new();
     let mut capture = Vec::new();
@@ -62,7 +62,7 @@ fn rig_with(l2: Vec<PortL2>, host: Option<PortId>, frames: u32, aging: u32) -> R
                 complete_partial_checksums: false,
                 l2: Default::default(),
                 storm: Default::default(),
-                pool: 0,
+                pool: wasmswitch_core::pool::PoolId(0),
             }
         })
         .zip(l2)
@@ -550,7 +550,7 @@ impl VerdictStage for RandomVerdicts {
 fn millions_of_random_frames_leak_nothing() {
     // A small pool so exhaustion, ring-full and release paths are all exercised.
     let umem = Arc::new(Umem::new(2048, 2048).unwrap());
-    let pool = SharedPool::new(0, umem.clone(), 64);
+    let pool = SharedPool::new(wasmswitch_core::pool::PoolId(0), umem.clone(), 64);
     let fdb = Arc::new(Fdb::new(256, 5));
     let nports = 4u16;
     let mut gen_frames = Vec::new();
@@ -606,7 +606,7 @@ fn millions_of_random_frames_leak_nothing() {
                 complete_partial_checksums: false,
                 l2,
                 storm: Default::default(),
-                pool: 0,
+                pool: wasmswitch_core::pool::PoolId(0),
             }
         })
         .collect();

@@ -294,7 +294,7 @@ fn src_mac(f: &[u8]) -> MacAddr {
 
 fn pool_for(frames: u32) -> (Arc<Umem>, Arc<SharedPool>) {
     let umem = Arc::new(Umem::new(frames, 2048).unwrap());
-    let pool = SharedPool::new(0, umem.clone(), 1024);
+    let pool = SharedPool::new(wasmswitch_core::pool::PoolId(0), umem.clone(), 1024);
     (umem, pool)
 }
 
@@ -417,7 +417,7 @@ fn forwards_between_two_veths_through_the_pipeline_on_one_umem() {
         complete_partial_checksums: false,
         l2: Default::default(),
         storm: Default::default(),
-        pool: 0,
+        pool: wasmswitch_core::pool::PoolId(0),
     };
     let cache = PoolCache::new(shared.clone(), 128, AllocMode::Recycling);
     let stats = Arc::new(WorkerStats::new(0, 2, cache.stats().clone()));

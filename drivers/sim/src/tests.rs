@@ -7,7 +7,7 @@ use super::*;
 
 fn setup(frames: u32) -> (Arc<SharedPool>, PoolCache) {
     let umem = Arc::new(Umem::new(frames, 2048).unwrap());
-    let pool = SharedPool::new(0, umem, 1024);
+    let pool = SharedPool::new(wasmswitch_core::pool::PoolId(0), umem, 1024);
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
     (pool, cache)
 }

@@ -233,7 +233,7 @@ fn run_mode(m: &Mode, fd: i32, umem: &Arc<Umem>, descs: &[Desc], packets: u64, c
 
 /// The full path: this thread as the datapath worker, one host worker thread.
 fn run_e2e(tap_name: &str, len: usize, bulk: usize, dur: Duration, cpu: Option<usize>) -> (f64, f64, f64, f64) {
-    let pool = SharedPool::new(0, Arc::new(Umem::new(8192, 2048).unwrap()), 4096);
+    let pool = SharedPool::new(wasmswitch_core::pool::PoolId(0), Arc::new(Umem::new(8192, 2048).unwrap()), 4096);
     let tap =
         TapDevice::create(&TapConfig { name: tap_name.into(), mac: [2, 0, 0, 0, 0, 1], mtu: 1500, queues: 1 }).unwrap();
     let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{tap_name}/disable_ipv6"), "1");

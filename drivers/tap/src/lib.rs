@@ -18,7 +18,7 @@
 //! use wasmswitch_tap::{HostConfig, HostPort, TapConfig, TapDevice};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let pool = SharedPool::new(0, Arc::new(Umem::new(4096, 2048)?), 1024);
+//! let pool = SharedPool::new(wasmswitch_core::pool::PoolId(0), Arc::new(Umem::new(4096, 2048)?), 1024);
 //! let host_workers = 1;
 //! // 1. The device: non-persistent (gone when the last fd closes, also on SIGKILL), link down.
 //! let tap = TapDevice::create(&TapConfig {

@@ -54,7 +54,7 @@ fn make_tap(name: &str, queues: usize) -> TapDevice {
 }
 
 fn pool(frames: u32) -> Arc<SharedPool> {
-    SharedPool::new(0, Arc::new(Umem::new(frames, 2048).unwrap()), 256)
+    SharedPool::new(wasmswitch_core::pool::PoolId(0), Arc::new(Umem::new(frames, 2048).unwrap()), 256)
 }
 
 /// An AF_PACKET socket bound to `ifindex` (all protocols).

@@ -1,6 +1,7 @@
 //! Packet batches: the unit of work of every stage.
 
 use crate::fdb::Place;
+pub use crate::types::Desc;
 use crate::verdict::Verdict;
 use crate::wire::PacketMeta;
 
@@ -10,26 +11,6 @@ pub const BATCH_SIZE: usize = 256;
 
 /// Packets per RX burst unless configured otherwise (`switch.batch`).
 pub const DEFAULT_BATCH: usize = 64;
-
-/// A frame descriptor: where a packet lies in the UMEM. Same shape as the kernel's `xdp_desc`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Desc {
-    /// Byte offset of the packet's first byte in the UMEM.
-    pub addr: u64,
-    /// Packet length in bytes.
-    pub len: u32,
-    /// Driver-specific flags (AF_XDP `options`); zero when unused.
-    pub options: u32,
-}
-
-impl Desc {
-    /// The descriptor of a copy of this packet placed at `addr` (its flags start clear).
-    #[inline]
-    pub fn copy_at(self, addr: u64) -> Desc {
-        Desc { addr, len: self.len, options: 0 }
-    }
-}
 
 /// What the L2 stage needs of a frame: where the FDB keeps its source and destination (worked
 /// out by the parser, which prefetches both buckets as it goes, so the misses of a batch overlap

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::counter::Counter;
-use crate::port::PortId;
+use crate::types::PortId;
 use crate::vlan::VlanSet;
 use crate::wire::MacAddr;
 

@@ -12,6 +12,7 @@ pub mod pipeline;
 pub mod pool;
 pub mod port;
 pub mod stats;
+pub mod types;
 pub mod umem;
 pub mod verdict;
 pub mod vlan;

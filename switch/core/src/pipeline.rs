@@ -90,7 +90,7 @@ impl PortSlot {
             complete_partial_checksums: false,
             l2: PortL2::default(),
             storm: StormState::default(),
-            pool: 0,
+            pool: PoolId(0),
         }
     }
 
@@ -209,11 +209,11 @@ impl Pipeline {
         opts.batch = clamp_batch(opts.batch);
         assert!((1..=MAX_POOLS).contains(&pools.len()), "a pipeline has 1 to {MAX_POOLS} pools");
         for (i, p) in pools.iter().enumerate() {
-            assert_eq!(p.id() as usize, i, "pools must be given in pool id order");
+            assert_eq!(p.id().index(), i, "pools must be given in pool id order");
         }
         let mut ports = ports;
         for p in &mut ports {
-            assert!((p.pool as usize) < pools.len(), "a port of pool {} that is not given", p.pool);
+            assert!(p.pool.index() < pools.len(), "a port of pool {} that is not given", p.pool);
             // Nothing can be sent on a port without queues.
             p.up &= !p.queues.is_empty();
         }
@@ -279,7 +279,7 @@ impl Pipeline {
     /// [`Pipeline::detach_port`]).
     pub fn attach_port(&mut self, port: PortId, mut slot: PortSlot, fresh: bool) -> Option<PortSlot> {
         let i = port as usize;
-        assert!((slot.pool as usize) < self.pools.len(), "a port of pool {} that is not given", slot.pool);
+        assert!(slot.pool.index() < self.pools.len(), "a port of pool {} that is not given", slot.pool);
         let mut old = self.detach_port(port);
         if !fresh {
             // A port reopened with new settings keeps the state of the plugins that stay.
@@ -321,7 +321,7 @@ impl Pipeline {
 
     /// Collects the completions of `queues` and returns every frame they hold to `pool`.
     fn release(&mut self, pool: PoolId, queues: &mut [Box<dyn PortQueue>]) {
-        let pool = &mut self.pools[pool as usize];
+        let pool = &mut self.pools[pool.index()];
         let mut bulk = if self.opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() };
         for queue in queues.iter_mut() {
             queue.complete(pool, &mut bulk);
@@ -426,8 +426,8 @@ impl Pipeline {
 
     fn rx_one(&mut self, p: PortId, q: usize) -> usize {
         let pi = p as usize;
-        let g = self.ports[pi].pool as usize;
-        let n = self.ports[pi].queues[q].rx_burst(&mut self.pools[g], &mut self.batch.descs[..self.opts.batch]);
+        let g = self.ports[pi].pool;
+        let n = self.ports[pi].queues[q].rx_burst(&mut self.pools[g.index()], &mut self.batch.descs[..self.opts.batch]);
         if n == 0 {
             return 0;
         }
@@ -446,11 +446,11 @@ impl Pipeline {
             ForwardMode::Cross => {
                 let out = pi ^ 1;
                 if out < self.ports.len() && self.ports[out].up {
-                    if self.ports[out].pool as usize == g {
+                    if self.ports[out].pool == g {
                         self.staged[out].extend_from_slice(&self.batch.descs[..n]);
                     } else {
                         for i in 0..n {
-                            let f = Frame { d: self.batch.descs[i], vlan: 0, tag: NO_TAG, pool: g as PoolId };
+                            let f = Frame { d: self.batch.descs[i], vlan: 0, tag: NO_TAG, pool: g };
                             if let Some(f) = self.copy_into_pool_of(pi, out, f) {
                                 self.staged[out].push(f.d);
                             }
@@ -458,7 +458,7 @@ impl Pipeline {
                     }
                 } else {
                     for i in 0..n {
-                        self.drop_frame(pi, g as PoolId, self.batch.descs[i].addr, DropReason::NoEgress);
+                        self.drop_frame(pi, g, self.batch.descs[i].addr, DropReason::NoEgress);
                     }
                 }
             }
@@ -508,7 +508,7 @@ impl Pipeline {
     fn parse_batch_as<const PLAIN: bool>(&mut self, p: PortId) {
         let pi = p as usize;
         let slot = &self.ports[pi];
-        let g = slot.pool as usize;
+        let g = slot.pool.index();
         // A reference, not a clone: the `Arc` is shared by every worker, and its count's cache
         // line would bounce between them once per batch.
         let umem: &Umem = &self.umems[g];
@@ -544,7 +544,7 @@ impl Pipeline {
             .map_err(DropReason::from);
             if mirrors && parsed.is_ok() {
                 for &m in &l2.mirror_ingress {
-                    if let Some(mp) = self.ports.get(m as usize).filter(|s| s.up).map(|s| s.pool as usize) {
+                    if let Some(mp) = self.ports.get(m as usize).filter(|s| s.up).map(|s| s.pool.index()) {
                         match duplicate(umem, &mut self.pools[mp], d) {
                             Some(addr) => {
                                 self.staged[m as usize].push(d.copy_at(addr));
@@ -605,7 +605,7 @@ impl Pipeline {
     fn verdicts(&mut self, p: PortId) {
         let pi = p as usize;
         let queue = self.ports[pi].queue_index;
-        let umem = &self.umems[self.ports[pi].pool as usize];
+        let umem = &self.umems[self.ports[pi].pool.index()];
         let Some(stage) = self.ports[pi].ingress.as_mut() else { return };
         let b = &mut self.batch;
         let view = BatchView { in_port: p, queue, umem, descs: &b.descs[..b.len], meta: &b.meta[..b.len] };
@@ -784,7 +784,7 @@ impl Pipeline {
         let member = |q: usize, s: &PortSlot| q != pi && s.up && s.l2.vlan.members.contains(f.vlan);
         // The copies (those in the frame's own group) take the frames on top of its pool's
         // cache: their lines start loading while the members are found.
-        let pool = &self.pools[f.pool as usize];
+        let pool = &self.pools[f.pool.index()];
         pool.prefetch_next(FLOOD_PREFETCH, pool.umem().frame_offset(f.d.addr));
         // One pass: each member found sends a copy to the one found before it.
         let mut prev = None;
@@ -825,7 +825,7 @@ impl Pipeline {
 
     #[inline(never)]
     fn send_reshaped(&mut self, ingress: usize, q: usize, f: Frame, untagged: bool) {
-        match egress_form(&self.umems[f.pool as usize], f, untagged) {
+        match egress_form(&self.umems[f.pool.index()], f, untagged) {
             Some(d) => self.staged[q].push(d),
             None => self.drop_frame(ingress, f.pool, f.d.addr, DropReason::NoHeadroom),
         }
@@ -848,14 +848,14 @@ impl Pipeline {
             return None;
         };
         self.stats.umem_copies.inc();
-        self.dropped[f.pool as usize].push(f.d.addr);
+        self.dropped[f.pool.index()].push(f.d.addr);
         Some(copy)
     }
 
     /// Stages a copy of `f` (in a fresh frame of `q`'s pool) for port `q`, in `q`'s VLAN form.
     fn copy_to(&mut self, ingress: usize, q: usize, f: Frame) {
         let to = self.ports[q].pool;
-        let Some(addr) = duplicate(&self.umems[f.pool as usize], &mut self.pools[to as usize], f.d) else {
+        let Some(addr) = duplicate(&self.umems[f.pool.index()], &mut self.pools[to.index()], f.d) else {
             self.stats.ports[ingress].drop(DropReason::PoolEmpty);
             return;
         };
@@ -877,7 +877,7 @@ impl Pipeline {
     #[inline]
     fn copy_for(&mut self, q: usize, f: Frame) -> Option<Frame> {
         let to = self.ports[q].pool;
-        let addr = duplicate(&self.umems[f.pool as usize], &mut self.pools[to as usize], f.d)?;
+        let addr = duplicate(&self.umems[f.pool.index()], &mut self.pools[to.index()], f.d)?;
         Some(Frame { d: f.d.copy_at(addr), pool: to, ..f })
     }
 
@@ -885,7 +885,7 @@ impl Pipeline {
     #[inline]
     fn drop_frame(&mut self, ingress: usize, pool: PoolId, addr: u64, reason: DropReason) {
         self.stats.ports[ingress].drop(reason);
-        self.dropped[pool as usize].push(addr);
+        self.dropped[pool.index()].push(addr);
     }
 
     /// One TX burst per egress port with staged frames; what a full ring refuses is dropped.
@@ -899,7 +899,7 @@ impl Pipeline {
             let staged = &mut self.staged[q];
             let port = &mut self.ports[q];
             // Everything staged for a port is in the port's own pool (see the module doc).
-            let pool = port.pool as usize;
+            let pool = port.pool.index();
             let st = &self.stats.ports[q];
             // One pass without a branch per frame; the frames go only when one is too long.
             if staged.iter().fold(0, |m, d| m.max(d.len)) as usize > port.tx_max {
@@ -933,7 +933,7 @@ impl Pipeline {
             if self.ports[q].l2.mirror_egress.is_empty() || self.staged[q].is_empty() {
                 continue;
             }
-            let from = &self.umems[self.ports[q].pool as usize];
+            let from = &self.umems[self.ports[q].pool.index()];
             for k in 0..self.staged[q].len() {
                 let d = self.staged[q][k];
                 // Not sent (see `transmit`), so not mirrored.
@@ -942,7 +942,7 @@ impl Pipeline {
                 }
                 for j in 0..self.ports[q].l2.mirror_egress.len() {
                     let m = self.ports[q].l2.mirror_egress[j] as usize;
-                    let Some(to) = self.ports.get(m).filter(|s| s.up && m != q).map(|s| s.pool as usize) else {
+                    let Some(to) = self.ports.get(m).filter(|s| s.up && m != q).map(|s| s.pool.index()) else {
                         continue;
                     };
                     match duplicate(from, &mut self.pools[to], d) {
@@ -962,7 +962,7 @@ impl Pipeline {
     fn complete(&mut self) -> usize {
         let mut n = 0;
         for port in self.ports.iter_mut() {
-            let g = port.pool as usize;
+            let g = port.pool.index();
             for queue in port.queues.iter_mut() {
                 n += queue.complete(&mut self.pools[g], &mut self.bulks[g]);
             }
@@ -979,7 +979,7 @@ impl Pipeline {
         self.complete();
         for port in self.ports.iter_mut() {
             for queue in port.queues.iter_mut() {
-                queue.release_all(&mut self.pools[port.pool as usize]);
+                queue.release_all(&mut self.pools[port.pool.index()]);
             }
         }
         for pool in &mut self.pools {
@@ -1170,7 +1170,7 @@ mod tests {
     #[test]
     fn cross_sends_each_port_to_its_pair_and_drops_without_one() {
         let umem = Arc::new(Umem::new(1024, 2048).unwrap());
-        let pool = SharedPool::new(0, umem, 256);
+        let pool = SharedPool::new(PoolId(0), umem, 256);
         let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
         let stats = Arc::new(WorkerStats::new(0, 3, cache.stats().clone()));
         let ports = [vec![60; 100], vec![61; 7], vec![62; 5]]
@@ -1196,7 +1196,7 @@ mod tests {
     #[test]
     fn frames_over_the_egress_ports_tx_max_are_dropped_and_counted_there() {
         let umem = Arc::new(Umem::new(1024, 2048).unwrap());
-        let pool = SharedPool::new(0, umem, 256);
+        let pool = SharedPool::new(PoolId(0), umem, 256);
         let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
         let stats = Arc::new(WorkerStats::new(0, 2, cache.stats().clone()));
         // A veth's limit for MTU 1500 (1518) on port 1; port 0 sends what it takes in (1522).
@@ -1225,7 +1225,7 @@ mod tests {
     fn each_burst_takes_at_most_the_configured_batch() {
         for (batch, per_poll) in [(1, 1), (7, 7), (64, 64), (256, 256), (0, 1), (1000, 256)] {
             let umem = Arc::new(Umem::new(2048, 2048).unwrap());
-            let pool = SharedPool::new(0, umem, 512);
+            let pool = SharedPool::new(PoolId(0), umem, 512);
             let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
             let stats = Arc::new(WorkerStats::new(0, 2, cache.stats().clone()));
             let ports = [vec![60; 300], Vec::new()]
@@ -1249,7 +1249,7 @@ mod tests {
     #[test]
     fn the_batch_changes_between_rounds() {
         let umem = Arc::new(Umem::new(2048, 2048).unwrap());
-        let pool = SharedPool::new(0, umem, 512);
+        let pool = SharedPool::new(PoolId(0), umem, 512);
         let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
         let stats = Arc::new(WorkerStats::new(0, 2, cache.stats().clone()));
         let ports = [vec![60; 400], Vec::new()]
@@ -1278,7 +1278,7 @@ mod tests {
     #[test]
     fn ports_attached_and_detached_between_rounds_return_every_frame() {
         let umem = Arc::new(Umem::new(1024, 2048).unwrap());
-        let pool = SharedPool::new(0, umem, 256);
+        let pool = SharedPool::new(PoolId(0), umem, 256);
         let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
         let stats = Arc::new(WorkerStats::new(0, 4, cache.stats().clone()));
         let ports = vec![PortSlot::new(vec![stuck()], 1518), PortSlot::new(Vec::new(), 1518)];
@@ -1364,7 +1364,7 @@ mod tests {
         let frame = |dst, src, seq: u16| ethernet_frame(dst, src, 0x88b5, &[&seq.to_be_bytes()[..], &[7; 58]].concat());
         let umems = [Arc::new(Umem::new(256, 2048).unwrap()), Arc::new(Umem::new(256, 2048).unwrap())];
         let pools: Vec<_> =
-            umems.iter().enumerate().map(|(i, u)| SharedPool::new(i as PoolId, u.clone(), 64)).collect();
+            umems.iter().enumerate().map(|(i, u)| SharedPool::new(PoolId(i as u16), u.clone(), 64)).collect();
         let pool_stats = Arc::new(crate::pool::PoolStats::default());
         let caches = pools
             .iter()
@@ -1379,14 +1379,14 @@ mod tests {
             (0..300).rev().map(|i| frame(a, b, 1000 + i)).collect(),
             Vec::new(),
         ];
-        let logs: Vec<_> = (0..3).map(|_| Arc::new(std::sync::Mutex::new(Vec::new()))).collect();
+        let logs: Vec<Arc<std::sync::Mutex<Vec<Vec<u8>>>>> = (0..3).map(|_| Arc::default()).collect();
         let ports = rx
             .into_iter()
-            .zip([0, 1, 0])
+            .zip([PoolId(0), PoolId(1), PoolId(0)])
             .zip(&logs)
             .map(|((rx, g), sent): ((Vec<Vec<u8>>, PoolId), _)| {
                 let q = WireQueue {
-                    umem: umems[g as usize].clone(),
+                    umem: umems[g.index()].clone(),
                     rx,
                     sent: sent.clone(),
                     in_flight: InFlight::default(),

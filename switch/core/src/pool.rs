@@ -23,8 +23,7 @@ pub const BULK: usize = 16;
 /// Default per-worker alloc cache size (`PP_ALLOC_CACHE_SIZE`).
 pub const CACHE_SIZE: usize = 128;
 
-/// Identifies a pool; frames of different pools are never returned in the same bulk.
-pub type PoolId = u16;
+pub use crate::types::PoolId;
 
 /// Pools (UMEM groups) a worker can draw from.
 pub const MAX_POOLS: usize = 8;
@@ -355,7 +354,7 @@ impl Default for BulkReturn {
 
 impl BulkReturn {
     pub fn new() -> Self {
-        Self { pool: 0, owner: None, count: 0, frames: [0; BULK], limit: BULK }
+        Self { pool: PoolId(0), owner: None, count: 0, frames: [0; BULK], limit: BULK }
     }
 
     /// A `BulkReturn` that flushes after every frame (ablation of bulk return).
@@ -475,7 +474,7 @@ mod tests {
     use super::*;
 
     fn pool(frames: u32, ring: usize) -> Arc<SharedPool> {
-        SharedPool::new(0, Arc::new(Umem::new(frames, 2048).unwrap()), ring)
+        SharedPool::new(PoolId(0), Arc::new(Umem::new(frames, 2048).unwrap()), ring)
     }
 
     #[test]
@@ -556,7 +555,7 @@ mod tests {
 
     #[test]
     fn bulk_return_gives_each_pool_its_own_frames_back_when_the_pool_changes() {
-        let (a, b) = (SharedPool::new(1, Umem::new(64, 2048).unwrap().into(), 64), pool(64, 64));
+        let (a, b) = (SharedPool::new(PoolId(1), Umem::new(64, 2048).unwrap().into(), 64), pool(64, 64));
         let (mut ca, mut cb) =
             (PoolCache::new(a.clone(), 16, AllocMode::Recycling), PoolCache::new(b.clone(), 16, AllocMode::Recycling));
         let (mut fa, mut fb) = (vec![0u64; 5], vec![0u64; 7]);
@@ -580,7 +579,7 @@ mod tests {
 
     #[test]
     fn a_whole_burst_returns_to_its_own_pool_after_what_was_queued_for_another() {
-        let (a, b) = (SharedPool::new(1, Umem::new(64, 2048).unwrap().into(), 64), pool(64, 64));
+        let (a, b) = (SharedPool::new(PoolId(1), Umem::new(64, 2048).unwrap().into(), 64), pool(64, 64));
         for limit_one in [false, true] {
             let (mut ca, mut cb) = (
                 PoolCache::new(a.clone(), 16, AllocMode::Recycling),

@@ -1,10 +1,8 @@
 //! The batch-oriented interface between the pipeline and a driver.
 
-use crate::batch::Desc;
 use crate::pool::{BulkReturn, PoolCache};
-
-/// Index of a port in the switch (its position in the config).
-pub type PortId = u16;
+use crate::types::Desc;
+pub use crate::types::PortId;
 
 /// One queue of one port, owned by exactly one worker (so no method needs a lock).
 ///

@@ -1,7 +1,6 @@
 //! Per-packet verdicts, and the stage that produces them.
 
-use crate::batch::Desc;
-use crate::port::PortId;
+use crate::types::{Desc, PortId};
 use crate::umem::Umem;
 use crate::wire::PacketMeta;
 

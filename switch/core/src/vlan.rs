@@ -8,7 +8,7 @@
 //! not the bridge's tag protocol, so such a frame is untagged here and its tag is payload. On
 //! egress a frame leaves untagged on its port's PVID and tagged on every other member VLAN.
 
-use crate::port::PortId;
+use crate::types::PortId;
 
 /// A VLAN id a port can be a member of: 1..=4094 (0 means "priority tag only" and 4095 is
 /// reserved by 802.1Q).

@@ -827,7 +827,7 @@ fn hot_swap_under_traffic_loses_no_frame() {
     use wasmswitch_sim::{CaptureLog, InjectQueue, SimQueue, SimRings, Source};
 
     let umem = Arc::new(Umem::new(1024, 2048).unwrap());
-    let pool = SharedPool::new(0, umem.clone(), 256);
+    let pool = SharedPool::new(wasmswitch_core::pool::PoolId(0), umem.clone(), 256);
     let (inject, capture) = (InjectQueue::default(), CaptureLog::default());
     let slots = vec![
         PortSlot {
@@ -844,7 +844,7 @@ fn hot_swap_under_traffic_loses_no_frame() {
             complete_partial_checksums: false,
             l2: Default::default(),
             storm: Default::default(),
-            pool: 0,
+            pool: wasmswitch_core::pool::PoolId(0),
         },
         PortSlot {
             queues: vec![Box::new(
@@ -858,7 +858,7 @@ fn hot_swap_under_traffic_loses_no_frame() {
             complete_partial_checksums: false,
             l2: Default::default(),
             storm: Default::default(),
-            pool: 0,
+            pool: wasmswitch_core::pool::PoolId(0),
         },
     ];
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
