@@ -3,10 +3,13 @@
 //! memory), a key file and a directory that only the daemon's user owns, and counts of what
 //! was loaded, compiled and discarded.
 
+use std::fmt;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::*;
+use sha2::{Digest, Sha256};
 
 /// The key's file, in the cache directory.
 pub const KEY_FILE: &str = "cache.key";

@@ -1,17 +1,22 @@
 //! The wasmtime engine, the host functions it links, the compile cache and `compile`: a plugin
-//! file in, a [`PluginFactory`] out (control thread, off the data path).
+//! file in, a checked [`Component`] out (control thread, off the data path); `compile`, which
+//! makes the [`crate::PluginFactory`] of it, lives with the factory in `stage.rs`.
 
-use super::*;
+use std::hash::Hasher;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
-/// The default epoch tick: the clock a plugin's deadline is enforced on.
-pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+use sha2::{Digest, Sha256};
+use wasmswitch_plugin_sdk::abi;
+use wasmtime::component::{Component, Linker, WasmStr};
+use wasmtime::{Config, Engine, StoreContextMut};
 
-/// The time a call may run before its deadline first fires, on the default tick: `deadline`
-/// rounded up to whole ticks, plus one (the call may start just before a tick). A call that
-/// keeps using CPU is interrupted at the second firing, so at most twice this.
-pub fn deadline_as_enforced(deadline: Duration) -> Duration {
-    EPOCH_TICK * crate::stage::deadline_ticks(deadline, EPOCH_TICK) as u32
-}
+use crate::cache::{CacheKey, CacheStats, CompileCache, Discard};
+use crate::deadline::EPOCH_TICK;
+use crate::sandbox::{host_log, HostState};
+use crate::spec::{err, wt, ErrorKind, PluginError, PluginSpec};
 
 /// The first eight bytes of a core module: magic, then version 1 (a component's are
 /// magic, then version 0xd and layer 1).
@@ -249,96 +254,6 @@ impl PluginEngine {
         }
         Ok((c, false))
     }
-
-    /// Loads, checks and compiles `spec`, and runs its `init` once (on a throw-away instance)
-    /// so that a bad config is reported now. Call it off the data path.
-    pub fn compile(self: &Arc<Self>, spec: &PluginSpec) -> Result<Arc<PluginFactory>, PluginError> {
-        if spec.header_bytes as usize > abi::MAX_HEADER_BYTES {
-            return Err(err(
-                spec,
-                ErrorKind::Spec,
-                format!("header_bytes {} is above {}", spec.header_bytes, abi::MAX_HEADER_BYTES),
-            ));
-        }
-        if spec.max_faults == 0 || spec.deadline.is_zero() || spec.memory_limit < 64 << 10 {
-            return Err(err(
-                spec,
-                ErrorKind::Spec,
-                "max_faults and deadline must be positive and memory_limit at least 64 KiB",
-            ));
-        }
-        let read;
-        let bytes = match &spec.bytes {
-            Some(b) => &b.0[..],
-            None => {
-                read = read_regular_file(&spec.path, MAX_PLUGIN_BYTES)
-                    .map_err(|e| err(spec, ErrorKind::Io, format!("{}: {e}", spec.path.display())))?;
-                &read[..]
-            }
-        };
-        refuse_utf16_strings(bytes).map_err(|m| err(spec, ErrorKind::WrongWorld, m))?;
-        let (component, from_cache) = self.load_component(spec, bytes)?;
-        let ty = component.component_type();
-
-        // No capabilities: the host interface is the only import allowed.
-        let forbidden: Vec<&str> =
-            ty.imports(&self.engine).map(|(n, _)| n).filter(|n| *n != abi::HOST_INTERFACE).collect();
-        if !forbidden.is_empty() {
-            let hint = if forbidden.iter().any(|n| n.starts_with("wasmswitch:plugin/")) {
-                format!(" (this host implements {})", abi::WIT_PACKAGE)
-            } else {
-                String::new()
-            };
-            return Err(err(
-                spec,
-                ErrorKind::ForbiddenImport,
-                format!(
-                    "refused: imports `{}`, outside the wasmswitch:plugin world{hint}; plugins get no capabilities (no filesystem, sockets, environment or WASI at all), only `{}`",
-                    forbidden.join("`, `"),
-                    abi::HOST_INTERFACE
-                ),
-            ));
-        }
-        let exports: Vec<&str> = ty.exports(&self.engine).map(|(n, _)| n).collect();
-        for want in ["init", "process"] {
-            if !exports.contains(&want) {
-                return Err(err(
-                    spec,
-                    ErrorKind::WrongWorld,
-                    format!(
-                        "does not export `{want}`: not a component of the {} `plugin` world (it exports: {}; a Rust plugin needs `export_plugin!(YourPlugin);` from the SDK)",
-                        abi::WIT_PACKAGE,
-                        if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") }
-                    ),
-                ));
-            }
-        }
-        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
-            err(spec, ErrorKind::WrongWorld, format!("does not link against {}: {}", abi::HOST_INTERFACE, wt(&e)))
-        })?;
-        let factory = Arc::new(PluginFactory {
-            engine: self.clone(),
-            // The compiled component is what is kept, not the file's bytes.
-            spec: PluginSpec { bytes: None, ..spec.clone() },
-            pre,
-            from_cache,
-            component_digest: Sha256::digest(bytes).into(),
-        });
-        // The check run: types of the exports, instantiation under the limits, init.
-        factory.new_instance(
-            usize::MAX,
-            factory.spec.label().into(),
-            Arc::default(),
-            &mut LogGate::new(),
-            INIT_DEADLINE,
-        )?;
-        Ok(factory)
-    }
-
-    /// `wasmswitch check`: everything [`PluginEngine::compile`] does, reporting with the name.
-    pub fn check(self: &Arc<Self>, spec: &PluginSpec) -> Result<(), PluginError> {
-        self.compile(spec).map(|_| ())
-    }
 }
 
 /// Tags a cache entry of this format; also hashed into the key, so entries of an older
@@ -410,7 +325,7 @@ pub fn read_regular_file(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
 /// UTF-8 string is read in place, but a UTF-16 one is transcoded whole into host memory, so a
 /// guest could make the host allocate twice its own memory per call. Rust, C (`wit-bindgen`)
 /// and the usual componentize tools pass UTF-8.
-fn refuse_utf16_strings(bytes: &[u8]) -> Result<(), String> {
+pub(crate) fn refuse_utf16_strings(bytes: &[u8]) -> Result<(), String> {
     use wasmparser::{CanonicalFunction, CanonicalOption, Payload};
     for payload in wasmparser::Parser::new(0).parse_all(bytes) {
         // What does not parse is left to the compiler, whose message names it.

@@ -27,47 +27,36 @@
 
 mod cache;
 mod codec;
+mod deadline;
 mod engine;
 mod sandbox;
 mod smoke;
 mod spec;
 mod stage;
 mod stats;
-
-use std::fmt;
-use std::hash::Hasher;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, ComponentType, Func, InstancePre, Lift, Linker, TypedFunc, WasmList, WasmStr};
-use wasmtime::{Config, Engine, Store, StoreContextMut};
-
-use wasmswitch_core::counter::cycles;
-use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
-use wasmswitch_core::PortId;
-use wasmswitch_plugin_sdk::abi;
+mod text;
 
 pub use cache::{check_dir, hmac_sha256, CacheKey, CacheStats, CompileCache, Discard, KEY_FILE};
 pub use codec::{decode_verdicts, drop_ports_unseen, encode_batch, ports_unseen, NativeStage};
-pub use engine::{deadline_as_enforced, read_regular_file, EngineOptions, PluginEngine, EPOCH_TICK, MAX_PLUGIN_BYTES};
+pub use deadline::{deadline_as_enforced, CPU_WATCH_CALLS, EPOCH_TICK, INIT_DEADLINE};
+pub use engine::{read_regular_file, EngineOptions, PluginEngine, MAX_PLUGIN_BYTES};
 pub use sandbox::HostState;
 pub use smoke::{smoke_frames, SlowestBatch, SmokeFrame, SmokeReport, NEAR_DEADLINE};
 pub use spec::{Bytes, ErrorKind, OnError, PluginError, PluginSpec};
-pub use stage::{stage_from_file, PluginFactory, WasmStage, CPU_WATCH_CALLS, INIT_DEADLINE};
-// The modules see each other's crate-visible items through `use super::*` (the public ones
-// come through the `pub use`s above).
-use sandbox::*;
-use spec::*;
+pub use stage::{stage_from_file, PluginFactory, WasmStage};
 pub use stats::{FaultReason, NamedCounters, PluginStats, MAX_NAMED};
 pub use wasmswitch_plugin_sdk;
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::path::Path;
+    use std::time::Duration;
+
     use wasmtime::UpdateDeadline;
+
+    use super::*;
+    use crate::deadline::thread_cpu_time;
+    use crate::sandbox::{DeadlineWatch, LogGate, MAX_STALL_EXTENSIONS};
 
     fn spin_cpu(d: Duration) {
         let t = thread_cpu_time();

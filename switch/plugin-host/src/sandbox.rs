@@ -1,7 +1,16 @@
 //! Everything a plugin instance runs inside: its `Store` data, the CPU-time deadline watch, the
 //! memory limiter and the rate-limited `log` host function.
 
-use super::*;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{ComponentType, Lift, WasmStr};
+use wasmtime::StoreContextMut;
+
+use crate::deadline::{deadline_ticks, thread_cpu_time};
+use crate::stats::{PluginStats, MAX_NAMED};
+use crate::text::one_line;
 
 /// The WIT `level` enum (constructed by lifting from the guest, hence no Rust constructor).
 #[allow(dead_code)]
@@ -93,7 +102,7 @@ impl DeadlineWatch {
     /// `bound` to 1.25 × `bound` of CPU (a batch call's watch, noting at the first expiry,
     /// allows up to twice its deadline).
     pub(crate) fn for_init(bound: Duration, tick: Duration) -> Self {
-        let ticks = crate::stage::deadline_ticks(bound / 4, tick);
+        let ticks = deadline_ticks(bound / 4, tick);
         // `expired` interrupts at half the budget since the mark.
         Self { ticks, cpu_budget: bound * 2, cpu_mark: None, extensions: 0, mark_at_arm: true }
     }
@@ -129,14 +138,6 @@ impl DeadlineWatch {
         self.extensions += 1;
         wasmtime::UpdateDeadline::Continue(self.ticks)
     }
-}
-
-/// CPU time of the calling thread (a syscall: `CLOCK_THREAD_CPUTIME_ID` has no vDSO path).
-pub(crate) fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a live, writable timespec; the clock id is a constant the kernel knows.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// How a log line names the instance it is about: `worker N`, or `check` for the instances
@@ -291,27 +292,6 @@ impl wasmtime::ResourceLimiter for Limiter {
     }
 }
 
-/// A plugin's text as the host shows it (a log line, an error message): cut to `max` bytes at
-/// a character boundary, and on one line, since a newline would let a plugin forge log lines.
-pub(crate) fn one_line(text: &str, max: usize) -> String {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let cut = if end < text.len() { format!("... ({} bytes)", text.len()) } else { String::new() };
-    // A plugin's text goes to terminals and log files: no control character of it gets there
-    // raw (an escape sequence would recolour or rewrite the operator's screen).
-    let mut out = String::with_capacity(end + cut.len());
-    for c in text[..end].chars() {
-        match c {
-            '\n' | '\r' => out.push_str("\\n"),
-            c if c.is_control() => out.extend(c.escape_default()),
-            c => out.push(c),
-        }
-    }
-    out + &cut
-}
-
 pub(crate) fn host_log(mut cx: StoreContextMut<'_, HostState>, (level, msg): (Level, WasmStr)) -> wasmtime::Result<()> {
     let s = cx.data_mut();
     let (name, worker) = (s.name.clone(), s.worker);
@@ -327,16 +307,4 @@ pub(crate) fn host_log(mut cx: StoreContextMut<'_, HostState>, (level, msg): (Le
     };
     log::log!(target: "wasmswitch::plugin", level, "{name} ({}): {text}", On(worker));
     Ok(())
-}
-
-#[cfg(test)]
-mod one_line_tests {
-    use super::one_line;
-
-    #[test]
-    fn a_plugins_text_reaches_the_log_on_one_line_without_control_characters() {
-        assert_eq!(one_line("second line\x1b[31mred\nforged\r", 100), "second line\\u{1b}[31mred\\nforged\\n");
-        assert_eq!(one_line("tab\there", 100), "tab\\there");
-        assert_eq!(one_line("héllo", 2), "h... (6 bytes)", "cut at a character boundary");
-    }
 }

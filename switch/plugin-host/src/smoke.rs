@@ -4,15 +4,23 @@
 //! a fragment then fails `check`, naming the frame, instead of faulting on its first batch in
 //! production.
 
-use super::*;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
 
 use wasmswitch_core::batch::Desc;
+use wasmswitch_core::verdict::{BatchView, Verdict};
 use wasmswitch_core::wire::build::{ethernet_frame, insert_vlan, ipv4_frame, l4_frame, tcp_flags, IpPair, L4};
 use wasmswitch_core::wire::checksum::checksum;
 use wasmswitch_core::wire::{self, ethertype, ipproto, MacAddr, PacketMeta};
-use wasmswitch_core::{Umem, BATCH_SIZE, DEFAULT_BATCH};
+use wasmswitch_core::{PortId, Umem, BATCH_SIZE, DEFAULT_BATCH};
 
-use crate::stage::deadline_ticks;
+use crate::codec::encode_batch;
+use crate::deadline::{deadline_ticks, thread_cpu_time, CpuWatch, INIT_DEADLINE};
+use crate::sandbox::LogGate;
+use crate::spec::{err, ErrorKind, PluginError};
+use crate::stage::PluginFactory;
+use crate::stats::{FaultReason, PluginStats};
 
 /// One built-in frame and what it is (the name errors and reports use).
 #[derive(Clone, Debug)]
@@ -270,7 +278,7 @@ impl PluginFactory {
             verdicts.clear();
             verdicts.resize(idx.len(), Verdict::Pass);
             // Every check call is measured in CPU time too: nothing here is per packet.
-            let watch = Some(crate::stage::CpuWatch::start(self.engine.opts.epoch_tick * ticks as u32));
+            let watch = Some(CpuWatch::start(self.engine.opts.epoch_tick * ticks as u32));
             let start = thread_cpu_time();
             if let Err((reason, why)) = live.process(ticks, &buf, verdicts, &stats, watch) {
                 let limit = match reason {

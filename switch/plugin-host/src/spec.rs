@@ -1,7 +1,10 @@
 //! What the daemon hands the host: a plugin entry of the YAML (parsed by the daemon), and the
 //! errors that name it.
 
-use super::*;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// What a plugin's packets get when it faults or is quarantined. The daemon's YAML names it
 /// directly (`on_error: pass | drop`), hence the one serde derive in this crate.

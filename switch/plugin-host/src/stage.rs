@@ -1,7 +1,117 @@
 //! A compiled plugin ([`PluginFactory`]) and its per-worker instances ([`WasmStage`]): one
 //! component call per batch, faults, quarantine.
 
-use super::*;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmswitch_core::counter::cycles;
+use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
+use wasmswitch_plugin_sdk::abi;
+use wasmtime::component::{Func, InstancePre, TypedFunc, WasmList, WasmStr};
+use wasmtime::Store;
+
+use crate::codec::{decode_verdicts, drop_ports_unseen, encode_batch};
+use crate::deadline::{deadline_ticks, thread_cpu_time, CpuWatch, CPU_WATCH_CALLS, INIT_DEADLINE};
+use crate::engine::{read_regular_file, refuse_utf16_strings, EngineOptions, PluginEngine, MAX_PLUGIN_BYTES};
+use crate::sandbox::{DeadlineWatch, HostState, Limiter, LogGate, On, Refusal};
+use crate::spec::{err, wt, ErrorKind, OnError, PluginError, PluginSpec};
+use crate::stats::{FaultReason, PluginStats, MAX_NAMED};
+use crate::text::one_line;
+
+impl PluginEngine {
+    /// Loads, checks and compiles `spec`, and runs its `init` once (on a throw-away instance)
+    /// so that a bad config is reported now. Call it off the data path.
+    pub fn compile(self: &Arc<Self>, spec: &PluginSpec) -> Result<Arc<PluginFactory>, PluginError> {
+        if spec.header_bytes as usize > abi::MAX_HEADER_BYTES {
+            return Err(err(
+                spec,
+                ErrorKind::Spec,
+                format!("header_bytes {} is above {}", spec.header_bytes, abi::MAX_HEADER_BYTES),
+            ));
+        }
+        if spec.max_faults == 0 || spec.deadline.is_zero() || spec.memory_limit < 64 << 10 {
+            return Err(err(
+                spec,
+                ErrorKind::Spec,
+                "max_faults and deadline must be positive and memory_limit at least 64 KiB",
+            ));
+        }
+        let read;
+        let bytes = match &spec.bytes {
+            Some(b) => &b.0[..],
+            None => {
+                read = read_regular_file(&spec.path, MAX_PLUGIN_BYTES)
+                    .map_err(|e| err(spec, ErrorKind::Io, format!("{}: {e}", spec.path.display())))?;
+                &read[..]
+            }
+        };
+        refuse_utf16_strings(bytes).map_err(|m| err(spec, ErrorKind::WrongWorld, m))?;
+        let (component, from_cache) = self.load_component(spec, bytes)?;
+        let ty = component.component_type();
+
+        // No capabilities: the host interface is the only import allowed.
+        let forbidden: Vec<&str> =
+            ty.imports(&self.engine).map(|(n, _)| n).filter(|n| *n != abi::HOST_INTERFACE).collect();
+        if !forbidden.is_empty() {
+            let hint = if forbidden.iter().any(|n| n.starts_with("wasmswitch:plugin/")) {
+                format!(" (this host implements {})", abi::WIT_PACKAGE)
+            } else {
+                String::new()
+            };
+            return Err(err(
+                spec,
+                ErrorKind::ForbiddenImport,
+                format!(
+                    "refused: imports `{}`, outside the wasmswitch:plugin world{hint}; plugins get no capabilities (no filesystem, sockets, environment or WASI at all), only `{}`",
+                    forbidden.join("`, `"),
+                    abi::HOST_INTERFACE
+                ),
+            ));
+        }
+        let exports: Vec<&str> = ty.exports(&self.engine).map(|(n, _)| n).collect();
+        for want in ["init", "process"] {
+            if !exports.contains(&want) {
+                return Err(err(
+                    spec,
+                    ErrorKind::WrongWorld,
+                    format!(
+                        "does not export `{want}`: not a component of the {} `plugin` world (it exports: {}; a Rust plugin needs `export_plugin!(YourPlugin);` from the SDK)",
+                        abi::WIT_PACKAGE,
+                        if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") }
+                    ),
+                ));
+            }
+        }
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            err(spec, ErrorKind::WrongWorld, format!("does not link against {}: {}", abi::HOST_INTERFACE, wt(&e)))
+        })?;
+        let factory = Arc::new(PluginFactory {
+            engine: self.clone(),
+            // The compiled component is what is kept, not the file's bytes.
+            spec: PluginSpec { bytes: None, ..spec.clone() },
+            pre,
+            from_cache,
+            component_digest: Sha256::digest(bytes).into(),
+        });
+        // The check run: types of the exports, instantiation under the limits, init.
+        factory.new_instance(
+            usize::MAX,
+            factory.spec.label().into(),
+            Arc::default(),
+            &mut LogGate::new(),
+            INIT_DEADLINE,
+        )?;
+        Ok(factory)
+    }
+
+    /// `wasmswitch check`: everything [`PluginEngine::compile`] does, reporting with the name.
+    pub fn check(self: &Arc<Self>, spec: &PluginSpec) -> Result<(), PluginError> {
+        self.compile(spec).map(|_| ())
+    }
+}
 
 /// A compiled, linked, checked plugin: makes one [`WasmStage`] per worker. `Send + Sync`.
 pub struct PluginFactory {
@@ -171,7 +281,7 @@ impl PluginFactory {
             Ok((Ok(()),)) => {}
             Ok((Err(msg),)) => {
                 let msg = match msg.to_str(&*store) {
-                    Ok(m) => crate::sandbox::one_line(&m, INIT_ERROR_MAX_LEN),
+                    Ok(m) => one_line(&m, INIT_ERROR_MAX_LEN),
                     Err(e) => format!("(an error that is not a string: {})", wt(&e)),
                 };
                 return Err(err(spec, ErrorKind::Init, format!("init refused the config: {msg}")));
@@ -250,18 +360,9 @@ impl PluginFactory {
     }
 }
 
-/// CPU time instantiation and `init` may use off the data path: the check run at load and
-/// each worker's instance, made by the control thread at start and on reload. The fresh
-/// instance after a fault is made on the worker, under the plugin's batch deadline.
-pub const INIT_DEADLINE: Duration = Duration::from_secs(1);
-
 /// Longest part of an `init` error string that the host shows (in `check`, a reload's answer
 /// and the log); the rest is counted, not shown.
 const INIT_ERROR_MAX_LEN: usize = 1024;
-
-pub(crate) fn deadline_ticks(deadline: Duration, tick: Duration) -> u64 {
-    (deadline.as_nanos().div_ceil(tick.as_nanos().max(1)) as u64).max(1) + 1
-}
 
 /// Classifies a failed call. The reason is one line (see [`fault_text`]); the whole error,
 /// with wasmtime's full backtrace, goes to the debug log for whoever needs every frame.
@@ -345,18 +446,6 @@ pub struct WasmStage {
     /// doubled by each (see [`CPU_WATCH_CALLS`]).
     pub(crate) cpu_watch_len: u32,
 }
-
-/// Calls measured in thread CPU time after one whose wall time passed twice its deadline.
-/// Epoch checks stop a call only at function entries and loop headers, so a single bulk
-/// memory instruction (`memory.fill` or `memory.copy` over most of a large memory) runs to its
-/// end however long it takes. Such a call is seen after it returns, by the epoch tick count,
-/// which costs one load per call; but that is wall time, which a descheduled worker also
-/// spends. So the next calls read the thread's CPU clock before and after (two syscalls, some
-/// 1 µs: too dear for every batch), and one that used more than twice its deadline of CPU is
-/// a `deadline` fault. Each overrun on a call that was not measured doubles how many calls the
-/// next watch measures, for the instance's life: a plugin that overruns once per watch, just
-/// after each ends, would otherwise stall its worker that often and never be faulted.
-pub const CPU_WATCH_CALLS: u32 = 64;
 
 impl WasmStage {
     pub fn stats(&self) -> &Arc<PluginStats> {
@@ -629,50 +718,6 @@ impl Live {
             }
             Err(e) => Err(describe_fault(&e, &self.store)),
         }
-    }
-}
-
-/// A call measured in thread CPU time (see [`CPU_WATCH_CALLS`]).
-pub(crate) struct CpuWatch {
-    start: Duration,
-    /// Twice the deadline as enforced: the most an epoch-interrupted call can use.
-    cap: Duration,
-}
-
-impl CpuWatch {
-    /// Starts measuring a call whose deadline, as enforced (whole epoch ticks, see
-    /// [`crate::deadline_as_enforced`]), is `enforced`.
-    pub(crate) fn start(enforced: Duration) -> Self {
-        Self::since(thread_cpu_time(), enforced)
-    }
-
-    /// A watch over what the thread has run since its CPU clock read `start`.
-    fn since(start: Duration, enforced: Duration) -> Self {
-        Self { start, cap: enforced * 2 }
-    }
-
-    fn used(&self) -> Duration {
-        thread_cpu_time().saturating_sub(self.start)
-    }
-
-    /// Whether the thread has used more than the cap since the start.
-    fn over(&self) -> bool {
-        self.used() > self.cap
-    }
-
-    fn check(&self) -> Result<(), (FaultReason, String)> {
-        let used = self.used();
-        if used <= self.cap {
-            return Ok(());
-        }
-        Err((
-            FaultReason::Deadline,
-            format!(
-                "the call used {} µs of CPU, more than twice its deadline as enforced ({} µs), in code no epoch check stops (one bulk memory instruction over a large memory?)",
-                used.as_micros(),
-                self.cap.as_micros() / 2
-            ),
-        ))
     }
 }
 

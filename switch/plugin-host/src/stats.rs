@@ -5,6 +5,8 @@ use std::sync::Mutex;
 
 use wasmswitch_core::counter::{Counter, Gauge};
 
+use crate::text::one_line;
+
 /// Most named counters one plugin instance may register (the SDK enforces the same limit).
 pub const MAX_NAMED: usize = 64;
 
@@ -204,7 +206,7 @@ impl NamedCounters {
             || name.len() > 64
             || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         {
-            let shown = crate::sandbox::one_line(name, 80);
+            let shown = one_line(name, 80);
             return Err(format!("bad counter name {shown:?}: use 1 to 64 characters from [a-z0-9_]"));
         }
         let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());

@@ -160,7 +160,13 @@ pub fn write(name: &str, bytes: &[u8]) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hostile");
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
+    // Tests running at once write the same names (`counting-alpha.wasm`): write aside and
+    // rename, so a reader never sees a file another test has just truncated.
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}.{seq}", std::process::id()));
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, &p).unwrap();
     p
 }
 
