@@ -1,21 +1,11 @@
-//! The wasmswitch daemon: configuration, worker threads, metrics and control API, CLI commands.
-//!
-//! The datapath itself lives in `wasmswitch-core` (I/O-free) and the drivers; this crate wires
-//! them to threads, files, sockets and signals.
+//! The `wasmswitch` command: the daemon (`wasmswitch-daemon`, re-exported here), the control
+//! API's client, `check`, `plugin`, and the tooling (`wasmswitch-lab`: bench, demo, lab).
 
-pub mod api;
-pub mod bench;
 pub mod check;
 pub mod client;
-pub mod config;
-pub mod daemon;
-pub mod dataplane;
-pub mod demo;
-pub mod drivers;
-pub mod error_text;
-pub mod lab;
-pub mod metrics;
-pub mod notify;
 pub mod plugin_cmd;
-pub mod plugins;
-pub mod privileges;
+
+pub use wasmswitch_daemon::{
+    api, config, daemon, dataplane, drivers, error_text, metrics, notify, plugins, privileges,
+};
+pub use wasmswitch_lab::{bench, demo, lab};

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use crate::batch::{Batch, Desc, L2Header, BATCH_SIZE, DEFAULT_BATCH, NO_TAG};
 use crate::counter::cycles;
 use crate::fdb::{Fdb, Learned, Place};
-use crate::pool::{BulkReturn, PoolCache, PoolId, MAX_POOLS};
+use crate::pool::{AllocMode, BulkReturn, PoolCache, PoolId, MAX_POOLS};
 use crate::port::{PortId, PortQueue};
 use crate::stats::{DropReason, PortStats, WorkerStats};
 use crate::umem::Umem;
@@ -238,6 +238,19 @@ impl Pipeline {
             now: 0,
             own_mac: opts.host_mac.map_or(u64::MAX, MacAddr::to_u64),
         }
+    }
+
+    /// Switches to a datapath variant the `sim` benchmark compares with the default: how pool
+    /// caches allocate, whether returns are bulked, whether every frame is parsed. Before the
+    /// first poll (the caches must be empty).
+    pub fn set_variant(&mut self, alloc: AllocMode, bulk_return: bool, parse_all: bool) {
+        for p in &mut self.pools {
+            p.set_mode(alloc);
+        }
+        self.opts.bulk_return = bulk_return;
+        self.opts.parse_all = parse_all;
+        self.bulks =
+            (0..self.umems.len()).map(|_| if bulk_return { BulkReturn::new() } else { BulkReturn::single() }).collect();
     }
 
     pub fn stats(&self) -> &Arc<WorkerStats> {

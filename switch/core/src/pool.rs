@@ -192,6 +192,13 @@ impl PoolCache {
         Self { shared, cache: Vec::with_capacity(capacity + BULK), capacity, mode, stats }
     }
 
+    /// Changes how the cache allocates ([`crate::pipeline::Pipeline::set_variant`]). On an
+    /// empty cache only: what it holds was taken under the old mode.
+    pub fn set_mode(&mut self, mode: AllocMode) {
+        assert!(self.cache.is_empty(), "an allocation mode changes on an empty cache only");
+        self.mode = mode;
+    }
+
     pub fn shared(&self) -> &Arc<SharedPool> {
         &self.shared
     }

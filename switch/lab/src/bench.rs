@@ -20,8 +20,8 @@ use wasmswitch_core::pool::{check_no_leak, AllocMode};
 use wasmswitch_core::stats::WorkerStats;
 use wasmswitch_core::verdict::VerdictStage;
 
-use crate::config::Config;
-use crate::dataplane::{build, Built, Variant};
+use wasmswitch_daemon::config::Config;
+use wasmswitch_daemon::dataplane::{build, Built};
 
 /// A scenario: name, forwarding mode, datapath variant, ingress stage.
 struct Scenario {
@@ -53,7 +53,19 @@ enum Stage {
 }
 
 /// What the daemon runs, which most scenarios measure.
-const DEFAULT: Variant = Variant::DAEMON;
+/// Datapath variants the benchmark compares with each other (the daemon runs [`DEFAULT`]),
+/// set on the built pipelines ([`Pipeline::set_variant`]).
+#[derive(Clone, Copy, Debug)]
+struct Variant {
+    alloc: AllocMode,
+    /// See [`wasmswitch_core::pipeline::PipelineOptions::bulk_return`].
+    bulk_return: bool,
+    /// See [`wasmswitch_core::pipeline::PipelineOptions::parse_all`].
+    parse_all: bool,
+}
+
+/// What the daemon runs.
+const DEFAULT: Variant = Variant { alloc: AllocMode::Recycling, bulk_return: true, parse_all: false };
 
 const SCENARIOS: &[Scenario] = &[
     Scenario {
@@ -262,7 +274,7 @@ impl PluginBench {
                         Ok(if kind == Stage::WasmShadow {
                             let shadow = factory.instantiate(0)?;
                             seen.push(shadow.stats().clone());
-                            Box::new(crate::plugins::ChainStage::new("bench", vec![stage], vec![shadow]))
+                            Box::new(wasmswitch_daemon::plugins::ChainStage::new("bench", vec![stage], vec![shadow]))
                                 as Box<dyn VerdictStage>
                         } else {
                             Box::new(stage)
@@ -598,7 +610,10 @@ fn with_stages(
     run: impl FnOnce(&mut [Pipeline]) -> BenchResult,
 ) -> Result<BenchResult> {
     let cfg = Config::parse(&topology_yaml(mode, frame_size, workers, batch), Path::new("<bench>"))?;
-    let Built { groups, mut pipelines, .. } = build(&cfg, variant)?;
+    let Built { groups, mut pipelines, .. } = build(&cfg)?;
+    for pipe in &mut pipelines {
+        pipe.set_variant(variant.alloc, variant.bulk_return, variant.parse_all);
+    }
     let mut stages = stages.into_iter();
     for pipe in &mut pipelines {
         for p in 0..4 {
@@ -664,7 +679,7 @@ pub fn run_with(opts: &BenchOptions, native: Option<NativeFactory>) -> Result<Ve
     if opts.rounds == 0 {
         bail!("--rounds must be at least 1");
     }
-    let (lo, hi) = crate::config::range::BATCH;
+    let (lo, hi) = wasmswitch_daemon::config::range::BATCH;
     if !(lo..=hi).contains(&opts.batch) {
         bail!("--batch {} is out of range: expected {lo}-{hi}", opts.batch);
     }

@@ -9,13 +9,13 @@ use anyhow::{Context, Result};
 
 use wasmswitch_core::stats::DropReason;
 
-use crate::config::Config;
-use crate::daemon::Switch;
-use crate::dataplane::Dataplane;
 use crate::lab::{can_build, Lab};
+use wasmswitch_daemon::config::Config;
+use wasmswitch_daemon::daemon::Switch;
+use wasmswitch_daemon::dataplane::Dataplane;
 
 /// The built-in sim topology (the same file as `configs/sim.yaml`).
-pub const SIM_YAML: &str = include_str!("../../configs/sim.yaml");
+pub const SIM_YAML: &str = include_str!("../../../configs/sim.yaml");
 
 /// Per-port packet totals (rx, tx, drops, policy drops) summed over workers, by port id.
 fn totals(dp: &Dataplane) -> Vec<(u64, u64, u64, u64)> {

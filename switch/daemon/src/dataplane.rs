@@ -364,31 +364,9 @@ fn slot(port: &mut OpenedPort, w: usize, ingress: Option<Box<dyn VerdictStage>>)
     }
 }
 
-/// Datapath variants the benchmark compares with each other; the daemon runs the default.
-#[derive(Clone, Copy, Debug)]
-pub struct Variant {
-    pub alloc: AllocMode,
-    /// See [`PipelineOptions::bulk_return`].
-    pub bulk_return: bool,
-    /// See [`PipelineOptions::parse_all`].
-    pub parse_all: bool,
-}
-
-impl Variant {
-    /// What the daemon runs.
-    pub const DAEMON: Variant = Variant { alloc: AllocMode::Recycling, bulk_return: true, parse_all: false };
-}
-
-impl Default for Variant {
-    fn default() -> Self {
-        Self::DAEMON
-    }
-}
-
 /// Builds pools, FDB, drivers and one pipeline per worker. Configured port `i` gets id `i`,
 /// the host port the id after them.
-pub fn build(cfg: &Config, variant: Variant) -> Result<Built> {
-    let Variant { alloc, bulk_return, parse_all } = variant;
+pub fn build(cfg: &Config) -> Result<Built> {
     let workers = cfg.workers.len();
     // One UMEM per group, in the order the ports name them (so the first port's is pool 0).
     let mut names: Vec<String> = Vec::new();
@@ -450,12 +428,21 @@ pub fn build(cfg: &Config, variant: Variant) -> Result<Built> {
         let pool_stats = Arc::new(PoolStats::default());
         let caches = groups
             .iter()
-            .map(|g| PoolCache::with_stats(g.pool.clone(), cfg.pool.cache.value, alloc, pool_stats.clone()))
+            .map(|g| {
+                PoolCache::with_stats(g.pool.clone(), cfg.pool.cache.value, AllocMode::Recycling, pool_stats.clone())
+            })
             .collect();
         let stats = Arc::new(WorkerStats::new(w, MAX_PORT_IDS, pool_stats));
         let ports = opened.iter_mut().map(|o| slot(o, w, None)).collect();
         let host_mac = cfg.host.as_ref().map(|h| h.mac.value.0);
-        let opts = PipelineOptions { mode, bulk_return, host_port, host_mac, parse_all, batch: cfg.switch.batch.value };
+        let opts = PipelineOptions {
+            mode,
+            bulk_return: true,
+            host_port,
+            host_mac,
+            parse_all: false,
+            batch: cfg.switch.batch.value,
+        };
         pipelines.push(Pipeline::with_pools(ports, caches, fdb.clone(), stats, opts));
     }
     let table = PortTable::default();
@@ -834,7 +821,7 @@ impl Dataplane {
     /// Builds the datapath, installs the ready `stages` (worker by worker; empty for none) and
     /// starts the worker threads.
     pub fn start_with_stages(cfg: &Config, stages: Stages) -> Result<Dataplane> {
-        let mut built = build(cfg, Variant::default())?;
+        let mut built = build(cfg)?;
         for (pipe, stages) in built.pipelines.iter_mut().zip(stages) {
             for (p, stage) in stages {
                 pipe.set_ingress(p, stage);
