@@ -13,6 +13,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use wasmswitch_testkit::env::Need;
 
 use wasmswitch_afxdp::{AfXdpError, AfXdpPort, Overrides, PortSpec, UmemRegistration};
 use wasmswitch_core::fdb::Fdb;
@@ -38,31 +39,9 @@ fn must(args: &[&str]) -> String {
     ip(args).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// True when the test can run; otherwise prints why and returns false (or panics under CI=true).
+/// True when the test can run (see [`wasmswitch_testkit::env::ready`]).
 fn env_ready(test: &str) -> bool {
-    static PROBE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    let why = PROBE.get_or_init(|| {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Some("not running as root".to_string());
-        }
-        let probe = format!("wsxprobe{}", std::process::id());
-        match ip(&["netns", "add", &probe]) {
-            Ok(_) => {
-                let _ = ip(&["netns", "del", &probe]);
-                None
-            }
-            Err(e) => Some(format!("network namespaces unavailable ({e})")),
-        }
-    });
-    match why {
-        None => true,
-        Some(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{test}: cannot run: {why} (CI=true)"),
-        Some(why) => {
-            eprintln!("skipping {test}: {why}");
-            false
-        }
-    }
+    wasmswitch_testkit::env::ready(test, &[Need::Root, Need::Netns])
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);

@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use wasmswitch_testkit::env::Need;
 
 use wasmswitch_core::pool::{check_no_leak, AllocMode};
 use wasmswitch_core::{BulkReturn, Desc, PoolCache, PortQueue, SharedPool, Umem};
@@ -19,25 +20,9 @@ use wasmswitch_tap::{
 const ETHERTYPE: [u8; 2] = [0x88, 0xb5]; // local experimental: nothing else on the link uses it
 const TAP_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x01];
 
+/// True when the test can run (see [`wasmswitch_testkit::env::ready`]).
 fn env_ready(test: &str) -> bool {
-    let why = {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            Some("not running as root".to_string())
-        } else if !std::path::Path::new("/dev/net/tun").exists() {
-            Some("/dev/net/tun is missing".to_string())
-        } else {
-            None
-        }
-    };
-    match why {
-        None => true,
-        Some(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{test}: cannot run: {why} (CI=true)"),
-        Some(why) => {
-            eprintln!("skipping {test}: {why}");
-            false
-        }
-    }
+    wasmswitch_testkit::env::ready(test, &[Need::Root, Need::Tun])
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);

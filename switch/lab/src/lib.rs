@@ -4,4 +4,4 @@
 
 pub mod bench;
 pub mod demo;
-pub mod lab;
+pub use wasmswitch_testkit::lab;

@@ -10,9 +10,7 @@ use wasmswitch_core::wire;
 use wasmswitch_core::Umem;
 use wasmswitch_plugin_host::{EngineOptions, PluginEngine};
 
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+pub use wasmswitch_testkit::repo;
 
 /// Builds every example plugin once per test binary with `plugins/build.sh` (which installs
 /// the Debian wasm toolchain on a fresh root machine) and returns the output folder.
@@ -107,23 +105,7 @@ pub fn engine() -> Arc<PluginEngine> {
     .clone()
 }
 
-/// Wraps a core module (WAT) into a component of `wit` (the real world when `None`).
-pub fn component(core_wat: &str, wit: Option<&str>) -> Vec<u8> {
-    component_with_strings(core_wat, wit, wit_component::StringEncoding::UTF8)
-}
-
-/// [`component`] whose strings cross the boundary in `encoding`.
-pub fn component_with_strings(core_wat: &str, wit: Option<&str>, encoding: wit_component::StringEncoding) -> Vec<u8> {
-    let mut resolve = wit_parser::Resolve::default();
-    let pkg = match wit {
-        None => resolve.push_dir(repo().join("wit")).unwrap().0,
-        Some(text) => resolve.push_str("test.wit", text).unwrap(),
-    };
-    let world = resolve.select_world(&[pkg], None).unwrap();
-    let mut module = wat::parse_str(core_wat).unwrap();
-    wit_component::embed_component_metadata(&mut module, &resolve, world, encoding).unwrap();
-    wit_component::ComponentEncoder::default().module(&module).unwrap().validate(true).encode().unwrap()
-}
+pub use wasmswitch_testkit::plugin::{component, component_with_strings};
 
 /// A core module of the plugin world whose `process` body is `body` (params $p $len; must
 /// leave an i32 return-area pointer). The helper `$ok` returns all-pass verdicts.

@@ -1,0 +1,16 @@
+//! The test kit every crate's tests share (a dev-dependency, never in the daemon): whether the
+//! machine can run a test ([`env`]), the network-namespace lab of veth pairs ([`lab`], which the
+//! demo builds too), hand-made plugin components ([`plugin`]) and helpers for running the
+//! daemon and talking to it ([`daemon`]).
+
+pub mod daemon;
+pub mod env;
+pub mod lab;
+pub mod plugin;
+
+use std::path::{Path, PathBuf};
+
+/// The repository's root (tests read `wit/`, `plugins/out/`, `configs/` from it).
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
