@@ -52,21 +52,10 @@ fn rig_with(l2: Vec<PortL2>, host: Option<PortId>, frames: u32, aging: u32) -> R
             inject.push(i.clone());
             capture.push(c.clone());
             let q = SimQueue::new(umem.clone(), SimRings { fill: 64, tx: 256 }, Source::Inject(i)).with_capture(c);
-            PortSlot {
-                queues: vec![Box::new(q)],
-                max_frame: 1522,
-                tx_max: 1522,
-                ingress: None,
-                up: true,
-                queue_index: 0,
-                complete_partial_checksums: false,
-                l2: Default::default(),
-                storm: Default::default(),
-                pool: wasmswitch_core::pool::PoolId(0),
-            }
+            PortSlot::new(vec![Box::new(q)], 1522)
         })
         .zip(l2)
-        .map(|(s, l2)| PortSlot { l2, ..s })
+        .map(|(s, l2)| s.with_l2(l2))
         .collect();
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
     let stats = Arc::new(WorkerStats::new(0, ports, cache.stats().clone()));
@@ -594,20 +583,9 @@ fn millions_of_random_frames_leak_nothing() {
                 SimRings { fill: 128, tx: 96 },
                 Source::Gen(TrafficGen::from_frames(frames)),
             );
-            PortSlot {
-                queues: vec![Box::new(q)],
-                max_frame: 1522,
-                tx_max: 1522,
-                ingress: Some(
-                    Box::new(RandomVerdicts(fastrand::Rng::with_seed(p as u64), nports)) as Box<dyn VerdictStage>
-                ),
-                up: true,
-                queue_index: 0,
-                complete_partial_checksums: false,
-                l2,
-                storm: Default::default(),
-                pool: wasmswitch_core::pool::PoolId(0),
-            }
+            PortSlot::new(vec![Box::new(q)], 1522)
+                .with_ingress(Some(Box::new(RandomVerdicts(fastrand::Rng::with_seed(p as u64), nports))))
+                .with_l2(l2)
         })
         .collect();
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);

@@ -386,18 +386,7 @@ fn forwards_between_two_veths_through_the_pipeline_on_one_umem() {
     let mut p1 = open(&lab.sw.0, PortSpec { iface: "sw1".into(), overrides: small_rings() }, &reg).unwrap();
     let q0 = p0.take_boxed_queues().pop().unwrap().1;
     let q1 = p1.take_boxed_queues().pop().unwrap().1;
-    let slot = |queue| PortSlot {
-        queues: vec![queue],
-        max_frame: 1518,
-        tx_max: 1518,
-        ingress: None,
-        up: true,
-        queue_index: 0,
-        complete_partial_checksums: false,
-        l2: Default::default(),
-        storm: Default::default(),
-        pool: wasmswitch_core::pool::PoolId(0),
-    };
+    let slot = |queue| PortSlot::new(vec![queue], 1518);
     let cache = PoolCache::new(shared.clone(), 128, AllocMode::Recycling);
     let stats = Arc::new(WorkerStats::new(0, 2, cache.stats().clone()));
     let mut pipe = Pipeline::new(

@@ -94,6 +94,36 @@ impl PortSlot {
         }
     }
 
+    /// With `stage` as the port's ingress verdict stage (its plugin chain).
+    pub fn with_ingress(self, stage: Option<Box<dyn VerdictStage>>) -> Self {
+        Self { ingress: stage, ..self }
+    }
+
+    /// Sending at most `tx_max` bytes a frame (see [`PortSlot::tx_max`]).
+    pub fn with_tx_max(self, tx_max: usize) -> Self {
+        Self { tx_max, ..self }
+    }
+
+    /// Reporting its TX queue as `queue_index` in metrics.
+    pub fn with_queue_index(self, queue_index: u16) -> Self {
+        Self { queue_index, ..self }
+    }
+
+    /// Completing checksums left to offload on ingress, or not.
+    pub fn with_checksum_completion(self, complete_partial_checksums: bool) -> Self {
+        Self { complete_partial_checksums, ..self }
+    }
+
+    /// With VLAN membership, storm limits and mirrors `l2`.
+    pub fn with_l2(self, l2: PortL2) -> Self {
+        Self { l2, ..self }
+    }
+
+    /// In pool (UMEM group) `pool`.
+    pub fn with_pool(self, pool: PoolId) -> Self {
+        Self { pool, ..self }
+    }
+
     /// The slot of an id no port has: down, no queues.
     pub fn absent() -> Self {
         Self::new(Vec::new(), 0)
@@ -1404,7 +1434,7 @@ mod tests {
                     sent: sent.clone(),
                     in_flight: InFlight::default(),
                 };
-                PortSlot { pool: g, ..PortSlot::new(vec![Box::new(q)], 1518) }
+                PortSlot::new(vec![Box::new(q)], 1518).with_pool(g)
             })
             .collect();
         let mut pipe =

@@ -350,18 +350,13 @@ pub fn storm_share(info: &PortInfo, cfg: &Config) -> u32 {
 
 /// Worker `w`'s slot of an opened port, with `ingress` as its stage.
 fn slot(port: &mut OpenedPort, w: usize, ingress: Option<Box<dyn VerdictStage>>) -> PortSlot {
-    PortSlot {
-        queue_index: w as u16,
-        queues: std::mem::take(&mut port.queues[w]),
-        max_frame: port.max_frame,
-        tx_max: port.tx_max,
-        ingress,
-        up: true,
-        complete_partial_checksums: port.info.complete_partial_checksums,
-        l2: port.l2.clone(),
-        storm: Default::default(),
-        pool: port.pool,
-    }
+    PortSlot::new(std::mem::take(&mut port.queues[w]), port.max_frame)
+        .with_tx_max(port.tx_max)
+        .with_queue_index(w as u16)
+        .with_ingress(ingress)
+        .with_checksum_completion(port.info.complete_partial_checksums)
+        .with_l2(port.l2.clone())
+        .with_pool(port.pool)
 }
 
 /// Builds pools, FDB, drivers and one pipeline per worker. Configured port `i` gets id `i`,

@@ -830,36 +830,16 @@ fn hot_swap_under_traffic_loses_no_frame() {
     let pool = SharedPool::new(wasmswitch_core::pool::PoolId(0), umem.clone(), 256);
     let (inject, capture) = (InjectQueue::default(), CaptureLog::default());
     let slots = vec![
-        PortSlot {
-            queues: vec![Box::new(SimQueue::new(
-                umem.clone(),
-                SimRings { fill: 64, tx: 256 },
-                Source::Inject(inject.clone()),
-            ))],
-            max_frame: 1522,
-            tx_max: 1522,
-            ingress: None,
-            up: true,
-            queue_index: 0,
-            complete_partial_checksums: false,
-            l2: Default::default(),
-            storm: Default::default(),
-            pool: wasmswitch_core::pool::PoolId(0),
-        },
-        PortSlot {
-            queues: vec![Box::new(
+        PortSlot::new(
+            vec![Box::new(SimQueue::new(umem.clone(), SimRings { fill: 64, tx: 256 }, Source::Inject(inject.clone())))],
+            1522,
+        ),
+        PortSlot::new(
+            vec![Box::new(
                 SimQueue::new(umem.clone(), SimRings { fill: 64, tx: 256 }, Source::Idle).with_capture(capture.clone()),
             )],
-            max_frame: 1522,
-            tx_max: 1522,
-            ingress: None,
-            up: true,
-            queue_index: 0,
-            complete_partial_checksums: false,
-            l2: Default::default(),
-            storm: Default::default(),
-            pool: wasmswitch_core::pool::PoolId(0),
-        },
+            1522,
+        ),
     ];
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
     let stats = Arc::new(WorkerStats::new(0, 2, cache.stats().clone()));
