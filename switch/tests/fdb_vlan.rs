@@ -207,7 +207,7 @@ fn a_reload_whose_static_entries_do_not_fit_changes_nothing() {
     // That address as a static of the config, with another aging time: refused whole.
     let full_mac = mac(full).to_string();
     dir.write(&fdb_yaml(64, 77, &[(&full_mac, "p2")]));
-    let err = sw.reload().expect_err("a static entry that does not fit");
+    let err = sw.reload().expect_err("a static entry that does not fit").to_string();
     assert!(err.contains("nothing was changed") && err.contains(&full_mac), "{err}");
     assert_eq!(sw.config().fdb.aging_seconds.value, 300, "aging time not applied");
     assert_eq!(lookup(full), None);
@@ -220,7 +220,7 @@ fn a_reload_whose_static_entries_do_not_fit_changes_nothing() {
     }
     let before = statics(&sw);
     dir.write(&fdb_yaml(64, 300, &[]));
-    let err = sw.reload().expect_err("fewer slots than static entries");
+    let err = sw.reload().expect_err("fewer slots than static entries").to_string();
     assert!(err.contains("nothing was changed") && err.contains("does not fit a table of 64"), "{err}");
     assert_eq!((sw.dataplane.fdb.get().capacity() >= 1024, statics(&sw)), (true, before));
     // With room, the config's static comes in with its aging time.
@@ -320,7 +320,7 @@ fn the_files_static_entries_follow_the_file_and_the_apis_are_never_replaced_unse
     // A file that adds it again on p1 would replace the API's entry unseen: refused by name,
     // nothing changed. Once the API's entry is deleted, the same reload applies.
     dir.write(&with_x);
-    let e = sw.reload().unwrap_err();
+    let e = sw.reload().unwrap_err().to_string();
     assert!(
         e.contains("nothing was changed") && e.contains("a static entry for it on `p2`, added through the API"),
         "{e}"
@@ -506,7 +506,7 @@ fn a_reload_that_would_leave_a_static_entry_outside_its_vlan_is_refused_by_name(
     sw.fdb_change(FdbChange::Add { mac, vlan: 10, port: "p1".into() }).unwrap();
     // p1 moves to VLAN 20: the API's entry in VLAN 10 would be a black hole.
     dir.write(&yaml(20));
-    let err = sw.reload().expect_err("refused");
+    let err = sw.reload().expect_err("refused").to_string();
     assert!(err.contains("nothing was changed") && err.contains(&format!("{mac} in VLAN 10 on `p1`")), "{err}");
     assert_eq!(sw.dataplane.fdb.get().lookup(10, mac), Some(0), "the entry is still there");
     // Deleted first, the reload goes through.

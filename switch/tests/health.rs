@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmswitch::api::APPLIED_LATE;
+use wasmswitch::api::{ChangeError, APPLIED_LATE};
 use wasmswitch::config::Config;
 use wasmswitch::dataplane::{Command, Dataplane, APPLY_BOUND, STALL_BOUND};
 use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
@@ -109,6 +109,8 @@ fn a_reload_a_stuck_worker_takes_late_is_applied_and_says_so() {
     // A change each worker takes itself.
     dir.write(&format!("switch:\n  batch: 32\n{TWO_WORKERS}"));
     let e = sw.reload().expect_err("worker 1 cannot take it in time");
+    assert!(matches!(e, ChangeError::AppliedLate(_)), "applied, not refused: {e:?}");
+    let e = e.to_string();
     assert!(e.starts_with(APPLIED_LATE) && e.contains("worker(s) [1]"), "{e}");
     assert!(e.contains("applied: switch.batch = 32"), "the summary of what was applied: {e}");
     assert_eq!(sw.config().switch.batch.value, 32, "the new config is the running one");

@@ -285,7 +285,7 @@ fn a_shadow_promote_or_discard_on_the_host_port_is_refused_by_name() {
     use wasmswitch::dataplane::ShadowOp;
     let (sw, _dir) = InProcess::start("p", "host-shadow");
     for op in [ShadowOp::Promote, ShadowOp::Discard] {
-        let e = sw.shadow("host", op).unwrap_err();
+        let e = sw.shadow("host", op).unwrap_err().to_string();
         assert!(e.contains("port `host` has no shadow chain"), "{e}");
     }
     sw.stop();

@@ -145,14 +145,14 @@ fn a_reload_storm_of_sim_ports_loses_nothing_and_refuses_what_it_cannot_open() {
     // A port whose interface does not exist: the reload is refused and nothing changes.
     let bad = "  - name: nic\n    driver: afxdp\n    afxdp:\n      interface: wsnoexist0\n";
     dir.write(&sim_yaml(Some(bad)));
-    let e = sw.reload().expect_err("an interface that does not exist cannot be opened");
+    let e = sw.reload().expect_err("an interface that does not exist cannot be opened").to_string();
     assert!(e.starts_with("reload refused, nothing was changed") && e.contains("nic"), "{e}");
     assert_eq!(port_names(&sw), ["gen", "sink"]);
     assert_eq!(sw.config().ports.len(), 2, "the running config is unchanged");
     // A port in a UMEM group the running switch does not have: refused by name (the workers'
     // pool caches are fixed at start), nothing changes.
     dir.write(&sim_yaml(Some(&format!("{extra}    umem: other\n"))));
-    let e = sw.reload().expect_err("a new UMEM group needs a restart");
+    let e = sw.reload().expect_err("a new UMEM group needs a restart").to_string();
     assert!(e.starts_with("reload refused, nothing was changed"), "{e}");
     assert!(e.contains("port `extra` belongs in UMEM group `other`") && e.contains("needs a restart"), "{e}");
     assert_eq!(port_names(&sw), ["gen", "sink"]);
@@ -160,7 +160,7 @@ fn a_reload_storm_of_sim_ports_loses_nothing_and_refuses_what_it_cannot_open() {
     dir.write(&sim_yaml(None).replace("  - name: sink\n", "  - name: sink\n    umem: copy\n"));
     sw.reload().unwrap_or_else(|e| panic!("naming the group a port is in already changes nothing: {e}"));
     dir.write(&sim_yaml(None).replace("  - name: sink\n", "  - name: sink\n    umem: other\n"));
-    let e = sw.reload().expect_err("moving a port to another UMEM group needs a restart");
+    let e = sw.reload().expect_err("moving a port to another UMEM group needs a restart").to_string();
     assert!(e.contains("ports[1].umem"), "{e}");
     assert_eq!(port_names(&sw), ["gen", "sink"]);
     // A sim port's settings change by replacing its queues; its counters carry on.
@@ -706,7 +706,7 @@ fn in_cross_mode_a_reload_that_would_pair_ports_otherwise_than_the_file_is_refus
     for (names, said) in [(&["a", "c", "b", "d"][..], a_with("c", "b")), (&["a", "c", "d", "e"][..], a_with("c", "e"))]
     {
         dir.write(&yaml(names));
-        let e = sw.reload().expect_err("a new pairing");
+        let e = sw.reload().expect_err("a new pairing").to_string();
         assert!(e.contains("reload refused, nothing was changed") && e.contains(&said), "{e}");
         assert_eq!(port_names(&sw), ["a", "b", "c", "d"], "nothing changed");
     }
@@ -788,7 +788,7 @@ fn a_port_renamed_on_its_interface_is_refused_by_name_and_done_in_two_reloads() 
     let (one, two) = ((h1.name.as_str(), h1.switch_if.as_str()), (h2.name.as_str(), h2.switch_if.as_str()));
     let sw = Switch::start(&dir.write(&yaml(&[one, two]))).unwrap();
     dir.write(&yaml(&[one, ("moved", two.1)]));
-    let e = sw.reload().expect_err("renamed on the same interface in one reload");
+    let e = sw.reload().expect_err("renamed on the same interface in one reload").to_string();
     assert!(
         e.starts_with("reload refused, nothing was changed")
             && e.contains(&format!("port `moved` on {} takes the place of port `{}`", two.1, two.0)),

@@ -392,7 +392,7 @@ fn a_reload_refuses_a_live_plugin_that_check_would_refuse() {
     let sw = wasmswitch::daemon::Switch::start(&config("pass.wasm")).unwrap();
     let path = |sw: &wasmswitch::daemon::Switch| sw.config().ports[0].plugins[0].file.clone();
     config("trap.wasm");
-    let err = sw.reload().expect_err("a plugin that traps on the smoke frames");
+    let err = sw.reload().expect_err("a plugin that traps on the smoke frames").to_string();
     assert!(err.contains("nothing was changed") && err.contains("port `p0`") && err.contains("smoke run"), "{err}");
     assert_eq!(path(&sw), dir.path("pass.wasm"), "the running plugin stays");
     config("late.wasm");

@@ -18,6 +18,7 @@
 //! reason, or method and route when it succeeded) every [`REFUSAL_LOG_EVERY`], and a count of
 //! those not logged when that period ends.
 
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,32 +40,53 @@ use wasmswitch_core::fdb::MacPrefix;
 use wasmswitch_core::vlan::Vid;
 use wasmswitch_core::wire::MacAddr;
 
-/// The result of a reload: `Ok(summary)` or `Err(refusal)`; a refusal that begins with
-/// [`APPLIED_LATE`] is none: the change was made, and some worker takes it late.
-pub type ReloadResult = Result<String, String>;
-
-/// How the error of a reload or shadow change begins when the change was applied but some
-/// worker did not take it in time (it takes it when it next completes a round): the switch's
-/// own trouble, answered 500, where a refusal (nothing changed) is answered 422.
-pub const APPLIED_LATE: &str = "applied late: ";
-
-/// True for the error of a reload or shadow change that was applied, late ([`APPLIED_LATE`]).
-pub fn applied_late(e: &str) -> bool {
-    e.starts_with(APPLIED_LATE)
+/// Why a reload or a shadow change did not simply apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeError {
+    /// Refused: nothing was changed. The file's or the client's to fix (answered 422).
+    Refused(String),
+    /// Applied, but some worker did not take it in time (it takes it when it next completes a
+    /// round): the switch's own trouble (answered 500). Says which workers and what applied.
+    AppliedLate(String),
 }
 
-/// The status of a reload's or shadow change's error `e`: 500 when it was applied late, 422
-/// when it was refused.
-fn change_error_status(e: &str) -> StatusCode {
-    if applied_late(e) {
-        StatusCode::INTERNAL_SERVER_ERROR
-    } else {
-        StatusCode::UNPROCESSABLE_ENTITY
+impl ChangeError {
+    /// The HTTP status the API answers it with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ChangeError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ChangeError::AppliedLate(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// How the control-plane metrics count it.
+    pub fn outcome(&self) -> ReloadOutcome {
+        match self {
+            ChangeError::Refused(_) => ReloadOutcome::Refused,
+            ChangeError::AppliedLate(_) => ReloadOutcome::Late,
+        }
     }
 }
 
+/// How the message of a change applied late begins, for whoever reads it (log, API answer).
+pub const APPLIED_LATE: &str = "applied late: ";
+
+impl fmt::Display for ChangeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChangeError::Refused(why) => f.write_str(why),
+            ChangeError::AppliedLate(what) => write!(f, "{APPLIED_LATE}{what}"),
+        }
+    }
+}
+
+impl std::error::Error for ChangeError {}
+
+/// The result of a reload: its summary, or why it did not simply apply.
+pub type ReloadResult = Result<String, ChangeError>;
+
 /// The result of a shadow promotion or discard: the answer's JSON, or why not.
-pub type ShadowResult = Result<serde_json::Value, String>;
+pub type ShadowResult = Result<serde_json::Value, ChangeError>;
 
 /// Why a reload request was not started.
 #[derive(Debug)]
@@ -1098,7 +1120,7 @@ async fn reload(State(s): State<ApiState>) -> Response {
     };
     match rx.await {
         Ok(Ok(summary)) => (StatusCode::OK, Json(json!({"status": "ok", "summary": summary}))).into_response(),
-        Ok(Err(e)) => json_error(change_error_status(&e), &e),
+        Ok(Err(e)) => json_error(e.status(), &e.to_string()),
         Err(_) => json_error(StatusCode::SERVICE_UNAVAILABLE, "the control thread ended before the reload finished"),
     }
 }
@@ -1129,7 +1151,7 @@ async fn shadow_action(State(s): State<ApiState>, Path((port, action)): Path<(St
     };
     match rx.await {
         Ok(Ok(answer)) => (StatusCode::OK, Json(answer)).into_response(),
-        Ok(Err(e)) => json_error(change_error_status(&e), &e),
+        Ok(Err(e)) => json_error(e.status(), &e.to_string()),
         Err(_) => json_error(StatusCode::SERVICE_UNAVAILABLE, "the control thread ended before the change finished"),
     }
 }
@@ -1697,9 +1719,11 @@ mod tests {
 
     #[test]
     fn a_change_applied_late_is_answered_500_and_a_refusal_422() {
-        let late = format!("{APPLIED_LATE}worker(s) [1] did not apply the change within 5 s; applied: ...");
-        assert_eq!(change_error_status(&late), StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(change_error_status("reload refused: x.yaml:3:5: unknown key"), StatusCode::UNPROCESSABLE_ENTITY);
+        let late = ChangeError::AppliedLate("worker(s) [1] did not apply the change within 5 s; applied: ...".into());
+        assert_eq!(late.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(late.to_string().starts_with(APPLIED_LATE), "{late}");
+        let refused = ChangeError::Refused("reload refused: x.yaml:3:5: unknown key".into());
+        assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
     }
 
     #[test]

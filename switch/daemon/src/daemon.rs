@@ -23,8 +23,8 @@ use wasmswitch_core::wire::MacAddr;
 use wasmswitch_core::PortId;
 
 use crate::api::{
-    self, applied_late, router, ApiState, Control, ControlStats, FdbChange, FdbCursor, FdbEntry, FdbPage, FdbPageError,
-    FdbQuery, Limits, RefusalLog, ReloadBusy, ReloadOutcome, ReloadResult, ShadowResult, APPLIED_LATE,
+    self, router, ApiState, ChangeError, Control, ControlStats, FdbChange, FdbCursor, FdbEntry, FdbPage, FdbPageError,
+    FdbQuery, Limits, RefusalLog, ReloadBusy, ReloadOutcome, ReloadResult, ShadowResult,
 };
 use crate::config::diff::Plan;
 use crate::config::l2::StaticEntry;
@@ -249,7 +249,12 @@ impl Switch {
     /// rounds (no frame lost, no batch sees half of each chain). The running config follows
     /// (`GET /api/v1/config` shows the promoted chain as `plugins`), the file does not: the
     /// next reload applies the file again. Control thread only (it serialises with reloads).
-    pub fn shadow(&self, port: &str, op: ShadowOp) -> Result<serde_json::Value, String> {
+    pub fn shadow(&self, port: &str, op: ShadowOp) -> ShadowResult {
+        self.shadow_change(port, op).map_err(ChangeError::Refused)?
+    }
+
+    /// [`Switch::shadow`]: `Err` when refused; `Ok(Err)` when applied, late.
+    fn shadow_change(&self, port: &str, op: ShadowOp) -> Result<ShadowResult, String> {
         let cfg = self.config();
         let Some(j) = cfg.port_index(port) else { return Err(format!("`{port}` is not a port of the switch")) };
         // The host port (past the ports) takes no plugins.
@@ -322,15 +327,15 @@ impl Switch {
         );
         self.info_changed(&format!("port `{port}`: shadow chain {verb}"), &line);
         if !late.is_empty() {
-            return Err(format!(
-                "{APPLIED_LATE}worker(s) {late:?} did not apply the change within {} s; it is applied when they next complete a round",
+            return Ok(Err(ChangeError::AppliedLate(format!(
+                "worker(s) {late:?} did not apply the change within {} s; it is applied when they next complete a round",
                 crate::dataplane::APPLY_BOUND.as_secs()
-            ));
+            ))));
         }
-        Ok(json!({
+        Ok(Ok(json!({
             "status": "ok", "port": port, verb: names, "compared": compared,
             "note": format!("the config file {} still names the chains it had: the next reload applies it again unless you edit it", self.path.display()),
-        }))
+        })))
     }
 
     /// Re-reads the config file and applies it, or refuses it and changes nothing.
@@ -361,7 +366,16 @@ impl Switch {
             .is_some_and(|running| running.umem == crate::dataplane::umem_group_of(port))
     }
 
-    pub fn reload(&self) -> Result<String, String> {
+    pub fn reload(&self) -> ReloadResult {
+        match self.reload_change().map_err(ChangeError::Refused)? {
+            (summary, None) => Ok(summary),
+            (summary, Some(late)) => Err(ChangeError::AppliedLate(format!("{late}; {summary}"))),
+        }
+    }
+
+    /// [`Switch::reload`]: `Err` when refused (nothing changed); the summary of what was
+    /// applied, and why it was late if it was.
+    fn reload_change(&self) -> Result<(String, Option<String>), String> {
         const UNCHANGED: &str = "reload refused, nothing was changed";
         let new = Config::load(&self.path).map_err(|e| format!("{UNCHANGED}: {e}"))?;
         let old = self.config();
@@ -790,10 +804,7 @@ impl Switch {
             if applied.is_empty() { "nothing (no plugins, no change)".to_string() } else { applied.join("; ") },
             if changed.is_empty() { "none".to_string() } else { changed.join("; ") },
         );
-        match late {
-            Ok(()) => Ok(summary),
-            Err(e) => Err(format!("{APPLIED_LATE}{}; {summary}", ErrorText(&e))),
-        }
+        Ok((summary, late.err().map(|e| ErrorText(&e).to_string())))
     }
 }
 
@@ -967,11 +978,11 @@ fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats
             Job::Reload(reply) => reply,
             Job::Shadow(port, op, reply) => {
                 let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.shadow(&port, op)))
-                    .unwrap_or_else(|_| Err("it panicked (see the log)".into()));
+                    .unwrap_or_else(|_| Err(ChangeError::Refused("it panicked (see the log)".into())));
                 let op_name = if matches!(op, ShadowOp::Promote) { "promote" } else { "discard" };
                 let outcome = match &result {
                     // Applied, but not everywhere in time: the switch's own trouble.
-                    Err(e) if applied_late(e) => {
+                    Err(e @ ChangeError::AppliedLate(_)) => {
                         log::error!("port `{port}`: shadow {op_name} {e}");
                         ReloadOutcome::Late
                     }
@@ -992,8 +1003,9 @@ fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats
         // This reload reads the file now: it answers every SIGHUP that came before.
         gate.hup_pending.store(false, Ordering::Release);
         crate::notify::reloading();
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.reload()))
-            .unwrap_or_else(|_| Err("reload refused: it panicked (see the log); nothing was changed".into()));
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| switch.reload())).unwrap_or_else(|_| {
+            Err(ChangeError::Refused("reload refused: it panicked (see the log); nothing was changed".into()))
+        });
         let outcome = match &result {
             // Keyed by what it says: a loop of reloads of one file (any local process may ask,
             // on loopback without a token) wrote a line each.
@@ -1003,13 +1015,13 @@ fn control_loop(switch: Arc<Switch>, gate: Arc<JobGate>, stats: Arc<ControlStats
                 ReloadOutcome::Applied
             }
             // Applied, but not everywhere in time: the switch's own trouble.
-            Err(e) if applied_late(e) => {
+            Err(e @ ChangeError::AppliedLate(_)) => {
                 log::error!("reload {e}");
                 ReloadOutcome::Late
             }
             // Refused, nothing changed: the file's to fix.
             Err(e) => {
-                warn_refused(refusals, e);
+                warn_refused(refusals, &e.to_string());
                 ReloadOutcome::Refused
             }
         };
