@@ -244,9 +244,7 @@ pub fn umem_group_of(port: &PortSection) -> String {
         return u.value.clone();
     }
     match (&port.driver.value, &port.afxdp) {
-        (DriverKind::Afxdp, Some(a)) => {
-            wasmswitch_afxdp::decide(&drivers::afxdp::spec(&a.value)).bind.config_value().to_string()
-        }
+        (DriverKind::Afxdp, Some(a)) => wasmswitch_afxdp::decide(&a.value.spec()).bind.config_value().to_string(),
         _ => wasmswitch_afxdp::BindMode::Copy.config_value().to_string(),
     }
 }
@@ -725,7 +723,7 @@ fn reattach(
     let cfg = res.config();
     let needed = cfg.frames_needed();
     if needed > u64::from(cfg.pool.frames.value) {
-        let queues = wasmswitch_afxdp::decide(&drivers::afxdp::spec(section)).queues.len();
+        let queues = wasmswitch_afxdp::decide(&section.spec()).queues.len();
         bail!(
             "with the {queues} queue(s) it opens there now, pool.frames {} is too small: at least {needed} are needed (give the port `queues:` and reload, or raise pool.frames and restart)",
             cfg.pool.frames.value

@@ -568,6 +568,34 @@ pub struct AfxdpSection {
     pub allow_control_interface: bool,
 }
 
+impl AfxdpSection {
+    /// What the AF_XDP library is asked to open for this section (its profile decides the rest).
+    pub fn spec(&self) -> wasmswitch_afxdp::PortSpec {
+        let a = self;
+        let mut spec = wasmswitch_afxdp::PortSpec::new(a.interface.value.clone());
+        spec.overrides = wasmswitch_afxdp::Overrides {
+            attach: match a.mode {
+                AttachMode::Auto => None,
+                AttachMode::Native => Some(wasmswitch_afxdp::AttachMode::Native),
+                AttachMode::Generic => Some(wasmswitch_afxdp::AttachMode::Generic),
+            },
+            bind: match a.bind {
+                BindMode::Auto => None,
+                BindMode::Copy => Some(wasmswitch_afxdp::BindMode::Copy),
+                BindMode::Zerocopy => Some(wasmswitch_afxdp::BindMode::ZeroCopy),
+            },
+            queues: a.queues.as_ref().map(|q| q.value.clone()),
+            rings: a.ring_size.as_ref().map(|r| wasmswitch_afxdp::RingSizes::all(r.value)),
+            complete_partial_checksums: match a.partial_checksums {
+                PartialChecksums::Auto => None,
+                PartialChecksums::Complete => Some(true),
+                PartialChecksums::Keep => Some(false),
+            },
+        };
+        spec
+    }
+}
+
 #[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum PartialChecksums {
@@ -623,6 +651,23 @@ fn default_host_ring() -> Spanned<usize> {
 }
 fn default_host_bulk() -> Spanned<usize> {
     unknown(wasmswitch_tap::HostConfig::default().bulk)
+}
+
+/// Frames past the MTU: Ethernet header plus two VLAN tags.
+pub fn max_frame(mtu: u32) -> usize {
+    mtu as usize + 14 + 8
+}
+
+/// The longest frame a port of MTU `mtu` sends: [`max_frame`], but 4 bytes less on a veth. A
+/// veth passes a frame to its peer only up to the peer's MTU plus 18 bytes (Ethernet header and
+/// one tag: the kernel's `is_skb_forwardable`), and AF_XDP hands it every tag inside the frame;
+/// a longer frame would be dropped by the kernel after the switch had counted it as sent.
+pub fn max_tx_frame(mtu: u32, veth: bool) -> usize {
+    if veth {
+        mtu as usize + 14 + 4
+    } else {
+        max_frame(mtu)
+    }
 }
 
 /// The whole file.
@@ -1179,7 +1224,7 @@ impl Config {
                     // would refuse it (a missing interface is `check`'s warning: the config may
                     // be for another machine).
                     if wasmswitch_afxdp::sys::ifindex(ifname).is_some() {
-                        if let Err(e) = wasmswitch_afxdp::preflight(&crate::drivers::afxdp::spec(&a.value)) {
+                        if let Err(e) = wasmswitch_afxdp::preflight(&a.value.spec()) {
                             let at = match (&e, &a.value.queues) {
                                 (wasmswitch_afxdp::AfXdpError::QueueOutOfRange { .. }, Some(q)) => q.referenced,
                                 _ => a.value.interface.referenced,
@@ -1384,7 +1429,7 @@ impl Config {
                 };
                 out.push(format!(
                     "port `{name}`: interface {iface} has MTU {iface_mtu}, above the port's mtu {mtu}: frames of more than {} bytes from it are dropped as oversize, and TCP between hosts with that MTU stalls; {fix}, or lower the interface's MTU",
-                    crate::drivers::max_frame(mtu)
+                    max_frame(mtu)
                 ));
             } else if iface_mtu < mtu {
                 out.push(format!(
@@ -1420,7 +1465,7 @@ impl Config {
                     // `run` will open (without `queues:`, every queue it has); elsewhere what
                     // the config says.
                     let (queues, r) = if wasmswitch_afxdp::sys::ifindex(&a.value.interface.value).is_some() {
-                        let d = wasmswitch_afxdp::decide(&crate::drivers::afxdp::spec(&a.value));
+                        let d = wasmswitch_afxdp::decide(&a.value.spec());
                         (d.queues.len() as u64, d.rings)
                     } else {
                         let r = a.value.ring_size.as_ref().map_or_else(wasmswitch_afxdp::RingSizes::default, |r| {

@@ -3,35 +3,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use wasmswitch_afxdp::{AfXdpError, AfXdpPort, Overrides, PortSpec, RingSizes, UmemRegistration};
+use wasmswitch_afxdp::{AfXdpError, AfXdpPort, PortSpec, UmemRegistration};
 
 use super::{max_frame, max_tx_frame, OpenCtx, OpenedPort, PortHandle, PortInfo};
-use crate::config::{AfxdpSection, AttachMode, BindMode, PartialChecksums};
-
-/// The AF_XDP driver's view of a port section.
-pub fn spec(a: &AfxdpSection) -> PortSpec {
-    let mut spec = PortSpec::new(a.interface.value.clone());
-    spec.overrides = Overrides {
-        attach: match a.mode {
-            AttachMode::Auto => None,
-            AttachMode::Native => Some(wasmswitch_afxdp::AttachMode::Native),
-            AttachMode::Generic => Some(wasmswitch_afxdp::AttachMode::Generic),
-        },
-        bind: match a.bind {
-            BindMode::Auto => None,
-            BindMode::Copy => Some(wasmswitch_afxdp::BindMode::Copy),
-            BindMode::Zerocopy => Some(wasmswitch_afxdp::BindMode::ZeroCopy),
-        },
-        queues: a.queues.as_ref().map(|q| q.value.clone()),
-        rings: a.ring_size.as_ref().map(|r| RingSizes::all(r.value)),
-        complete_partial_checksums: match a.partial_checksums {
-            PartialChecksums::Auto => None,
-            PartialChecksums::Complete => Some(true),
-            PartialChecksums::Keep => Some(false),
-        },
-    };
-    spec
-}
+use crate::config::AfxdpSection;
 
 /// Opens the interface. A queue still bound right after a previous owner died (the kernel
 /// releases an AF_XDP socket of a killed process asynchronously) is retried for up to 3 s.
@@ -58,7 +33,7 @@ pub fn worker_of_queue(i: usize, workers: usize) -> usize {
 pub fn open(ctx: &mut OpenCtx<'_>, name: &str, a: &AfxdpSection, mtu: u32) -> Result<OpenedPort> {
     let workers = ctx.workers;
     let reg = ctx.registration.get_or_insert_with(|| UmemRegistration::new(ctx.umem.clone()));
-    let mut xp = open_retrying(&spec(a), reg).with_context(|| format!("port `{name}`"))?;
+    let mut xp = open_retrying(&a.spec(), reg).with_context(|| format!("port `{name}`"))?;
     // The driver logs its decision (profile, attach and bind mode) as it opens the port.
     let d = xp.decision().clone();
     let mut queues: Vec<_> = xp.take_queues().into_iter().map(|(_, q)| q).collect();

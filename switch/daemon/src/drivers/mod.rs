@@ -25,22 +25,7 @@ pub const MAX_PORT_IDS: usize = crate::config::range::PORTS.1 + 1;
 // Every port's learned entries are counted (and limited by `fdb.max_macs`) in the FDB.
 const _: () = assert!(MAX_PORT_IDS <= wasmswitch_core::fdb::COUNTED_PORTS);
 
-/// Frames past the MTU: Ethernet header plus two VLAN tags.
-pub fn max_frame(mtu: u32) -> usize {
-    mtu as usize + 14 + 8
-}
-
-/// The longest frame a port of MTU `mtu` sends: [`max_frame`], but 4 bytes less on a veth. A
-/// veth passes a frame to its peer only up to the peer's MTU plus 18 bytes (Ethernet header and
-/// one tag: the kernel's `is_skb_forwardable`), and AF_XDP hands it every tag inside the frame;
-/// a longer frame would be dropped by the kernel after the switch had counted it as sent.
-pub fn max_tx_frame(mtu: u32, veth: bool) -> usize {
-    if veth {
-        mtu as usize + 14 + 4
-    } else {
-        max_frame(mtu)
-    }
-}
+pub use crate::config::{max_frame, max_tx_frame};
 
 /// What every driver needs to open a port: the UMEM group it opens the port in.
 pub struct OpenCtx<'a> {
