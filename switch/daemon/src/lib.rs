@@ -15,3 +15,4 @@ pub mod metrics;
 pub mod notify;
 pub mod plugins;
 pub mod privileges;
+pub mod reload;
