@@ -52,7 +52,7 @@ count() {
     local b=$1 s=$2 out="$work/callgrind" log="$work/log" js="$work/json"
     # The bench's own argument checks answer first: an unknown scenario fails here, named.
     if ! valgrind --tool=callgrind --cache-sim=yes --D1=32768,8,64 --LL=1048576,8,64 --collect-atstart=no \
-        --toggle-collect='wasmswitch::bench::timed*' --callgrind-out-file="$out" \
+        --toggle-collect='*::bench::timed*' --callgrind-out-file="$out" \
         "$b" bench --json --scenario "$s" --seconds "$seconds" "${plugin_args[@]}" >"$js" 2>"$log"; then
         echo "count.sh: the bench of '$s' ($b) failed:" >&2
         grep -v -E '^(==|--)[0-9]+(==|--)' "$log" >&2 || true

@@ -6,6 +6,7 @@
 pub mod daemon;
 pub mod env;
 pub mod lab;
+#[cfg(feature = "plugins")]
 pub mod plugin;
 
 use std::path::{Path, PathBuf};

@@ -30,12 +30,14 @@ impl MacAddr {
     pub const BROADCAST: MacAddr = MacAddr([0xff; 6]);
 
     /// Group (broadcast or multicast) address: I/G bit set.
+    #[inline]
     pub fn is_group(&self) -> bool {
         self.0[0] & 1 != 0
     }
 
     /// An address a station can have: neither a group address nor all zeros (the bridge's
     /// `is_valid_ether_addr`).
+    #[inline]
     pub fn is_station(&self) -> bool {
         !self.is_group() && self.0 != [0; 6]
     }
@@ -48,11 +50,13 @@ impl MacAddr {
         b[..5] == [0x01, 0x80, 0xc2, 0x00, 0x00] && b[5] & 0xf0 == 0
     }
 
+    #[inline]
     pub fn to_u64(self) -> u64 {
         let b = self.0;
         u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]])
     }
 
+    #[inline]
     pub fn from_u64(v: u64) -> Self {
         let b = v.to_be_bytes();
         MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
@@ -124,6 +128,7 @@ pub struct EthernetFrame<'a> {
 }
 
 impl<'a> EthernetFrame<'a> {
+    #[inline]
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, Truncated> {
         if buf.len() < HEADER_LEN {
             return Err(Truncated);
@@ -131,18 +136,22 @@ impl<'a> EthernetFrame<'a> {
         Ok(Self { buf })
     }
 
+    #[inline]
     pub fn dst(&self) -> MacAddr {
         MacAddr::from_bytes(&self.buf[0..6])
     }
 
+    #[inline]
     pub fn src(&self) -> MacAddr {
         MacAddr::from_bytes(&self.buf[6..12])
     }
 
+    #[inline]
     pub fn ethertype(&self) -> u16 {
         u16::from_be_bytes([self.buf[12], self.buf[13]])
     }
 
+    #[inline]
     pub fn payload(&self) -> &'a [u8] {
         &self.buf[HEADER_LEN..]
     }
@@ -151,6 +160,7 @@ impl<'a> EthernetFrame<'a> {
 /// Pushes an 802.1Q tag with `tci` in place: `buf` is [`TAG_LEN`] bytes of headroom followed by
 /// an untagged frame of at least [`HEADER_LEN`] bytes, and becomes the tagged frame. Only the
 /// two addresses move. Returns false (and changes nothing) when `buf` is too short.
+#[inline]
 pub fn push_tag(buf: &mut [u8], tci: u16) -> bool {
     if buf.len() < TAG_LEN + HEADER_LEN {
         return false;
@@ -163,6 +173,7 @@ pub fn push_tag(buf: &mut [u8], tci: u16) -> bool {
 
 /// Pops the outer tag in place: `frame` is a tagged frame, and `frame[TAG_LEN..]` becomes the
 /// untagged one. Returns false (and changes nothing) when `frame` is too short to hold a tag.
+#[inline]
 pub fn pop_tag(frame: &mut [u8]) -> bool {
     if frame.len() < TAG_LEN + HEADER_LEN {
         return false;
@@ -172,11 +183,13 @@ pub fn pop_tag(frame: &mut [u8]) -> bool {
 }
 
 /// The outer tag's TCI, when the frame has a tag (whatever its TPID) long enough to read.
+#[inline]
 pub fn tci(frame: &[u8]) -> Option<u16> {
     frame.get(field::TCI).map(|b| u16::from_be_bytes([b[0], b[1]]))
 }
 
 /// Rewrites the VID of the outer tag, keeping its priority and DEI bits.
+#[inline]
 pub fn set_vid(frame: &mut [u8], vid: u16) {
     if let Some(b) = frame.get_mut(field::TCI) {
         let tci = (u16::from_be_bytes([b[0], b[1]]) & 0xf000) | (vid & 0x0fff);

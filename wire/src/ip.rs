@@ -33,6 +33,7 @@ pub mod ipv6_field {
     pub const DST: Range<usize> = 24..40;
 }
 
+#[inline]
 fn be16(b: &[u8], r: core::ops::Range<usize>) -> u16 {
     u16::from_be_bytes([b[r.start], b[r.start + 1]])
 }
@@ -44,6 +45,7 @@ pub struct Ipv4Packet<'a> {
 }
 
 impl<'a> Ipv4Packet<'a> {
+    #[inline]
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, Truncated> {
         if buf.len() < IPV4_MIN_HEADER_LEN || buf[ipv4_field::VER_IHL] >> 4 != 4 {
             return Err(Truncated);
@@ -56,24 +58,29 @@ impl<'a> Ipv4Packet<'a> {
         Ok(Self { buf })
     }
 
+    #[inline]
     pub fn header_len(&self) -> usize {
         ((self.buf[ipv4_field::VER_IHL] & 0x0f) as usize) * 4
     }
 
+    #[inline]
     pub fn total_len(&self) -> usize {
         be16(self.buf, ipv4_field::TOTAL_LEN) as usize
     }
 
+    #[inline]
     pub fn protocol(&self) -> u8 {
         self.buf[ipv4_field::PROTOCOL]
     }
 
+    #[inline]
     pub fn src(&self) -> [u8; 4] {
         let mut a = [0u8; 4];
         a.copy_from_slice(&self.buf[ipv4_field::SRC]);
         a
     }
 
+    #[inline]
     pub fn dst(&self) -> [u8; 4] {
         let mut a = [0u8; 4];
         a.copy_from_slice(&self.buf[ipv4_field::DST]);
@@ -81,14 +88,17 @@ impl<'a> Ipv4Packet<'a> {
     }
 
     /// Fragment offset in 8-byte units.
+    #[inline]
     pub fn fragment_offset(&self) -> u16 {
         be16(self.buf, ipv4_field::FLAGS_FRAG) & 0x1fff
     }
 
+    #[inline]
     pub fn is_fragment(&self) -> bool {
         self.fragment_offset() != 0 || self.buf[ipv4_field::FLAGS_FRAG.start] & 0x20 != 0
     }
 
+    #[inline]
     pub fn checksum_ok(&self) -> bool {
         checksum(&self.buf[..self.header_len()]) == 0
     }
@@ -101,6 +111,7 @@ pub struct Ipv6Packet<'a> {
 }
 
 impl<'a> Ipv6Packet<'a> {
+    #[inline]
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, Truncated> {
         if buf.len() < IPV6_HEADER_LEN || buf[ipv6_field::VER_TC_FLOW.start] >> 4 != 6 {
             return Err(Truncated);
@@ -112,16 +123,19 @@ impl<'a> Ipv6Packet<'a> {
         Ok(Self { buf })
     }
 
+    #[inline]
     pub fn next_header(&self) -> u8 {
         self.buf[ipv6_field::NEXT_HEADER]
     }
 
+    #[inline]
     pub fn src(&self) -> [u8; 16] {
         let mut a = [0u8; 16];
         a.copy_from_slice(&self.buf[ipv6_field::SRC]);
         a
     }
 
+    #[inline]
     pub fn dst(&self) -> [u8; 16] {
         let mut a = [0u8; 16];
         a.copy_from_slice(&self.buf[ipv6_field::DST]);
@@ -130,6 +144,7 @@ impl<'a> Ipv6Packet<'a> {
 
     /// The IPv6 packet's end: the fixed header plus its payload length (Ethernet may pad the
     /// frame past it; [`Ipv6Packet::new_checked`] made sure the buffer holds it).
+    #[inline]
     pub fn packet_len(&self) -> usize {
         IPV6_HEADER_LEN + be16(self.buf, ipv6_field::PAYLOAD_LEN) as usize
     }
@@ -142,6 +157,7 @@ impl<'a> Ipv6Packet<'a> {
     /// ESP, No Next Header, or a protocol it does not know), which is reported as the upper
     /// layer, and at a fragment header with a non-zero offset (what follows it is the middle
     /// of a payload, not headers), which reports that header's next header.
+    #[inline]
     pub fn upper_layer(&self) -> Result<UpperLayer, Truncated> {
         let end = self.packet_len();
         let mut up = UpperLayer { proto: self.next_header(), offset: IPV6_HEADER_LEN, fragment: false, first: true };
@@ -206,6 +222,7 @@ pub mod ext {
     pub const SHIM6: u8 = 140;
 
     /// Whether the walk goes through a header of type `nh`.
+    #[inline]
     pub const fn is_extension(nh: u8) -> bool {
         matches!(nh, HOP_BY_HOP | ROUTING | FRAGMENT | AH | DEST_OPTS | MOBILITY | HIP | SHIM6)
     }

@@ -94,6 +94,7 @@ pub struct PacketMeta {
 }
 
 impl PacketMeta {
+    #[inline]
     pub fn has(&self, flag: u16) -> bool {
         self.flags & flag != 0
     }
@@ -106,6 +107,7 @@ impl PacketMeta {
 
     /// The TCP/UDP (source, destination) ports of `frame`, the frame this was parsed from;
     /// `None` when they were not parsed ([`flags::L4_PORTS`]).
+    #[inline]
     pub fn ports(&self, frame: &[u8]) -> Option<(u16, u16)> {
         if !self.has(flags::L4_PORTS) {
             return None;
@@ -116,6 +118,7 @@ impl PacketMeta {
 
     /// The (source, destination) IP addresses of `frame`, the frame this was parsed from, IPv4
     /// as IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`); `None` when it is not IP.
+    #[inline]
     pub fn addrs(&self, frame: &[u8]) -> Option<([u8; 16], [u8; 16])> {
         let l3 = frame.get(self.l3_offset as usize..)?;
         if self.has(flags::IPV4) {
@@ -144,6 +147,7 @@ impl PacketMeta {
     }
 }
 
+#[inline]
 fn mapped_v4(a: [u8; 4]) -> [u8; 16] {
     let mut m = [0u8; 16];
     m[10] = 0xff;
@@ -153,6 +157,7 @@ fn mapped_v4(a: [u8; 4]) -> [u8; 16] {
 }
 
 /// Parses `frame` (at most `max_len` bytes long) into metadata.
+#[inline]
 pub fn parse(frame: &[u8], max_len: usize) -> Result<PacketMeta, ParseError> {
     let mut m = PacketMeta::default();
     parse_into(frame, max_len, &mut m)?;

@@ -133,6 +133,8 @@ pub struct RecordMeta {
 }
 
 impl From<&wasmswitch_wire::PacketMeta> for RecordMeta {
+    // Per packet, from the host's encoder in another crate.
+    #[inline]
     fn from(m: &wasmswitch_wire::PacketMeta) -> Self {
         Self {
             len: m.len,
