@@ -3,6 +3,9 @@
 //! demo builds too), hand-made plugin components ([`plugin`]) and helpers for running the
 //! daemon and talking to it ([`daemon`]).
 
+// A library's `pub` is what other crates may use; the rest says `pub(crate)`.
+#![warn(unreachable_pub)]
+
 pub mod daemon;
 pub mod env;
 pub mod lab;

@@ -12,6 +12,8 @@
 //! wasm32.
 
 #![cfg_attr(not(test), no_std)]
+// A library's `pub` is what other crates may use; the rest says `pub(crate)`.
+#![warn(unreachable_pub)]
 
 extern crate alloc;
 

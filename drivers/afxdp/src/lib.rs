@@ -57,6 +57,9 @@
 //! the kernel took from the fill ring but never delivered. Those are returned right after the
 //! socket closes, never while the kernel could still write them.
 
+// A library's `pub` is what other crates may use; the rest says `pub(crate)`.
+#![warn(unreachable_pub)]
+
 pub mod bpf;
 mod btf;
 pub mod error;

@@ -222,15 +222,15 @@ impl<T: Copy> ConsRing<T> {
 pub(crate) mod fake {
     use super::*;
 
-    pub struct FakeRing<T> {
-        pub producer: Box<AtomicU32>,
-        pub consumer: Box<AtomicU32>,
-        pub flags: Box<AtomicU32>,
-        pub entries: Box<[T]>,
+    pub(crate) struct FakeRing<T> {
+        pub(crate) producer: Box<AtomicU32>,
+        pub(crate) consumer: Box<AtomicU32>,
+        pub(crate) flags: Box<AtomicU32>,
+        pub(crate) entries: Box<[T]>,
     }
 
     impl<T: Copy + Default> FakeRing<T> {
-        pub fn new(size: u32, start: u32) -> Self {
+        pub(crate) fn new(size: u32, start: u32) -> Self {
             Self {
                 producer: Box::new(AtomicU32::new(start)),
                 consumer: Box::new(AtomicU32::new(start)),
@@ -240,7 +240,7 @@ pub(crate) mod fake {
         }
 
         /// A view on the ring. The fake must outlive it.
-        pub fn ptrs(&mut self) -> RingPtrs<T> {
+        pub(crate) fn ptrs(&mut self) -> RingPtrs<T> {
             let size = self.entries.len() as u32;
             // SAFETY: boxed fields never move; tests keep the fake alive longer than the rings
             // and use each side from one thread.

@@ -13,6 +13,9 @@
 //! Packets come from a [`TrafficGen`] (benchmarks, demo) or an injection queue (tests). No root,
 //! no syscalls: this is what micro benchmarks and logic tests drive.
 
+// A library's `pub` is what other crates may use; the rest says `pub(crate)`.
+#![warn(unreachable_pub)]
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

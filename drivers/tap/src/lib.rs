@@ -53,6 +53,9 @@
 //! `COOP_TASKRUN`). What the kernel granted is in [`HostPort::features`]. The example
 //! `host_delivery` measures each step against one `write()` per packet.
 
+// A library's `pub` is what other crates may use; the rest says `pub(crate)`.
+#![warn(unreachable_pub)]
+
 mod error;
 mod host;
 mod ring;

@@ -122,12 +122,12 @@ mod backend {
         fn host_now_ns() -> i64;
     }
 
-    pub fn log(level: Level, message: &str) {
+    pub(crate) fn log(level: Level, message: &str) {
         // SAFETY: the canonical ABI lifts (ptr, len) as a string; both come from a live &str.
         unsafe { host_log(level as i32, message.as_ptr(), message.len()) }
     }
 
-    pub fn register_counter(name: &str) -> Result<u32, String> {
+    pub(crate) fn register_counter(name: &str) -> Result<u32, String> {
         // result<u32, string> flattens to 3 values (> 1 result), so the callee writes it to a
         // return area: discriminant byte at 0, then the u32 or (ptr, len) at 4 and 8.
         let mut ret = [0u32; 3];
@@ -143,12 +143,12 @@ mod backend {
         }
     }
 
-    pub fn counter_add(id: u32, delta: u64) {
+    pub(crate) fn counter_add(id: u32, delta: u64) {
         // SAFETY: plain integer arguments.
         unsafe { host_counter_add(id as i32, delta as i64) }
     }
 
-    pub fn now_ns() -> u64 {
+    pub(crate) fn now_ns() -> u64 {
         // SAFETY: no arguments.
         unsafe { host_now_ns() as u64 }
     }
@@ -179,11 +179,11 @@ pub(crate) mod backend {
         });
     }
 
-    pub fn log(level: Level, message: &str) {
+    pub(crate) fn log(level: Level, message: &str) {
         NATIVE.with(|h| h.borrow_mut().logs.push((level, message.to_owned())));
     }
 
-    pub fn register_counter(name: &str) -> Result<u32, String> {
+    pub(crate) fn register_counter(name: &str) -> Result<u32, String> {
         crate::host::check_counter_name(name)?;
         NATIVE.with(|h| {
             let mut h = h.borrow_mut();
@@ -199,7 +199,7 @@ pub(crate) mod backend {
         })
     }
 
-    pub fn counter_add(id: u32, delta: u64) {
+    pub(crate) fn counter_add(id: u32, delta: u64) {
         NATIVE.with(|h| {
             if let Some(v) = h.borrow_mut().values.get_mut(id as usize) {
                 *v = v.wrapping_add(delta);
@@ -207,7 +207,7 @@ pub(crate) mod backend {
         });
     }
 
-    pub fn now_ns() -> u64 {
+    pub(crate) fn now_ns() -> u64 {
         NATIVE.with(|h| {
             let h = h.borrow();
             h.clock.unwrap_or_else(|| h.start.elapsed().as_nanos() as u64)

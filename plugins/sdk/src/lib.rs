@@ -43,6 +43,9 @@
 //! The contract itself, with every byte of the layout, is `wit/plugin.wit` at the root of the
 //! repository. `plugins/README.md` walks from an empty crate to a loaded plugin.
 
+// A library's `pub` is what other crates may use; the rest says `pub(crate)`.
+#![warn(unreachable_pub)]
+
 pub mod abi;
 pub mod config;
 #[cfg(not(target_arch = "wasm32"))]

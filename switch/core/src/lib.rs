@@ -5,6 +5,9 @@
 //! that turns received descriptors into transmitted ones. Drivers (`drivers/`) own the syscalls
 //! and implement [`port::PortQueue`]; the daemon (`switch/`) owns threads, config and metrics.
 
+// A library's `pub` is what other crates may use; the rest says `pub(crate)`.
+#![warn(unreachable_pub)]
+
 pub mod batch;
 pub mod counter;
 pub mod fdb;

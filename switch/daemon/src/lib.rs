@@ -5,6 +5,9 @@
 //! and adds the client and the tooling (`wasmswitch-lab`: bench, demo, lab), which this crate
 //! does not carry.
 
+// A library's `pub` is what other crates may use; the rest says `pub(crate)`.
+#![warn(unreachable_pub)]
+
 pub mod api;
 pub mod config;
 pub mod daemon;

@@ -25,6 +25,9 @@
 //! The call shape (why `list<u8>` in and out, hand-written guest glue, no post-return) is
 //! explained in `plugins/sdk/src/rt.rs` and `plugins/README.md`, with measurements.
 
+// A library's `pub` is what other crates may use; the rest says `pub(crate)`.
+#![warn(unreachable_pub)]
+
 mod cache;
 mod codec;
 mod deadline;
