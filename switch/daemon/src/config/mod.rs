@@ -768,6 +768,19 @@ pub fn max_mtu(frame_size: u32) -> u32 {
     frame_size.saturating_sub(HEADROOM + 22)
 }
 
+// `key` out of [lo, hi]: located at the value, naming the key and the range.
+fn within<T: PartialOrd + fmt::Display + Copy>(
+    err: &impl Fn(Location, String) -> ConfigError,
+    key: &str,
+    v: &Spanned<T>,
+    (lo, hi): (T, T),
+) -> Result<(), ConfigError> {
+    if v.value < lo || v.value > hi {
+        return Err(err(v.referenced, format!("{key} {} is out of range: expected {lo}-{hi}", v.value)));
+    }
+    Ok(())
+}
+
 impl Config {
     /// Reads, parses and checks `path`. Only a regular file is read (a FIFO or device in its
     /// place is refused without blocking), and at most [`MAX_CONFIG_BYTES`] of it.
@@ -885,103 +898,9 @@ impl Config {
             column: loc.column(),
             message,
         };
-        // `key` out of [lo, hi]: located at the value, naming the key and the range.
-        fn within<T: PartialOrd + fmt::Display + Copy>(
-            err: &impl Fn(Location, String) -> ConfigError,
-            key: &str,
-            v: &Spanned<T>,
-            (lo, hi): (T, T),
-        ) -> Result<(), ConfigError> {
-            if v.value < lo || v.value > hi {
-                return Err(err(v.referenced, format!("{key} {} is out of range: expected {lo}-{hi}", v.value)));
-            }
-            Ok(())
-        }
-        if self.ports.is_empty() {
-            return Err(err(Location::UNKNOWN, "`ports` is empty: a switch needs at least one port".into()));
-        }
-        if self.ports.len() > range::PORTS.1 {
-            return Err(err(
-                self.ports[range::PORTS.1].name.referenced,
-                format!("too many ports ({}): at most {}", self.ports.len(), range::PORTS.1),
-            ));
-        }
-        self.check_mode()
-            .map(|(at, what)| {
-                let mode = match self.switch.mode {
-                    Mode::L2 => "l2",
-                    Mode::Passthrough => "passthrough",
-                    Mode::Cross => "cross",
-                };
-                err(
-                    at,
-                    format!("{what} needs switch.mode l2: `{mode}` sends frames on unparsed, so it would be ignored"),
-                )
-            })
-            .map_or(Ok(()), Err)?;
-        let listen = self.listen_addr();
-        if !listen.ip().is_loopback() && self.control.token_file.is_none() {
-            return Err(err(
-                self.metrics.listen.referenced,
-                format!(
-                    "metrics.listen {listen} is not a loopback address: the control API can reload the switch, so set control.token_file to require a token"
-                ),
-            ));
-        }
+        self.check_sections(&err)?;
+        self.check_workers(&err)?;
         let fs = self.pool.frame_size.value;
-        if fs != 2048 && fs != 4096 {
-            return Err(err(
-                self.pool.frame_size.referenced,
-                format!("pool.frame_size {fs} is not supported: expected 2048 or 4096"),
-            ));
-        }
-        within(&err, "switch.batch", &self.switch.batch, range::BATCH)?;
-        within(&err, "pool.frames", &self.pool.frames, range::FRAMES)?;
-        within(&err, "pool.cache", &self.pool.cache, range::CACHE)?;
-        within(&err, "pool.ring", &self.pool.ring, range::RING)?;
-        within(&err, "fdb.capacity", &self.fdb.capacity, range::FDB_CAPACITY)?;
-        within(&err, "fdb.aging_seconds", &self.fdb.aging_seconds, range::AGING_SECONDS)?;
-        if self.workers.is_empty() {
-            return Err(err(Location::UNKNOWN, "`workers` is empty: at least one worker is needed".into()));
-        }
-        if self.workers.len() > range::WORKERS.1 {
-            let extra = &self.workers[range::WORKERS.1];
-            return Err(err(
-                or_loc(extra.idle.referenced, extra.cpu.as_ref().map_or(Location::UNKNOWN, |c| c.referenced)),
-                format!("too many workers ({}): at most {}", self.workers.len(), range::WORKERS.1),
-            ));
-        }
-        let cpus = online_cpus();
-        // What this process may run on: a worker pinned outside it would run unpinned.
-        let allowed = wasmswitch_afxdp::sys::cpus_of_this_thread().ok();
-        let mut used_cpus: HashMap<usize, Location> = HashMap::new();
-        for w in &self.workers {
-            if let Some(cpu) = &w.cpu {
-                if cpu.value >= cpus {
-                    return Err(err(
-                        cpu.referenced,
-                        format!("cpu {} does not exist: this machine has CPUs 0-{}", cpu.value, cpus.saturating_sub(1)),
-                    ));
-                }
-                if let Some(allowed) = allowed.as_ref().filter(|a| !a.contains(&cpu.value)) {
-                    let list: Vec<String> = allowed.iter().map(usize::to_string).collect();
-                    return Err(err(
-                        cpu.referenced,
-                        format!(
-                            "cpu {} is not one this process may run on (its CPU affinity, set by a cpuset, taskset or systemd's CPUAffinity=, is {})",
-                            cpu.value,
-                            list.join(",")
-                        ),
-                    ));
-                }
-                if let Some(first) = used_cpus.insert(cpu.value, cpu.referenced) {
-                    return Err(err(
-                        cpu.referenced,
-                        format!("cpu {} is already used by the worker at line {}", cpu.value, first.line()),
-                    ));
-                }
-            }
-        }
         let mtu_range = (range::MTU_MIN, max_mtu(fs));
         let mut names: HashMap<&str, Location> = HashMap::new();
         // One port per interface: the kernel takes one XDP program per interface.
@@ -1032,94 +951,7 @@ impl Config {
                     ),
                 ));
             }
-            for (key, chain) in [("plugins", &p.plugins), ("shadow", &p.shadow)] {
-                if chain.len() > range::PLUGINS_PER_PORT.1 {
-                    return Err(err(
-                        chain[range::PLUGINS_PER_PORT.1].name.referenced,
-                        format!(
-                            "port `{name}`: {} plugins in `{key}`: at most {} per chain",
-                            chain.len(),
-                            range::PLUGINS_PER_PORT.1
-                        ),
-                    ));
-                }
-            }
-            // Names are unique per chain; the shadow chain may hold a new version of a live
-            // plugin under the same name.
-            let mut plugin_names: HashMap<(bool, &str), Location> = HashMap::new();
-            for (shadow, pl) in p.plugins.iter().map(|x| (false, x)).chain(p.shadow.iter().map(|x| (true, x))) {
-                if let Some(first) = plugin_names.insert((shadow, &pl.name.value), pl.name.referenced) {
-                    return Err(err(
-                        pl.name.referenced,
-                        format!(
-                            "port `{name}`: plugin `{}` is already in this chain (line {})",
-                            pl.name.value,
-                            first.line()
-                        ),
-                    ));
-                }
-                // It labels metrics and log lines and names the plugin in the API.
-                if !is_name(&pl.name.value) {
-                    return Err(err(
-                        pl.name.referenced,
-                        format!(
-                            "port `{name}`: plugin name {:?} is not valid: expected 1-32 letters, digits, `-`, `_` or `.`",
-                            pl.name.value
-                        ),
-                    ));
-                }
-                within(&err, "header_bytes", &pl.header_bytes, range::HEADER_BYTES)?;
-                within(&err, "deadline_us", &pl.deadline_us, range::DEADLINE_US)?;
-                within(&err, "memory_limit_kib", &pl.memory_limit_kib, range::MEMORY_KIB)?;
-                within(&err, "max_faults", &pl.max_faults, range::MAX_FAULTS)?;
-                // Each as the epoch clock enforces it: a 10 µs deadline holds a spinning call
-                // as long as a 1 ms one.
-                let enforced = wasmswitch_plugin_host::deadline_as_enforced(std::time::Duration::from_micros(
-                    pl.deadline_us.value,
-                ));
-                total_deadline_us = total_deadline_us.saturating_add(enforced.as_micros() as u64);
-                if total_deadline_us > range::MAX_TOTAL_DEADLINE_US {
-                    return Err(err(
-                        or_loc(pl.deadline_us.referenced, pl.name.referenced),
-                        format!(
-                            "plugin `{}`: the plugins' deadlines (shadow chains included, each as the {} ms epoch clock enforces it: rounded up to whole ms, plus one) add up to more than {} µs; a worker runs every chain in one round, so use fewer plugins or lower deadlines",
-                            pl.name.value,
-                            wasmswitch_plugin_host::EPOCH_TICK.as_millis(),
-                            range::MAX_TOTAL_DEADLINE_US
-                        ),
-                    ));
-                }
-                let file = &pl.file;
-                // stat, not open: a FIFO here must not block the check.
-                match std::fs::metadata(file) {
-                    Ok(m) if m.is_file() => {}
-                    Ok(_) => {
-                        return Err(err(
-                            pl.path.referenced,
-                            format!("plugin `{}`: {} is not a regular file", pl.name.value, file.display()),
-                        ))
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        return Err(err(
-                            pl.path.referenced,
-                            format!(
-                                "plugin `{}`: no such file {} (build plugins with plugins/build.sh)",
-                                pl.name.value,
-                                file.display()
-                            ),
-                        ))
-                    }
-                    // The errno as it is: a symlink loop (ELOOP), a file where a folder should
-                    // be (ENOTDIR) or a folder the daemon's user may not search (EACCES) is not
-                    // fixed by building the plugin.
-                    Err(e) => {
-                        return Err(err(
-                            pl.path.referenced,
-                            format!("plugin `{}`: cannot read {}: {e}", pl.name.value, file.display()),
-                        ))
-                    }
-                }
-            }
+            self.check_chains(p, &mut total_deadline_us, &err)?;
             match p.driver.value {
                 DriverKind::Sim => {
                     if let Some(a) = &p.afxdp {
@@ -1133,164 +965,12 @@ impl Config {
                     }
                 }
                 DriverKind::Afxdp => {
-                    if let Some(s) = &p.sim {
-                        return Err(err(
-                            s.referenced,
-                            format!("port `{name}` uses driver `afxdp`, so a `sim` section makes no sense here"),
-                        ));
-                    }
-                    let Some(a) = &p.afxdp else {
-                        return Err(err(
-                            p.driver.referenced,
-                            format!(
-                                "port `{name}` uses driver `afxdp` but has no `afxdp:` section naming its interface"
-                            ),
-                        ));
-                    };
-                    let ifname = &a.value.interface.value;
-                    if ifname.is_empty() || ifname.len() >= 16 {
-                        return Err(err(
-                            a.value.interface.referenced,
-                            format!("interface name `{ifname}` is not valid: expected 1-15 characters"),
-                        ));
-                    }
-                    if let Some((other, at)) = interfaces.insert(ifname, (name, a.value.interface.referenced)) {
-                        return Err(err(
-                            a.value.interface.referenced,
-                            format!(
-                                "port `{name}`: interface {ifname} is already port `{other}`'s (line {}); an interface takes one XDP program, so one port (list its queues there)",
-                                at.line()
-                            ),
-                        ));
-                    }
-                    let listen = self.listen_addr().ip();
-                    let api_addr = interfaces_with(|a| listens_on(listen, a))
-                        .into_iter()
-                        .find(|(i, _)| i == ifname)
-                        .map(|(_, a)| a);
-                    if (ifname == "lo" || api_addr.is_some()) && !a.value.allow_control_interface {
-                        let carries = match api_addr {
-                            _ if ifname == "lo" => "the host's loopback traffic".to_string(),
-                            Some(a) if a == listen => format!("the control API's address {listen}"),
-                            Some(a) => format!("{a}, where the control API listens (metrics.listen on {listen})"),
-                            None => unreachable!("checked above"),
-                        };
-                        return Err(err(
-                            a.value.interface.referenced,
-                            format!(
-                                "port `{name}`: interface {ifname} carries {carries}: attaching to it would take the host's own traffic{}; set `allow_control_interface: true` in this `afxdp:` section if that is what you want",
-                                if listen.is_loopback() || api_addr.is_some() { ", the control API's included" } else { "" }
-                            ),
-                        ));
-                    }
-                    if let Some(q) = &a.value.queues {
-                        let (lo, hi) = range::AFXDP_QUEUES_LEN;
-                        if !(lo..=hi).contains(&q.value.len()) {
-                            return Err(err(
-                                q.referenced,
-                                format!(
-                                    "afxdp.queues lists {} queue ids: expected {lo}-{hi}, or leave it out for all",
-                                    q.value.len()
-                                ),
-                            ));
-                        }
-                        let (lo, hi) = range::AFXDP_QUEUE_ID;
-                        if let Some(bad) = q.value.iter().find(|&&id| !(lo..=hi).contains(&id)) {
-                            return Err(err(
-                                q.referenced,
-                                format!("afxdp.queues: queue id {bad} is out of range: expected {lo}-{hi}"),
-                            ));
-                        }
-                        let mut seen = q.value.clone();
-                        seen.sort_unstable();
-                        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
-                            return Err(err(q.referenced, format!("afxdp.queues: queue id {} is listed twice", w[0])));
-                        }
-                    }
-                    if let Some(r) = &a.value.ring_size {
-                        let (lo, hi) = range::AFXDP_RING;
-                        if !r.value.is_power_of_two() || !(lo..=hi).contains(&r.value) {
-                            return Err(err(
-                                r.referenced,
-                                format!(
-                                    "ring_size {} is not valid: expected a power of two from {lo} to {hi}",
-                                    r.value
-                                ),
-                            ));
-                        }
-                    }
-                    // Where the interface exists here, what `run` would find there: a queue it
-                    // lacks, or zero-copy its driver does not offer, is refused now as `run`
-                    // would refuse it (a missing interface is `check`'s warning: the config may
-                    // be for another machine).
-                    if wasmswitch_afxdp::sys::ifindex(ifname).is_some() {
-                        if let Err(e) = wasmswitch_afxdp::preflight(&a.value.spec()) {
-                            let at = match (&e, &a.value.queues) {
-                                (wasmswitch_afxdp::AfXdpError::QueueOutOfRange { .. }, Some(q)) => q.referenced,
-                                _ => a.value.interface.referenced,
-                            };
-                            return Err(err(at, e.to_string()));
-                        }
-                    }
+                    self.check_afxdp(p, &mut interfaces, &err)?;
                 }
             }
         }
         if let Some(h) = &self.host {
-            let name = &h.name.value;
-            // It is a port like the others: in metrics labels, the API and plugin logs.
-            if !is_name(name) {
-                return Err(err(
-                    h.name.referenced,
-                    format!("host port name `{name}` is not valid: expected 1-32 letters, digits, `-`, `_` or `.`"),
-                ));
-            }
-            if let Some(first) = names.get(name.as_str()) {
-                return Err(err(
-                    h.name.referenced,
-                    format!("host port name `{name}` is already used by the port at line {}", first.line()),
-                ));
-            }
-            if let Some((port, _)) = interfaces.get(h.tap.value.as_str()) {
-                return Err(err(
-                    h.tap.referenced,
-                    format!("host.tap `{}` is port `{port}`'s interface; the TAP needs a name of its own", h.tap.value),
-                ));
-            }
-            // The same rule as when the TAP is made, so that `check` refuses what `run` would.
-            if let Err(e) =
-                wasmswitch_tap::check_name(&h.tap.value).and_then(|()| wasmswitch_tap::check_free(&h.tap.value))
-            {
-                return Err(err(h.tap.referenced, format!("{e}")));
-            }
-            if let Err(e) = wasmswitch_tap::check_mac(h.mac.value.0) {
-                return Err(err(h.mac.referenced, format!("{e}")));
-            }
-            // One byte less than a port's: the TAP is read into the frame past its headroom, and
-            // a frame that fills that room could have been cut short (tun truncates to the
-            // read); a frame the MTU admits must not fill it, so that one that does is dropped
-            // as oversize, never forwarded truncated.
-            let host_mtu = (mtu_range.0, mtu_range.1 - 1);
-            if !(host_mtu.0..=host_mtu.1).contains(&h.mtu.value) {
-                return Err(err(
-                    h.mtu.referenced,
-                    format!(
-                        "host.mtu {} is out of range: expected {}-{} ({fs}-byte frames less {HEADROOM} bytes of headroom and 22 of Ethernet and VLAN headers, less one byte to tell a frame cut short by the TAP read)",
-                        h.mtu.value, host_mtu.0, host_mtu.1
-                    ),
-                ));
-            }
-            within(&err, "host.workers", &h.workers, range::HOST_WORKERS)?;
-            within(&err, "host.bulk", &h.bulk, range::HOST_BULK)?;
-            let (lo, hi) = range::HOST_RING;
-            if !h.ring_size.value.is_power_of_two() || !(lo..=hi).contains(&h.ring_size.value) {
-                return Err(err(
-                    h.ring_size.referenced,
-                    format!(
-                        "host.ring_size {} is not valid: expected a power of two from {lo} to {hi}",
-                        h.ring_size.value
-                    ),
-                ));
-            }
+            self.check_host(h, &names, &interfaces, &err)?;
         }
         if let Some(u) = &self.user {
             if let Err(e) = crate::privileges::lookup(&u.value) {
@@ -1312,6 +992,371 @@ impl Config {
                         ""
                     }
                 ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The switch-wide sections: how many ports, the mode and what needs l2, the control API's
+    /// address and token, the pool, the FDB and the batch size.
+    fn check_sections(&self, err: &impl Fn(Location, String) -> ConfigError) -> Result<(), ConfigError> {
+        if self.ports.is_empty() {
+            return Err(err(Location::UNKNOWN, "`ports` is empty: a switch needs at least one port".into()));
+        }
+        if self.ports.len() > range::PORTS.1 {
+            return Err(err(
+                self.ports[range::PORTS.1].name.referenced,
+                format!("too many ports ({}): at most {}", self.ports.len(), range::PORTS.1),
+            ));
+        }
+        self.check_mode()
+            .map(|(at, what)| {
+                let mode = match self.switch.mode {
+                    Mode::L2 => "l2",
+                    Mode::Passthrough => "passthrough",
+                    Mode::Cross => "cross",
+                };
+                err(
+                    at,
+                    format!("{what} needs switch.mode l2: `{mode}` sends frames on unparsed, so it would be ignored"),
+                )
+            })
+            .map_or(Ok(()), Err)?;
+        let listen = self.listen_addr();
+        if !listen.ip().is_loopback() && self.control.token_file.is_none() {
+            return Err(err(
+                self.metrics.listen.referenced,
+                format!(
+                    "metrics.listen {listen} is not a loopback address: the control API can reload the switch, so set control.token_file to require a token"
+                ),
+            ));
+        }
+        let fs = self.pool.frame_size.value;
+        if fs != 2048 && fs != 4096 {
+            return Err(err(
+                self.pool.frame_size.referenced,
+                format!("pool.frame_size {fs} is not supported: expected 2048 or 4096"),
+            ));
+        }
+        within(&err, "switch.batch", &self.switch.batch, range::BATCH)?;
+        within(&err, "pool.frames", &self.pool.frames, range::FRAMES)?;
+        within(&err, "pool.cache", &self.pool.cache, range::CACHE)?;
+        within(&err, "pool.ring", &self.pool.ring, range::RING)?;
+        within(&err, "fdb.capacity", &self.fdb.capacity, range::FDB_CAPACITY)?;
+        within(&err, "fdb.aging_seconds", &self.fdb.aging_seconds, range::AGING_SECONDS)?;
+        Ok(())
+    }
+
+    /// `workers`: how many, and the CPUs they are pinned to (on this machine, allowed to this
+    /// process, one worker each).
+    fn check_workers(&self, err: &impl Fn(Location, String) -> ConfigError) -> Result<(), ConfigError> {
+        if self.workers.is_empty() {
+            return Err(err(Location::UNKNOWN, "`workers` is empty: at least one worker is needed".into()));
+        }
+        if self.workers.len() > range::WORKERS.1 {
+            let extra = &self.workers[range::WORKERS.1];
+            return Err(err(
+                or_loc(extra.idle.referenced, extra.cpu.as_ref().map_or(Location::UNKNOWN, |c| c.referenced)),
+                format!("too many workers ({}): at most {}", self.workers.len(), range::WORKERS.1),
+            ));
+        }
+        let cpus = online_cpus();
+        // What this process may run on: a worker pinned outside it would run unpinned.
+        let allowed = wasmswitch_afxdp::sys::cpus_of_this_thread().ok();
+        let mut used_cpus: HashMap<usize, Location> = HashMap::new();
+        for w in &self.workers {
+            if let Some(cpu) = &w.cpu {
+                if cpu.value >= cpus {
+                    return Err(err(
+                        cpu.referenced,
+                        format!("cpu {} does not exist: this machine has CPUs 0-{}", cpu.value, cpus.saturating_sub(1)),
+                    ));
+                }
+                if let Some(allowed) = allowed.as_ref().filter(|a| !a.contains(&cpu.value)) {
+                    let list: Vec<String> = allowed.iter().map(usize::to_string).collect();
+                    return Err(err(
+                    cpu.referenced,
+                    format!(
+                        "cpu {} is not one this process may run on (its CPU affinity, set by a cpuset, taskset or systemd's CPUAffinity=, is {})",
+                        cpu.value,
+                        list.join(",")
+                    ),
+                ));
+                }
+                if let Some(first) = used_cpus.insert(cpu.value, cpu.referenced) {
+                    return Err(err(
+                        cpu.referenced,
+                        format!("cpu {} is already used by the worker at line {}", cpu.value, first.line()),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A port's plugin chains: their length, names, limits, the deadlines all chains add up
+    /// to (`total_deadline_us`, over every port), and the component files.
+    fn check_chains(
+        &self,
+        p: &PortSection,
+        total_deadline_us: &mut u64,
+        err: &impl Fn(Location, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        let name = &p.name.value;
+        for (key, chain) in [("plugins", &p.plugins), ("shadow", &p.shadow)] {
+            if chain.len() > range::PLUGINS_PER_PORT.1 {
+                return Err(err(
+                    chain[range::PLUGINS_PER_PORT.1].name.referenced,
+                    format!(
+                        "port `{name}`: {} plugins in `{key}`: at most {} per chain",
+                        chain.len(),
+                        range::PLUGINS_PER_PORT.1
+                    ),
+                ));
+            }
+        }
+        // Names are unique per chain; the shadow chain may hold a new version of a live
+        // plugin under the same name.
+        let mut plugin_names: HashMap<(bool, &str), Location> = HashMap::new();
+        for (shadow, pl) in p.plugins.iter().map(|x| (false, x)).chain(p.shadow.iter().map(|x| (true, x))) {
+            if let Some(first) = plugin_names.insert((shadow, &pl.name.value), pl.name.referenced) {
+                return Err(err(
+                    pl.name.referenced,
+                    format!(
+                        "port `{name}`: plugin `{}` is already in this chain (line {})",
+                        pl.name.value,
+                        first.line()
+                    ),
+                ));
+            }
+            // It labels metrics and log lines and names the plugin in the API.
+            if !is_name(&pl.name.value) {
+                return Err(err(
+                    pl.name.referenced,
+                    format!(
+                        "port `{name}`: plugin name {:?} is not valid: expected 1-32 letters, digits, `-`, `_` or `.`",
+                        pl.name.value
+                    ),
+                ));
+            }
+            within(&err, "header_bytes", &pl.header_bytes, range::HEADER_BYTES)?;
+            within(&err, "deadline_us", &pl.deadline_us, range::DEADLINE_US)?;
+            within(&err, "memory_limit_kib", &pl.memory_limit_kib, range::MEMORY_KIB)?;
+            within(&err, "max_faults", &pl.max_faults, range::MAX_FAULTS)?;
+            // Each as the epoch clock enforces it: a 10 µs deadline holds a spinning call
+            // as long as a 1 ms one.
+            let enforced =
+                wasmswitch_plugin_host::deadline_as_enforced(std::time::Duration::from_micros(pl.deadline_us.value));
+            *total_deadline_us = total_deadline_us.saturating_add(enforced.as_micros() as u64);
+            if *total_deadline_us > range::MAX_TOTAL_DEADLINE_US {
+                return Err(err(
+                    or_loc(pl.deadline_us.referenced, pl.name.referenced),
+                    format!(
+                        "plugin `{}`: the plugins' deadlines (shadow chains included, each as the {} ms epoch clock enforces it: rounded up to whole ms, plus one) add up to more than {} µs; a worker runs every chain in one round, so use fewer plugins or lower deadlines",
+                        pl.name.value,
+                        wasmswitch_plugin_host::EPOCH_TICK.as_millis(),
+                        range::MAX_TOTAL_DEADLINE_US
+                    ),
+                ));
+            }
+            let file = &pl.file;
+            // stat, not open: a FIFO here must not block the check.
+            match std::fs::metadata(file) {
+                Ok(m) if m.is_file() => {}
+                Ok(_) => {
+                    return Err(err(
+                        pl.path.referenced,
+                        format!("plugin `{}`: {} is not a regular file", pl.name.value, file.display()),
+                    ))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(err(
+                        pl.path.referenced,
+                        format!(
+                            "plugin `{}`: no such file {} (build plugins with plugins/build.sh)",
+                            pl.name.value,
+                            file.display()
+                        ),
+                    ))
+                }
+                // The errno as it is: a symlink loop (ELOOP), a file where a folder should
+                // be (ENOTDIR) or a folder the daemon's user may not search (EACCES) is not
+                // fixed by building the plugin.
+                Err(e) => {
+                    return Err(err(
+                        pl.path.referenced,
+                        format!("plugin `{}`: cannot read {}: {e}", pl.name.value, file.display()),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An `afxdp` port: its section, its interface (one port each, not the control API's
+    /// unless allowed), queues and rings, and what `run` would find on the interface here.
+    fn check_afxdp<'a>(
+        &'a self,
+        p: &'a PortSection,
+        interfaces: &mut HashMap<&'a str, (&'a str, Location)>,
+        err: &impl Fn(Location, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        let name = &p.name.value;
+        if let Some(s) = &p.sim {
+            return Err(err(
+                s.referenced,
+                format!("port `{name}` uses driver `afxdp`, so a `sim` section makes no sense here"),
+            ));
+        }
+        let Some(a) = &p.afxdp else {
+            return Err(err(
+                p.driver.referenced,
+                format!("port `{name}` uses driver `afxdp` but has no `afxdp:` section naming its interface"),
+            ));
+        };
+        let ifname = &a.value.interface.value;
+        if ifname.is_empty() || ifname.len() >= 16 {
+            return Err(err(
+                a.value.interface.referenced,
+                format!("interface name `{ifname}` is not valid: expected 1-15 characters"),
+            ));
+        }
+        if let Some((other, at)) = interfaces.insert(ifname, (name, a.value.interface.referenced)) {
+            return Err(err(
+                a.value.interface.referenced,
+                format!(
+                    "port `{name}`: interface {ifname} is already port `{other}`'s (line {}); an interface takes one XDP program, so one port (list its queues there)",
+                    at.line()
+                ),
+            ));
+        }
+        let listen = self.listen_addr().ip();
+        let api_addr =
+            interfaces_with(|a| listens_on(listen, a)).into_iter().find(|(i, _)| i == ifname).map(|(_, a)| a);
+        if (ifname == "lo" || api_addr.is_some()) && !a.value.allow_control_interface {
+            let carries = match api_addr {
+                _ if ifname == "lo" => "the host's loopback traffic".to_string(),
+                Some(a) if a == listen => format!("the control API's address {listen}"),
+                Some(a) => format!("{a}, where the control API listens (metrics.listen on {listen})"),
+                None => unreachable!("checked above"),
+            };
+            return Err(err(
+                a.value.interface.referenced,
+                format!(
+                    "port `{name}`: interface {ifname} carries {carries}: attaching to it would take the host's own traffic{}; set `allow_control_interface: true` in this `afxdp:` section if that is what you want",
+                    if listen.is_loopback() || api_addr.is_some() { ", the control API's included" } else { "" }
+                ),
+            ));
+        }
+        if let Some(q) = &a.value.queues {
+            let (lo, hi) = range::AFXDP_QUEUES_LEN;
+            if !(lo..=hi).contains(&q.value.len()) {
+                return Err(err(
+                    q.referenced,
+                    format!(
+                        "afxdp.queues lists {} queue ids: expected {lo}-{hi}, or leave it out for all",
+                        q.value.len()
+                    ),
+                ));
+            }
+            let (lo, hi) = range::AFXDP_QUEUE_ID;
+            if let Some(bad) = q.value.iter().find(|&&id| !(lo..=hi).contains(&id)) {
+                return Err(err(
+                    q.referenced,
+                    format!("afxdp.queues: queue id {bad} is out of range: expected {lo}-{hi}"),
+                ));
+            }
+            let mut seen = q.value.clone();
+            seen.sort_unstable();
+            if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+                return Err(err(q.referenced, format!("afxdp.queues: queue id {} is listed twice", w[0])));
+            }
+        }
+        if let Some(r) = &a.value.ring_size {
+            let (lo, hi) = range::AFXDP_RING;
+            if !r.value.is_power_of_two() || !(lo..=hi).contains(&r.value) {
+                return Err(err(
+                    r.referenced,
+                    format!("ring_size {} is not valid: expected a power of two from {lo} to {hi}", r.value),
+                ));
+            }
+        }
+        // Where the interface exists here, what `run` would find there: a queue it
+        // lacks, or zero-copy its driver does not offer, is refused now as `run`
+        // would refuse it (a missing interface is `check`'s warning: the config may
+        // be for another machine).
+        if wasmswitch_afxdp::sys::ifindex(ifname).is_some() {
+            if let Err(e) = wasmswitch_afxdp::preflight(&a.value.spec()) {
+                let at = match (&e, &a.value.queues) {
+                    (wasmswitch_afxdp::AfXdpError::QueueOutOfRange { .. }, Some(q)) => q.referenced,
+                    _ => a.value.interface.referenced,
+                };
+                return Err(err(at, e.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The host port: its name among the ports', its TAP (a name of its own, free, a unicast
+    /// MAC), MTU, workers, bulk and rings.
+    fn check_host(
+        &self,
+        h: &HostSection,
+        names: &HashMap<&str, Location>,
+        interfaces: &HashMap<&str, (&str, Location)>,
+        err: &impl Fn(Location, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        let fs = self.pool.frame_size.value;
+        let mtu_range = (range::MTU_MIN, max_mtu(fs));
+        let name = &h.name.value;
+        // It is a port like the others: in metrics labels, the API and plugin logs.
+        if !is_name(name) {
+            return Err(err(
+                h.name.referenced,
+                format!("host port name `{name}` is not valid: expected 1-32 letters, digits, `-`, `_` or `.`"),
+            ));
+        }
+        if let Some(first) = names.get(name.as_str()) {
+            return Err(err(
+                h.name.referenced,
+                format!("host port name `{name}` is already used by the port at line {}", first.line()),
+            ));
+        }
+        if let Some((port, _)) = interfaces.get(h.tap.value.as_str()) {
+            return Err(err(
+                h.tap.referenced,
+                format!("host.tap `{}` is port `{port}`'s interface; the TAP needs a name of its own", h.tap.value),
+            ));
+        }
+        // The same rule as when the TAP is made, so that `check` refuses what `run` would.
+        if let Err(e) = wasmswitch_tap::check_name(&h.tap.value).and_then(|()| wasmswitch_tap::check_free(&h.tap.value))
+        {
+            return Err(err(h.tap.referenced, format!("{e}")));
+        }
+        if let Err(e) = wasmswitch_tap::check_mac(h.mac.value.0) {
+            return Err(err(h.mac.referenced, format!("{e}")));
+        }
+        // One byte less than a port's: the TAP is read into the frame past its headroom, and
+        // a frame that fills that room could have been cut short (tun truncates to the
+        // read); a frame the MTU admits must not fill it, so that one that does is dropped
+        // as oversize, never forwarded truncated.
+        let host_mtu = (mtu_range.0, mtu_range.1 - 1);
+        if !(host_mtu.0..=host_mtu.1).contains(&h.mtu.value) {
+            return Err(err(
+                h.mtu.referenced,
+                format!(
+                    "host.mtu {} is out of range: expected {}-{} ({fs}-byte frames less {HEADROOM} bytes of headroom and 22 of Ethernet and VLAN headers, less one byte to tell a frame cut short by the TAP read)",
+                    h.mtu.value, host_mtu.0, host_mtu.1
+                ),
+            ));
+        }
+        within(&err, "host.workers", &h.workers, range::HOST_WORKERS)?;
+        within(&err, "host.bulk", &h.bulk, range::HOST_BULK)?;
+        let (lo, hi) = range::HOST_RING;
+        if !h.ring_size.value.is_power_of_two() || !(lo..=hi).contains(&h.ring_size.value) {
+            return Err(err(
+                h.ring_size.referenced,
+                format!("host.ring_size {} is not valid: expected a power of two from {lo} to {hi}", h.ring_size.value),
             ));
         }
         Ok(())
