@@ -1656,7 +1656,10 @@ mod tests {
         let rc = unsafe { libc::connect(std::os::fd::AsRawFd::as_raw_fd(&s), (&raw const sa).cast(), len) };
         assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
         let mut s = s;
-        s.set_write_timeout(Some(Duration::from_millis(300))).unwrap();
+        // A write blocked this long means the server has stopped reading: its writes to this
+        // client are stuck. Shorter, a server that was only descheduled (a loaded machine) ends
+        // the burst early, its answers all fit in the socket buffers and nothing is stuck.
+        s.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
         let burst = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").repeat(100);
         while s.write_all(burst.as_bytes()).is_ok() {}
         s
@@ -1664,14 +1667,15 @@ mod tests {
 
     #[test]
     fn clients_that_never_read_their_answers_give_their_slots_up_past_their_time() {
-        let server = HeldServer::start(Limits {
-            connection: Duration::from_millis(300),
-            max_connections: 2,
-            ..Limits::default()
-        });
+        // Each client takes a second or more to get stuck (see `unread_client`): their time
+        // must not run out before (a connection closed at its time with nothing stuck is not
+        // evicted).
+        let connection = Duration::from_millis(2500);
+        let server = HeldServer::start(Limits { connection, max_connections: 2, ..Limits::default() });
+        let t = std::time::Instant::now();
         let stuck: Vec<_> = (0..2).map(|_| unread_client(server.addr)).collect();
         // Past their time (they kept the slots until ANSWER_GRACE ran out: 5 minutes).
-        std::thread::sleep(Duration::from_millis(600));
+        std::thread::sleep((connection + Duration::from_millis(300)).saturating_sub(t.elapsed()));
         let health = server.getter()("/healthz", Some(Duration::from_secs(5))).expect("answered");
         assert!(health.starts_with("HTTP/1.1 200"), "a newcomer gets the slot of one that does not read: {health:?}");
         let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
