@@ -74,6 +74,11 @@ pub struct PortSlot {
     pub pool: PoolId,
 }
 
+/// One return buffer per pool: bulked (see [`PipelineOptions::bulk_return`]) or one frame at a time.
+fn bulk_returns(pools: usize, bulked: bool) -> Vec<BulkReturn> {
+    (0..pools).map(|_| if bulked { BulkReturn::new() } else { BulkReturn::single() }).collect()
+}
+
 impl PortSlot {
     /// An up port with no ingress stage, reporting queue 0, checksums left as they are, that
     /// sends what it would take in (`tx_max` is `max_frame`).
@@ -261,9 +266,7 @@ impl Pipeline {
             stats,
             opts,
             batch: Batch::default(),
-            bulks: (0..umems.len())
-                .map(|_| if opts.bulk_return { BulkReturn::new() } else { BulkReturn::single() })
-                .collect(),
+            bulks: bulk_returns(umems.len(), opts.bulk_return),
             umems,
             now: 0,
             own_mac: opts.host_mac.map_or(u64::MAX, MacAddr::to_u64),
@@ -279,8 +282,7 @@ impl Pipeline {
         }
         self.opts.bulk_return = bulk_return;
         self.opts.parse_all = parse_all;
-        self.bulks =
-            (0..self.umems.len()).map(|_| if bulk_return { BulkReturn::new() } else { BulkReturn::single() }).collect();
+        self.bulks = bulk_returns(self.umems.len(), bulk_return);
     }
 
     pub fn stats(&self) -> &Arc<WorkerStats> {
