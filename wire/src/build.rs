@@ -1,4 +1,7 @@
 //! Frame builders for the traffic generator, tests and the plugin test harness.
+//!
+//! They build frames of at most 64 KiB (the generator's fit a pool frame): the IP and UDP
+//! length fields are 16 bits, and a longer frame would get them wrapped.
 
 use alloc::vec::Vec;
 
@@ -12,6 +15,7 @@ fn eth_header(out: &mut Vec<u8>, dst: MacAddr, src: MacAddr, ethertype: u16) {
     out.extend_from_slice(&ethertype.to_be_bytes());
 }
 
+#[expect(clippy::cast_possible_truncation, reason = "frames are at most 64 KiB: header length fields are 16 bits")]
 fn ipv4_header(out: &mut Vec<u8>, src: [u8; 4], dst: [u8; 4], proto: u8, payload_len: usize) {
     let start = out.len();
     let total = (20 + payload_len) as u16;
@@ -54,6 +58,7 @@ pub fn ipv4_frame(dst: MacAddr, src: MacAddr, sip: [u8; 4], dip: [u8; 4], proto:
 
 /// An Ethernet/IPv6 frame carrying `payload` as next header `proto` (no extension headers),
 /// not padded: the payload length covers `payload` exactly.
+#[expect(clippy::cast_possible_truncation, reason = "frames are at most 64 KiB: header length fields are 16 bits")]
 pub fn ipv6_frame(dst: MacAddr, src: MacAddr, sip: [u8; 16], dip: [u8; 16], proto: u8, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(54 + payload.len());
     eth_header(&mut f, dst, src, ethertype::IPV6);
@@ -68,6 +73,7 @@ pub fn ipv6_frame(dst: MacAddr, src: MacAddr, sip: [u8; 16], dip: [u8; 16], prot
 
 /// An Ethernet/IPv4/UDP frame of exactly `frame_len` bytes (at least 42), valid IP and UDP
 /// checksums.
+#[expect(clippy::cast_possible_truncation, reason = "frames are at most 64 KiB: header length fields are 16 bits")]
 pub fn udp4_frame(
     dst: MacAddr,
     src: MacAddr,
@@ -117,23 +123,31 @@ pub fn tcp6_frame(dst: MacAddr, src: MacAddr, sip: [u8; 16], dip: [u8; 16], spor
 
 /// TCP flag bits, as in the header's 13th byte.
 pub mod tcp_flags {
+    /// No more data from the sender.
     pub const FIN: u8 = 0x01;
+    /// Synchronise sequence numbers (opens a connection).
     pub const SYN: u8 = 0x02;
+    /// Reset the connection.
     pub const RST: u8 = 0x04;
+    /// Push buffered data to the application.
     pub const PSH: u8 = 0x08;
+    /// The acknowledgment number is valid.
     pub const ACK: u8 = 0x10;
 }
 
 /// Source and destination addresses of either family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IpPair {
+    /// IPv4 (source, destination).
     V4([u8; 4], [u8; 4]),
+    /// IPv6 (source, destination).
     V6([u8; 16], [u8; 16]),
 }
 
 /// What a generated packet carries above IP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum L4 {
+    /// UDP with a zero-filled payload.
     Udp,
     /// TCP with these flags ([`tcp_flags`]).
     Tcp(u8),
@@ -141,6 +155,7 @@ pub enum L4 {
 
 /// An Ethernet/IPv4-or-IPv6/TCP-or-UDP frame of `frame_len` bytes (at least the headers; short
 /// IPv4 frames are padded to 60), valid checksums.
+#[expect(clippy::cast_possible_truncation, reason = "frames are at most 64 KiB: header length fields are 16 bits")]
 pub fn l4_frame(dst: MacAddr, src: MacAddr, ip: IpPair, l4: L4, sport: u16, dport: u16, frame_len: usize) -> Vec<u8> {
     let (proto, l4_hdr) = match l4 {
         L4::Udp => (ipproto::UDP, 8),

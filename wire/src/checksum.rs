@@ -55,6 +55,7 @@ pub fn sum_native(data: &[u8], mut acc: u64) -> u64 {
 
 /// Folds a native-order sum from [`sum_native`] to 16 bits, in network order as a number.
 #[inline]
+#[expect(clippy::cast_possible_truncation, reason = "the five folds leave at most 0xffff")]
 pub fn fold(mut acc: u64) -> u16 {
     acc = (acc & 0xffff_ffff) + (acc >> 32);
     acc = (acc & 0xffff_ffff) + (acc >> 32);
@@ -73,6 +74,10 @@ pub fn checksum(data: &[u8]) -> u16 {
 /// ten 32-bit adds, no loop over a byte tail (this runs for every TCP/UDP frame of a port that
 /// completes checksums).
 #[inline]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "an L4 length ends within a 16-bit L3 offset plus 40 plus a 16-bit IP length: under 2^18"
+)]
 fn pseudo_header_sum(src: &[u8], dst: &[u8], proto: u8, l4_len: usize) -> u64 {
     // Length and protocol as IPv6 writes them: two 32-bit big-endian words (the same sum for
     // IPv4's 16-bit length and zero-padded protocol).
@@ -201,7 +206,7 @@ mod tests {
         while sum >> 16 != 0 {
             sum = (sum & 0xffff) + (sum >> 16);
         }
-        !(sum as u16)
+        !u16::try_from(sum).unwrap()
     }
 
     /// The pseudo-header (as bytes) and the L4 segment of `f`, computed without this module.
@@ -216,7 +221,7 @@ mod tests {
             p.extend_from_slice(&f[l3 + 8..l3 + 40]);
             l3 + 40 + u16::from_be_bytes([f[l3 + 4], f[l3 + 5]]) as usize
         };
-        p.extend_from_slice(&((end - l4) as u32).to_be_bytes());
+        p.extend_from_slice(&u32::try_from(end - l4).unwrap().to_be_bytes());
         p.extend_from_slice(&[0, 0, 0, m.ip_proto]);
         let field = l4 + if m.ip_proto == ipproto::TCP { 16 } else { 6 };
         (p, l4..end, field)

@@ -5,6 +5,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
+/// An untagged Ethernet II header (two addresses and the ethertype), in bytes.
 pub const HEADER_LEN: usize = 14;
 /// Length of an 802.1Q tag (TPID and TCI), inserted between the source MAC and the ethertype.
 pub const TAG_LEN: usize = 4;
@@ -12,7 +13,9 @@ pub const TAG_LEN: usize = 4;
 /// Byte ranges of the header (and of an 802.1Q tag where there is one).
 pub mod field {
     use core::ops::Range;
+    /// Destination address.
     pub const DST: Range<usize> = 0..6;
+    /// Source address.
     pub const SRC: Range<usize> = 6..12;
     /// The ethertype, or the TPID of the outer tag.
     pub const ETHERTYPE: Range<usize> = 12..14;
@@ -27,6 +30,7 @@ pub mod field {
 pub struct MacAddr(pub [u8; 6]);
 
 impl MacAddr {
+    /// ff:ff:ff:ff:ff:ff.
     pub const BROADCAST: MacAddr = MacAddr([0xff; 6]);
 
     /// Group (broadcast or multicast) address: I/G bit set.
@@ -50,12 +54,14 @@ impl MacAddr {
         b[..5] == [0x01, 0x80, 0xc2, 0x00, 0x00] && b[5] & 0xf0 == 0
     }
 
+    /// The address as the low 48 bits of a `u64`, its first byte the most significant.
     #[inline]
     pub fn to_u64(self) -> u64 {
         let b = self.0;
         u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]])
     }
 
+    /// The inverse of [`MacAddr::to_u64`]: the low 48 bits of `v` (the rest is ignored).
     #[inline]
     pub fn from_u64(v: u64) -> Self {
         let b = v.to_be_bytes();
@@ -128,6 +134,7 @@ pub struct EthernetFrame<'a> {
 }
 
 impl<'a> EthernetFrame<'a> {
+    /// Views `buf`; `Err` when it is shorter than [`HEADER_LEN`].
     #[inline]
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, Truncated> {
         if buf.len() < HEADER_LEN {
@@ -136,21 +143,25 @@ impl<'a> EthernetFrame<'a> {
         Ok(Self { buf })
     }
 
+    /// Destination address.
     #[inline]
     pub fn dst(&self) -> MacAddr {
         MacAddr::from_bytes(&self.buf[0..6])
     }
 
+    /// Source address.
     #[inline]
     pub fn src(&self) -> MacAddr {
         MacAddr::from_bytes(&self.buf[6..12])
     }
 
+    /// The ethertype field: the outer tag's TPID when the frame is tagged.
     #[inline]
     pub fn ethertype(&self) -> u16 {
         u16::from_be_bytes([self.buf[12], self.buf[13]])
     }
 
+    /// Everything after the 14-byte header (the tag's TCI and inner ethertype first, when tagged).
     #[inline]
     pub fn payload(&self) -> &'a [u8] {
         &self.buf[HEADER_LEN..]
@@ -221,7 +232,7 @@ mod tests {
 
     #[test]
     fn addr_bits_are_the_two_addresses_as_to_u64_gives_them() {
-        let frame: Vec<u8> = (1..=HEADER_LEN as u8).collect();
+        let frame: Vec<u8> = (1..=u8::try_from(HEADER_LEN).unwrap()).collect();
         let eth = EthernetFrame::new_checked(&frame).unwrap();
         assert_eq!(addr_bits(&frame), Some((eth.dst().to_u64(), eth.src().to_u64())));
         assert_eq!(addr_bits(&frame), Some((0x0102_0304_0506, 0x0708_090a_0b0c)));

@@ -3,7 +3,9 @@
 use crate::checksum::checksum;
 use crate::ethernet::Truncated;
 
+/// An IPv4 header without options (IHL 5), in bytes.
 pub const IPV4_MIN_HEADER_LEN: usize = 20;
+/// The IPv6 fixed header, in bytes; extension headers follow it.
 pub const IPV6_HEADER_LEN: usize = 40;
 
 /// IPv4 header fields (RFC 791), as offsets into the header.
@@ -11,13 +13,19 @@ pub mod ipv4_field {
     use core::ops::Range;
     /// Version (high nibble) and header length in 32-bit words (low nibble).
     pub const VER_IHL: usize = 0;
+    /// Total length in bytes, header included (Ethernet padding may follow it).
     pub const TOTAL_LEN: Range<usize> = 2..4;
     /// Flags (3 bits, `MF` is 0x20 of the first byte) and fragment offset (13 bits).
     pub const FLAGS_FRAG: Range<usize> = 6..8;
+    /// Time to live.
     pub const TTL: usize = 8;
+    /// Upper-layer protocol ([`crate::ipproto`]).
     pub const PROTOCOL: usize = 9;
+    /// Header checksum (over the header only).
     pub const CHECKSUM: Range<usize> = 10..12;
+    /// Source address.
     pub const SRC: Range<usize> = 12..16;
+    /// Destination address.
     pub const DST: Range<usize> = 16..20;
 }
 
@@ -26,10 +34,15 @@ pub mod ipv6_field {
     use core::ops::Range;
     /// Version (high nibble of the first byte), traffic class and flow label.
     pub const VER_TC_FLOW: Range<usize> = 0..4;
+    /// Payload length in bytes: all that follows the fixed header, extension headers included.
     pub const PAYLOAD_LEN: Range<usize> = 4..6;
+    /// The first extension header's type, or the upper-layer protocol.
     pub const NEXT_HEADER: usize = 6;
+    /// Hop limit.
     pub const HOP_LIMIT: usize = 7;
+    /// Source address.
     pub const SRC: Range<usize> = 8..24;
+    /// Destination address.
     pub const DST: Range<usize> = 24..40;
 }
 
@@ -45,6 +58,7 @@ pub struct Ipv4Packet<'a> {
 }
 
 impl<'a> Ipv4Packet<'a> {
+    /// Views `buf` (starting at the IPv4 header) after the checks [`Ipv4Packet`] lists.
     #[inline]
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, Truncated> {
         if buf.len() < IPV4_MIN_HEADER_LEN || buf[ipv4_field::VER_IHL] >> 4 != 4 {
@@ -58,21 +72,25 @@ impl<'a> Ipv4Packet<'a> {
         Ok(Self { buf })
     }
 
+    /// Header length in bytes (IHL × 4: 20 to 60).
     #[inline]
     pub fn header_len(&self) -> usize {
         ((self.buf[ipv4_field::VER_IHL] & 0x0f) as usize) * 4
     }
 
+    /// The total length field: header and payload in bytes, at most the buffer's length.
     #[inline]
     pub fn total_len(&self) -> usize {
         be16(self.buf, ipv4_field::TOTAL_LEN) as usize
     }
 
+    /// The upper-layer protocol ([`crate::ipproto`]).
     #[inline]
     pub fn protocol(&self) -> u8 {
         self.buf[ipv4_field::PROTOCOL]
     }
 
+    /// Source address.
     #[inline]
     pub fn src(&self) -> [u8; 4] {
         let mut a = [0u8; 4];
@@ -80,6 +98,7 @@ impl<'a> Ipv4Packet<'a> {
         a
     }
 
+    /// Destination address.
     #[inline]
     pub fn dst(&self) -> [u8; 4] {
         let mut a = [0u8; 4];
@@ -93,11 +112,13 @@ impl<'a> Ipv4Packet<'a> {
         be16(self.buf, ipv4_field::FLAGS_FRAG) & 0x1fff
     }
 
+    /// A fragment: a non-zero offset or the more-fragments bit.
     #[inline]
     pub fn is_fragment(&self) -> bool {
         self.fragment_offset() != 0 || self.buf[ipv4_field::FLAGS_FRAG.start] & 0x20 != 0
     }
 
+    /// Whether the header checksum verifies.
     #[inline]
     pub fn checksum_ok(&self) -> bool {
         checksum(&self.buf[..self.header_len()]) == 0
@@ -111,6 +132,7 @@ pub struct Ipv6Packet<'a> {
 }
 
 impl<'a> Ipv6Packet<'a> {
+    /// Views `buf` (starting at the IPv6 header) after the checks [`Ipv6Packet`] lists.
     #[inline]
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, Truncated> {
         if buf.len() < IPV6_HEADER_LEN || buf[ipv6_field::VER_TC_FLOW.start] >> 4 != 6 {
@@ -123,11 +145,14 @@ impl<'a> Ipv6Packet<'a> {
         Ok(Self { buf })
     }
 
+    /// The fixed header's next header: the first extension header's type, or the upper-layer
+    /// protocol.
     #[inline]
     pub fn next_header(&self) -> u8 {
         self.buf[ipv6_field::NEXT_HEADER]
     }
 
+    /// Source address.
     #[inline]
     pub fn src(&self) -> [u8; 16] {
         let mut a = [0u8; 16];
@@ -135,6 +160,7 @@ impl<'a> Ipv6Packet<'a> {
         a
     }
 
+    /// Destination address.
     #[inline]
     pub fn dst(&self) -> [u8; 16] {
         let mut a = [0u8; 16];
@@ -212,13 +238,21 @@ pub struct UpperLayer {
 /// The IPv6 extension headers [`Ipv6Packet::upper_layer`] walks through: RFC 7045's list less
 /// ESP (50), whose contents are encrypted, and No Next Header (59).
 pub mod ext {
+    /// Hop-by-hop options (RFC 8200).
     pub const HOP_BY_HOP: u8 = 0;
+    /// Routing header (RFC 8200).
     pub const ROUTING: u8 = 43;
+    /// Fragment header (RFC 8200): always 8 bytes.
     pub const FRAGMENT: u8 = 44;
+    /// Authentication header (RFC 4302): its length is in 4-byte units.
     pub const AH: u8 = 51;
+    /// Destination options (RFC 8200).
     pub const DEST_OPTS: u8 = 60;
+    /// Mobility header (RFC 6275).
     pub const MOBILITY: u8 = 135;
+    /// Host Identity Protocol (RFC 7401).
     pub const HIP: u8 = 139;
+    /// Shim6 (RFC 5533).
     pub const SHIM6: u8 = 140;
 
     /// Whether the walk goes through a header of type `nh`.

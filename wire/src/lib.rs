@@ -14,6 +14,9 @@
 #![cfg_attr(not(test), no_std)]
 // A library's `pub` is what other crates may use; the rest says `pub(crate)`.
 #![warn(unreachable_pub)]
+// Every public item says what it is; casts that could drop bits say why they cannot.
+#![warn(missing_docs)]
+#![warn(clippy::cast_possible_truncation)]
 
 extern crate alloc;
 
@@ -27,18 +30,27 @@ pub use ip::{Ipv4Packet, Ipv6Packet, UpperLayer};
 
 /// Ethertypes the parser understands.
 pub mod ethertype {
+    /// IPv4.
     pub const IPV4: u16 = 0x0800;
+    /// ARP (switched, never parsed past L2).
     pub const ARP: u16 = 0x0806;
+    /// An 802.1Q tag's TPID (a C-tag).
     pub const VLAN: u16 = 0x8100;
+    /// An 802.1ad tag's TPID (an S-tag, the outer tag of Q-in-Q).
     pub const QINQ: u16 = 0x88a8;
+    /// IPv6.
     pub const IPV6: u16 = 0x86dd;
 }
 
 /// IP protocol numbers the parser extracts ports for.
 pub mod ipproto {
+    /// TCP: ports parsed, 20-byte minimum header.
     pub const TCP: u8 = 6;
+    /// UDP: ports parsed, 8-byte header.
     pub const UDP: u8 = 17;
+    /// ICMP (no ports).
     pub const ICMP: u8 = 1;
+    /// ICMPv6 (no ports).
     pub const ICMPV6: u8 = 58;
 }
 
@@ -60,10 +72,16 @@ pub enum ParseError {
 
 /// Flags in [`PacketMeta::flags`].
 pub mod flags {
+    /// The frame has at least one VLAN tag; [`PacketMeta::vlan`] is the outer one's VID.
     pub const VLAN: u16 = 1 << 0;
+    /// An IPv4 header that passed [`crate::Ipv4Packet::new_checked`].
     pub const IPV4: u16 = 1 << 1;
+    /// An IPv6 header that passed [`crate::Ipv6Packet::new_checked`].
     pub const IPV6: u16 = 1 << 2;
+    /// A whole TCP/UDP header lies inside the IP packet at [`PacketMeta::l4_offset`]:
+    /// [`PacketMeta::ports`] answers.
     pub const L4_PORTS: u16 = 1 << 3;
+    /// An IP fragment, first or later (an atomic IPv6 fragment is not one).
     pub const FRAGMENT: u16 = 1 << 4;
     /// Destination MAC has the group bit (broadcast or multicast).
     pub const GROUP_DST: u16 = 1 << 5;
@@ -92,10 +110,12 @@ pub struct PacketMeta {
     pub l4_offset: u16,
     /// IP protocol (IPv4) or final next-header (IPv6); 0 when not IP.
     pub ip_proto: u8,
+    /// Pads the struct to 16 bytes; the parser never writes it.
     pub _reserved: [u8; 3],
 }
 
 impl PacketMeta {
+    /// Whether `flag` (one of [`flags`]) is set.
     #[inline]
     pub fn has(&self, flag: u16) -> bool {
         self.flags & flag != 0
@@ -139,6 +159,10 @@ impl PacketMeta {
     /// The Ethernet part of the metadata of a frame of `len` bytes, from [`parse_l2`]; the L3
     /// and L4 offsets are reset to 0 for [`parse_l3_into`] to fill.
     #[inline]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "frames are at most 64 KiB (the datapath's fit a 2 or 4 KiB pool frame)"
+    )]
     pub fn set_l2(&mut self, len: usize, l2: &L2Info) {
         self.len = len as u16;
         self.flags = l2.flags;
@@ -242,6 +266,10 @@ pub fn parse_l2_into(frame: &[u8], max_len: usize, m: &mut PacketMeta) -> Result
 /// The IP and TCP/UDP part of [`parse_into`], for a frame whose L3 header starts at `off`
 /// (as [`parse_l2_into`] returned it): fills the rest of `m`.
 #[inline(always)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "each offset is at most `frame.len()`, and frames are at most 64 KiB"
+)]
 pub fn parse_l3_into(frame: &[u8], off: usize, m: &mut PacketMeta) -> Result<(), ParseError> {
     m.ip_proto = 0;
     let l3 = &frame[off..];
@@ -414,15 +442,15 @@ mod tests {
             let mut h = vec![0u8; len];
             h[0] = next;
             h[1] = match t {
-                ip::ext::AH => (len / 4 - 2) as u8,
+                ip::ext::AH => u8::try_from(len / 4 - 2).unwrap(),
                 ip::ext::FRAGMENT => 0,
-                _ => (len / 8 - 1) as u8,
+                _ => u8::try_from(len / 8 - 1).unwrap(),
             };
             ext.extend_from_slice(&h);
         }
         let mut out = f[..54].to_vec();
         out[20] = chain.first().map_or(ipproto::TCP, |c| c.0);
-        out[18..20].copy_from_slice(&((ext.len() + tcp.len()) as u16).to_be_bytes());
+        out[18..20].copy_from_slice(&u16::try_from(ext.len() + tcp.len()).unwrap().to_be_bytes());
         out.extend_from_slice(&ext);
         out.extend_from_slice(&tcp);
         (out, 54 + ext.len())
@@ -517,7 +545,7 @@ mod tests {
             }
             let packet_end = match cut {
                 Some(c) if c < f.len() - 54 => {
-                    f[18..20].copy_from_slice(&(c as u16).to_be_bytes());
+                    f[18..20].copy_from_slice(&u16::try_from(c).unwrap().to_be_bytes());
                     54 + c
                 }
                 _ => f.len(),
