@@ -44,11 +44,13 @@ impl L2Header {
         Self { keys: [s, d], buckets: [sb, db], vlan, tag: tag.unwrap_or(NO_TAG) }
     }
 
+    /// Where the FDB keeps the frame's source address.
     #[inline]
     pub fn src(&self) -> Place {
         Place::from_parts(self.keys[0], self.buckets[0])
     }
 
+    /// Where the FDB keeps the frame's destination address.
     #[inline]
     pub fn dst(&self) -> Place {
         Place::from_parts(self.keys[1], self.buckets[1])
@@ -70,10 +72,15 @@ impl L2Header {
 /// Up to [`BATCH_SIZE`] received packets with their parsed metadata and verdicts, stored as
 /// parallel arrays so each stage walks one dense array. Allocated once per worker, reused.
 pub struct Batch {
+    /// Packets in the batch (at most [`BATCH_SIZE`]): the first `len` entries of each array.
     pub len: usize,
+    /// Where each packet lies in its UMEM.
     pub descs: [Desc; BATCH_SIZE],
+    /// Each packet's parsed headers.
     pub meta: [PacketMeta; BATCH_SIZE],
+    /// Each packet's FDB places and VLAN, for the L2 stage.
     pub l2: [L2Header; BATCH_SIZE],
+    /// What the verdict stage decided for each packet.
     pub verdicts: [Verdict; BATCH_SIZE],
 }
 
@@ -90,6 +97,7 @@ impl Default for Batch {
 }
 
 impl Batch {
+    /// Empties the batch (the arrays keep their stale contents).
     pub fn clear(&mut self) {
         self.len = 0;
     }
@@ -101,6 +109,7 @@ impl Batch {
         0..self.len.min(BATCH_SIZE)
     }
 
+    /// The descriptors of the batch's packets.
     pub fn descs(&self) -> &[Desc] {
         &self.descs[..self.len]
     }

@@ -26,6 +26,7 @@ impl Counter {
         self.0.store(self.0.load(Ordering::Relaxed).saturating_add(n), Ordering::Relaxed);
     }
 
+    /// Adds 1. Must only be called by the counter's owning thread.
     #[inline]
     pub fn inc(&self) {
         self.add(1);
@@ -48,11 +49,13 @@ impl Counter {
 pub struct Gauge(AtomicU64);
 
 impl Gauge {
+    /// Sets the level. Must only be called by the gauge's owning thread.
     #[inline]
     pub fn set(&self, v: u64) {
         self.0.store(v, Ordering::Relaxed);
     }
 
+    /// Reads the current level (any thread).
     #[inline]
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
@@ -61,6 +64,10 @@ impl Gauge {
 
 /// Reads the CPU's time-stamp counter: the clock for busy cycles per packet.
 #[inline]
+#[cfg_attr(
+    not(target_arch = "x86_64"),
+    expect(clippy::cast_possible_truncation, reason = "u64 nanoseconds since the first call last 584 years")
+)]
 pub fn cycles() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {

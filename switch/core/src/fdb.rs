@@ -181,7 +181,12 @@ pub enum StaticError {
     /// The entry's bucket already holds [`MAX_STATICS_PER_BUCKET`] static entries.
     BucketFull,
     /// The table already holds [`max_statics`] static entries (`max` of a table of `capacity`).
-    TableFull { max: usize, capacity: usize },
+    TableFull {
+        /// The table's static budget, [`max_statics`] of its capacity.
+        max: usize,
+        /// The table's capacity in entries.
+        capacity: usize,
+    },
     /// A group (multicast) or all-zero address cannot be a station.
     GroupAddress,
 }
@@ -216,11 +221,15 @@ struct PortLearned {
 /// One entry, as [`Fdb::entries`] reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Entry {
+    /// The VLAN it was learned or added in.
     pub vlan: u16,
+    /// The station's address.
     pub mac: MacAddr,
+    /// The port frames to it leave by.
     pub port: PortId,
     /// Ticks since last seen (0 for static entries).
     pub age: u32,
+    /// Added by the config or the API: never aged, moved or evicted.
     pub is_static: bool,
 }
 
@@ -256,7 +265,7 @@ impl std::str::FromStr for MacPrefix {
                 return Err(format!("`{s}` is not a MAC prefix (bad byte `{p}`: {expected})"));
             }
             let byte = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC prefix ({expected})"))?;
-            let shift = 40 - 8 * i as u32;
+            let shift = 40 - 8 * i;
             bits |= u64::from(byte) << shift;
             mask |= 0xff << shift;
         }
@@ -267,7 +276,9 @@ impl std::str::FromStr for MacPrefix {
 /// Which entries a listing ([`Fdb::page`]) returns: every condition given must hold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Select {
+    /// Only entries on this port.
     pub port: Option<PortId>,
+    /// Only entries in this VLAN.
     pub vlan: Option<u16>,
     /// Every MAC begins with the empty prefix (the default).
     pub mac: MacPrefix,
@@ -276,7 +287,9 @@ pub struct Select {
 /// Which entries a flush removes: every condition given must hold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Flush {
+    /// Only entries on this port.
     pub port: Option<PortId>,
+    /// Only entries in this VLAN.
     pub vlan: Option<u16>,
     /// Static entries too (learned ones always).
     pub statics: bool,
@@ -291,6 +304,7 @@ pub struct FdbStats {
     pub resize_dropped: Counter,
 }
 
+/// The table: (VLAN, MAC) → port, shared lock-free by every worker (see the module docs).
 pub struct Fdb {
     buckets: Box<[Bucket]>,
     mask: usize,
@@ -311,6 +325,7 @@ pub struct Fdb {
     id: u64,
     /// Entries the last aging sweep counted ([`Fdb::counted`]).
     counted: AtomicUsize,
+    /// Counts of the aging sweep and of resizes.
     pub stats: FdbStats,
 }
 
@@ -348,6 +363,10 @@ fn ticks_since(seen: u32, now: u32) -> u32 {
 
 /// The port + 1 of a port word.
 #[inline]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the low 16 bits are the port + 1; the generation above is dropped on purpose"
+)]
 fn port_of(w: u32) -> u16 {
     w as u16
 }
@@ -491,6 +510,7 @@ impl Fdb {
         self.aging_ticks.store(ticks, Ordering::Relaxed);
     }
 
+    /// Entries the table has slots for: whole buckets, at least the capacity asked for.
     pub fn capacity(&self) -> usize {
         self.buckets.len() * SLOTS
     }
@@ -522,7 +542,9 @@ impl Fdb {
     #[inline]
     pub fn place_bits(&self, vlan: u16, mac: u64) -> Place {
         let key = key_bits(vlan, mac);
-        Place { key, bucket: self.bucket_of(key) as u32 }
+        #[expect(clippy::cast_possible_truncation, reason = "`bucket_index` keeps 24 bits of the hash")]
+        let bucket = self.bucket_of(key) as u32;
+        Place { key, bucket }
     }
 
     /// Starts loading the bucket of `at` into cache (the parser prefetches every lookup of a
@@ -975,6 +997,7 @@ impl Fdb {
             .count()
     }
 
+    /// Whether the table has no entry (walks it, as [`Fdb::len`]).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -1019,14 +1042,17 @@ pub struct CurrentFdb {
 }
 
 impl CurrentFdb {
+    /// Starts with `fdb` as the current table.
     pub fn new(fdb: Arc<Fdb>) -> Self {
         Self { table: RwLock::new(fdb), edits: RwLock::new(()) }
     }
 
+    /// The current table.
     pub fn get(&self) -> Arc<Fdb> {
         self.table.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Makes `fdb` the current table (a resize; the workers get it separately).
     pub fn set(&self, fdb: Arc<Fdb>) {
         *self.table.write().unwrap_or_else(|e| e.into_inner()) = fdb;
     }
@@ -1114,7 +1140,7 @@ mod tests {
         let f = Fdb::new(8, 100); // one bucket
         f.add_static(1, mac(50), 4).unwrap();
         for i in 0..7 {
-            f.learn(1, mac(i), 1, 10 + i as u32);
+            f.learn(1, mac(i), 1, 10 + u32::try_from(i).unwrap());
         }
         assert_eq!(f.learn(1, mac(100), 2, 20), Learned::Evicted);
         assert_eq!(f.lookup(1, mac(0)), None, "the stalest learned entry went");
@@ -1178,7 +1204,7 @@ mod tests {
         assert_eq!(f.learn(1, mac(0), 1, 100), Learned::Known);
         assert_eq!(f.entries(101)[0].age, 0, "a worker a tick behind does not move the tick back");
         for i in 1..8 {
-            f.learn(1, mac(i), 1, 95 + i as u32);
+            f.learn(1, mac(i), 1, 95 + u32::try_from(i).unwrap());
         }
         assert_eq!(f.learn(1, mac(100), 2, 100), Learned::Evicted);
         assert_eq!(f.lookup(1, mac(0)), Some(1), "the entry seen on the later tick stays");
@@ -1245,7 +1271,7 @@ mod tests {
         }
         for j in 0..2048u64 {
             let m = MacAddr::from_u64(0x0400_0000_0000 + j);
-            let r = f.learn(1, m, 3, j as u32);
+            let r = f.learn(1, m, 3, u32::try_from(j).unwrap());
             assert!(matches!(r, Learned::New | Learned::Evicted), "{m}: {r:?}");
             assert_eq!(f.lookup(1, m), Some(3), "{m} learned and found");
         }
@@ -1265,7 +1291,7 @@ mod tests {
         assert!(err.to_string().contains("already holds 6 static entries"), "{err}");
         assert_eq!(f.lookup(1, seventh), None);
         for (t, m) in std::iter::once(seventh).chain(same.take(10)).enumerate() {
-            let r = f.learn(1, m, 2, t as u32);
+            let r = f.learn(1, m, 2, u32::try_from(t).unwrap());
             assert!(matches!(r, Learned::New | Learned::Evicted), "{m}: {r:?}");
             assert_eq!(f.lookup(1, m), Some(2));
         }
@@ -1320,7 +1346,7 @@ mod tests {
         let one = Fdb::new(8, 100);
         one.set_max_learned(1, 100);
         for i in 0..8 {
-            one.learn(1, mac(i), 1, i as u32);
+            one.learn(1, mac(i), 1, u32::try_from(i).unwrap());
         }
         assert_eq!(one.learn(1, mac(8), 2, 9), Learned::Evicted);
         assert_eq!((one.learned_on(1), one.learned_on(2)), (7, 1));
@@ -1510,7 +1536,7 @@ mod tests {
                 let f = f.clone();
                 std::thread::spawn(move || {
                     for i in 0..2000u64 {
-                        f.learn(1, mac(i * 2 + t), t as PortId, 0);
+                        f.learn(1, mac(i * 2 + t), PortId::try_from(t).unwrap(), 0);
                     }
                 })
             })
@@ -1681,7 +1707,12 @@ mod tests {
     fn a_resized_table_keeps_entries_ages_and_counters() {
         let old = Fdb::new(64, 300);
         for i in 0..40u64 {
-            old.learn(1, MacAddr::from_u64(0x0200_0000_0000 + i), (i % 3) as PortId, i as u32);
+            old.learn(
+                1,
+                MacAddr::from_u64(0x0200_0000_0000 + i),
+                PortId::try_from(i % 3).unwrap(),
+                u32::try_from(i).unwrap(),
+            );
         }
         old.add_static(7, mac(1000), 2).unwrap();
         old.stats.aged.add(7);
@@ -1692,7 +1723,7 @@ mod tests {
         let small = old.resized(8, 100).unwrap();
         assert!(small.len() <= small.capacity() && !small.is_empty());
         // What did not fit is counted, and the count carries over to the next table.
-        assert_eq!(small.stats.resize_dropped.get() as usize, old.len() - small.len());
+        assert_eq!(usize::try_from(small.stats.resize_dropped.get()).unwrap(), old.len() - small.len());
         assert_eq!(small.resized(4096, 100).unwrap().stats.resize_dropped.get(), small.stats.resize_dropped.get());
         assert_eq!(small.lookup(7, mac(1000)), Some(2), "static entries go first");
         // What was kept is what the old table said.

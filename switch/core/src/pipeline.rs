@@ -143,6 +143,7 @@ impl PortSlot {
 /// Options that shape a pipeline (mostly for benchmark ablations).
 #[derive(Clone, Copy, Debug)]
 pub struct PipelineOptions {
+    /// How packets are forwarded: learning L2, or a ceiling measurement.
     pub mode: ForwardMode,
     /// Return TX completions 16 at a time (`true`) or one at a time (ablation).
     pub bulk_return: bool,
@@ -181,6 +182,7 @@ fn clamp_batch(batch: usize) -> usize {
     batch.clamp(1, BATCH_SIZE)
 }
 
+#[expect(clippy::cast_possible_truncation, reason = "ports are indexed by PortId (and the config allows 64)")]
 fn rx_list(ports: &[PortSlot]) -> Vec<(PortId, usize)> {
     ports
         .iter()
@@ -285,6 +287,7 @@ impl Pipeline {
         self.bulks = bulk_returns(self.umems.len(), bulk_return);
     }
 
+    /// This worker's counters.
     pub fn stats(&self) -> &Arc<WorkerStats> {
         &self.stats
     }
@@ -294,6 +297,7 @@ impl Pipeline {
         &self.pools
     }
 
+    /// This worker's view of each port, by port id (an absent slot where no port has the id).
     pub fn ports(&self) -> &[PortSlot] {
         &self.ports
     }
@@ -1080,6 +1084,7 @@ enum Egress {
 /// 4 bytes on), pushed into the frame's headroom, or a priority tag given its VLAN's id.
 /// `None` when a tag must be pushed and the frame has no headroom left.
 #[inline]
+#[expect(clippy::cast_possible_truncation, reason = "`tag` is TAG_LEN, 4")]
 fn egress_form(umem: &Umem, f: Frame, untagged: bool) -> Option<Desc> {
     let Frame { d, vlan, tag: vid, .. } = f;
     let len = d.len as usize;
@@ -1375,7 +1380,7 @@ mod tests {
                 let addr = pool.alloc().expect("test pool is large enough") + 256;
                 // SAFETY: the frame was just allocated to this test.
                 unsafe { self.umem.bytes_mut(addr, f.len()) }.copy_from_slice(&f);
-                out[n] = Desc { addr, len: f.len() as u32, options: 0 };
+                out[n] = Desc { addr, len: u32::try_from(f.len()).unwrap(), options: 0 };
                 n += 1;
             }
             n
@@ -1408,8 +1413,11 @@ mod tests {
         let b = MacAddr([2, 0, 0, 0, 0, 0xb]);
         let frame = |dst, src, seq: u16| ethernet_frame(dst, src, 0x88b5, &[&seq.to_be_bytes()[..], &[7; 58]].concat());
         let umems = [Arc::new(Umem::new(256, 2048).unwrap()), Arc::new(Umem::new(256, 2048).unwrap())];
-        let pools: Vec<_> =
-            umems.iter().enumerate().map(|(i, u)| SharedPool::new(PoolId(i as u16), u.clone(), 64)).collect();
+        let pools: Vec<_> = umems
+            .iter()
+            .enumerate()
+            .map(|(i, u)| SharedPool::new(PoolId(u16::try_from(i).unwrap()), u.clone(), 64))
+            .collect();
         let pool_stats = Arc::new(crate::pool::PoolStats::default());
         let caches = pools
             .iter()

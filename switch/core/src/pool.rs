@@ -90,14 +90,17 @@ impl SharedPool {
         })
     }
 
+    /// This pool's id.
     pub fn id(&self) -> PoolId {
         self.id
     }
 
+    /// The frame memory the pool hands out.
     pub fn umem(&self) -> &Arc<Umem> {
         &self.umem
     }
 
+    /// Every frame of the pool, wherever it is now.
     pub fn total_frames(&self) -> usize {
         self.umem.frames() as usize
     }
@@ -167,7 +170,9 @@ impl SharedPool {
 /// shared locked lists one frame at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AllocMode {
+    /// The per-worker LIFO cache, refilled from and spilled to the shared lists in bulk.
     Recycling,
+    /// One frame at a time through the shared lists' lock (the ablation).
     SharedLocked,
 }
 
@@ -181,6 +186,8 @@ pub struct PoolCache {
 }
 
 impl PoolCache {
+    /// A cache of up to `capacity` frames (at least [`BULK`]) on `shared`, counting into
+    /// stats of its own.
     pub fn new(shared: Arc<SharedPool>, capacity: usize, mode: AllocMode) -> Self {
         Self::with_stats(shared, capacity, mode, Arc::default())
     }
@@ -199,18 +206,22 @@ impl PoolCache {
         self.mode = mode;
     }
 
+    /// The pool this cache draws from.
     pub fn shared(&self) -> &Arc<SharedPool> {
         &self.shared
     }
 
+    /// Its pool's id.
     pub fn id(&self) -> PoolId {
         self.shared.id
     }
 
+    /// Its pool's frame memory.
     pub fn umem(&self) -> &Arc<Umem> {
         &self.shared.umem
     }
 
+    /// The counters this cache writes.
     pub fn stats(&self) -> &Arc<PoolStats> {
         &self.stats
     }
@@ -360,6 +371,7 @@ impl Default for BulkReturn {
 }
 
 impl BulkReturn {
+    /// An empty queue of up to [`BULK`] frames; the first push names its pool.
     pub fn new() -> Self {
         Self { pool: PoolId(0), owner: None, count: 0, frames: [0; BULK], limit: BULK }
     }
@@ -423,6 +435,7 @@ impl BulkReturn {
         self.count = 0;
     }
 
+    /// Whether no frame is queued.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
@@ -465,7 +478,8 @@ pub fn check_no_leak(pool: &SharedPool, elsewhere: &[u64]) -> Result<(), String>
     let fs = pool.umem().frame_size() as u64;
     let mut seen = vec![false; total];
     for a in all {
-        let i = (a / fs) as usize;
+        // An index past usize (a 32-bit target) is no frame of this pool either.
+        let i = usize::try_from(a / fs).unwrap_or(usize::MAX);
         if a % fs != 0 || i >= total {
             return Err(format!("address {a:#x} is not a frame base of this pool"));
         }

@@ -11,10 +11,15 @@ use crate::wire::ParseError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum DropReason {
+    /// Shorter than an Ethernet header ([`ParseError::Runt`]).
     Runt,
+    /// A VLAN tag cut short ([`ParseError::TruncatedVlan`]).
     TruncatedVlan,
+    /// A bad or cut IPv4/IPv6 header ([`ParseError::BadL3`]).
     BadL3,
+    /// A TCP/UDP header cut short ([`ParseError::TruncatedL4`]).
     TruncatedL4,
+    /// Longer than the ingress port's maximum frame ([`ParseError::Oversize`]).
     Oversize,
     /// A plugin said `drop` (or its error policy did).
     Policy,
@@ -48,6 +53,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
+    /// Every reason, in declaration order: `ALL[r as usize] == r`.
     pub const ALL: [DropReason; 18] = [
         DropReason::Runt,
         DropReason::TruncatedVlan,
@@ -68,8 +74,10 @@ impl DropReason {
         DropReason::BadSource,
         DropReason::EgressMtuExceeded,
     ];
+    /// How many reasons there are (the length of [`PortStats::drops`]).
     pub const COUNT: usize = Self::ALL.len();
 
+    /// The metric's `reason` label.
     pub fn label(self) -> &'static str {
         match self {
             DropReason::Runt => "runt",
@@ -109,9 +117,13 @@ impl From<ParseError> for DropReason {
 /// One worker's counters for one port (its queue on that port).
 #[derive(Debug, Default)]
 pub struct PortStats {
+    /// Frames received (before any drop).
     pub rx_packets: Counter,
+    /// Bytes of those frames (Ethernet header included, no FCS).
     pub rx_bytes: Counter,
+    /// Frames the port's TX queue accepted.
     pub tx_packets: Counter,
+    /// Bytes of those frames.
     pub tx_bytes: Counter,
     /// Drops of packets that entered on this port, by reason.
     pub drops: [Counter; DropReason::COUNT],
@@ -128,11 +140,13 @@ pub struct PortStats {
 }
 
 impl PortStats {
+    /// Counts one drop for `reason`.
     #[inline]
     pub fn drop(&self, reason: DropReason) {
         self.drops[reason as usize].inc();
     }
 
+    /// Drops of every reason together.
     pub fn drops_total(&self) -> u64 {
         self.drops.iter().map(Counter::get).sum()
     }
@@ -163,8 +177,11 @@ impl PortStats {
 /// Everything one worker counts.
 #[derive(Debug)]
 pub struct WorkerStats {
+    /// The worker's index.
     pub worker: usize,
+    /// Its counters of each port, by port id.
     pub ports: Vec<PortStats>,
+    /// Its pool counters (all its pools together).
     pub pool: Arc<PoolStats>,
     /// TSC cycles spent in rounds that moved at least one packet.
     pub busy_cycles: Counter,
@@ -172,8 +189,11 @@ pub struct WorkerStats {
     pub packets: Counter,
     /// Non-empty RX bursts.
     pub batches: Counter,
+    /// New FDB entries learned (evictions' replacements included).
     pub fdb_learned: Counter,
+    /// Learned entries moved to another port.
     pub fdb_moved: Counter,
+    /// Learned entries evicted from a full bucket to make room for a new one.
     pub fdb_evicted: Counter,
     /// Sources not learned from a frame: another worker was rewriting the slot at that instant
     /// ([`crate::fdb::Learned::Busy`]), or (which the static budget keeps from happening) the
@@ -190,6 +210,7 @@ pub struct WorkerStats {
 }
 
 impl WorkerStats {
+    /// Zeroed counters of worker `worker`, for `ports` port ids.
     pub fn new(worker: usize, ports: usize, pool: Arc<PoolStats>) -> Self {
         Self {
             worker,

@@ -65,22 +65,27 @@ impl Umem {
         })
     }
 
+    /// The region's first byte (frame address 0).
     pub fn as_ptr(&self) -> *mut u8 {
         self.base.as_ptr()
     }
 
+    /// The region's length in bytes: `frames * frame_size`.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the region has no bytes (never: [`Umem::new`] refuses zero frames).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Bytes per frame: a power of two, 512 to 65536.
     pub fn frame_size(&self) -> u32 {
         self.frame_size
     }
 
+    /// Frames in the region (at least one).
     pub fn frames(&self) -> u32 {
         self.frames
     }
@@ -99,6 +104,10 @@ impl Umem {
 
     /// The index of the frame that contains `addr`.
     #[inline]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "an address in the region is in one of `frames` (a u32) frames"
+    )]
     pub fn frame_index(&self, addr: u64) -> u32 {
         (addr >> self.frame_shift) as u32
     }
@@ -106,6 +115,10 @@ impl Umem {
     /// Starts loading the cache line at `addr` (a packet's first bytes), as NIC drivers prefetch
     /// the data of the descriptors they will parse next.
     #[inline]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a hint: a wrong address on a 32-bit target prefetches a wrong line, no more"
+    )]
     pub fn prefetch(&self, addr: u64) {
         // Address arithmetic, not an index: a prefetch reads nothing, so it needs no bounds check.
         let at = self.base.as_ptr().wrapping_add(addr as usize);
@@ -124,6 +137,7 @@ impl Umem {
         // The region is whole frames, so a range that starts inside it and does not run past
         // the end of its own frame lies inside it (an empty range may also sit at the very end).
         // Checked per frame read on the datapath: no wide arithmetic.
+        #[expect(clippy::cast_possible_truncation, reason = "below the frame size, at most 65536")]
         let off = self.frame_offset(addr) as usize;
         let starts_inside = addr < self.len as u64 || (len == 0 && addr == self.len as u64);
         starts_inside && len <= self.frame_size as usize - off
@@ -140,6 +154,7 @@ impl Umem {
         if !self.in_bounds(addr, len) {
             return &[];
         }
+        #[expect(clippy::cast_possible_truncation, reason = "in bounds: `addr` is at most `len`, a usize")]
         // SAFETY: in bounds (checked above), so the offset stays inside the mapping.
         let start = unsafe { self.base.as_ptr().add(addr as usize) };
         // SAFETY: `len` bytes from `start` are mapped (in bounds); exclusive holding of the frame
@@ -157,6 +172,7 @@ impl Umem {
         if !self.in_bounds(addr, len) {
             return &mut [];
         }
+        #[expect(clippy::cast_possible_truncation, reason = "in bounds: `addr` is at most `len`, a usize")]
         // SAFETY: in bounds (checked above), so the offset stays inside the mapping.
         let start = unsafe { self.base.as_ptr().add(addr as usize) };
         // SAFETY: `len` bytes from `start` are mapped (in bounds); exclusive holding of the frame
@@ -239,7 +255,7 @@ mod tests {
 
     #[test]
     fn copy_packet_copies_every_length_exactly() {
-        let src: Vec<u8> = (0..=255).map(|i: u32| (i * 7 + 1) as u8).collect();
+        let src: Vec<u8> = (0..=255u8).map(|i| i.wrapping_mul(7).wrapping_add(1)).collect();
         for len in 0..=256 {
             let mut dst = vec![0xee; len + 1];
             copy_packet(&mut dst[..len], &src[..len]);

@@ -39,10 +39,15 @@ impl Verdict {
 
 /// A view of one ingress batch handed to the verdict stage.
 pub struct BatchView<'a> {
+    /// The port the batch arrived on.
     pub in_port: PortId,
+    /// That port's queue index, as metrics report it.
     pub queue: u16,
+    /// The memory the descriptors point into.
     pub umem: &'a Umem,
+    /// The batch's packets.
     pub descs: &'a [Desc],
+    /// Each packet's parsed headers, at the same index as its descriptor.
     pub meta: &'a [PacketMeta],
 }
 

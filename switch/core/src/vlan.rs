@@ -18,9 +18,12 @@ pub struct Vid(u16);
 impl Vid {
     /// VLAN 1, the PVID of a port configured without `vlan:` (the Linux bridge's default).
     pub const DEFAULT: Vid = Vid(1);
+    /// The lowest VID a port can be a member of.
     pub const MIN: u16 = 1;
+    /// The highest VID a port can be a member of (4095 is reserved).
     pub const MAX: u16 = 4094;
 
+    /// `v` as a VID; `None` outside [`Vid::MIN`]..=[`Vid::MAX`].
     pub const fn new(v: u16) -> Option<Vid> {
         if v >= Self::MIN && v <= Self::MAX {
             Some(Vid(v))
@@ -29,6 +32,7 @@ impl Vid {
         }
     }
 
+    /// The VID as a number.
     pub const fn get(self) -> u16 {
         self.0
     }
@@ -57,6 +61,7 @@ impl std::fmt::Debug for VlanSet {
 }
 
 impl VlanSet {
+    /// Adds `v` to the set.
     pub fn insert(&mut self, v: Vid) {
         self.0[v.0 as usize >> 6] |= 1 << (v.0 & 63);
     }
@@ -68,10 +73,12 @@ impl VlanSet {
         self.0[v as usize >> 6] & (1 << (v & 63)) != 0
     }
 
+    /// The VIDs in the set, lowest first.
     pub fn iter(&self) -> impl Iterator<Item = Vid> + '_ {
         (Vid::MIN..=Vid::MAX).filter(|&v| self.contains(v)).map(Vid)
     }
 
+    /// Whether the set has no VID.
     pub fn is_empty(&self) -> bool {
         self.0.iter().all(|&w| w == 0)
     }
@@ -146,8 +153,11 @@ impl PortVlan {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum FloodClass {
+    /// To ff:ff:ff:ff:ff:ff.
     Broadcast,
+    /// To any other group address (link-local ones aside: they are never flooded).
     Multicast,
+    /// To a station the FDB has no port for, or one learned on a port that is down.
     UnknownUnicast,
 }
 
@@ -189,7 +199,9 @@ impl StormState {
 /// by a reload.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PortL2 {
+    /// The VLANs the port carries, and which one it sends untagged.
     pub vlan: PortVlan,
+    /// Its storm-control limits on flooded frames it receives.
     pub storm: StormLimits,
     /// Ports that get a copy of every frame this port receives (before any filtering).
     pub mirror_ingress: Vec<PortId>,
