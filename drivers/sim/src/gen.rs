@@ -40,6 +40,7 @@ pub struct TrafficSpec {
     pub rate_pps: Option<u64>,
     /// Prebuilt frames to cycle through.
     pub templates: usize,
+    /// Seeds the choice of sources, destinations and flows: one seed, one template table.
     pub seed: u64,
 }
 
@@ -63,6 +64,7 @@ impl Default for TrafficSpec {
     }
 }
 
+/// A table of prebuilt frames, a cursor into it and an optional rate limit.
 pub struct TrafficGen {
     frames: Vec<Vec<u8>>,
     next: usize,
@@ -70,6 +72,7 @@ pub struct TrafficGen {
 }
 
 impl TrafficGen {
+    /// Builds `spec.templates` frames (at least one) as `spec` describes.
     pub fn new(spec: &TrafficSpec) -> Self {
         let mut rng = fastrand::Rng::with_seed(spec.seed ^ (spec.port as u64) << 32);
         let n = spec.templates.max(1);
@@ -80,6 +83,7 @@ impl TrafficGen {
                 let s = rng.u32(..macs);
                 let src = mac_for(spec.port, s);
                 // The VLAN of source `s`, and a destination index speaking in the same one.
+                #[expect(clippy::cast_possible_truncation, reason = "a port carries at most 4094 VLANs")]
                 let nv = spec.vlans.len().max(1) as u32;
                 let lane = s % nv;
                 let peer = |rng: &mut fastrand::Rng| {
@@ -92,6 +96,10 @@ impl TrafficGen {
                     }
                 };
                 // Broadcast share is exact over the template table, not just on average.
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    reason = "floors on purpose: `i` times a share of at most 1"
+                )]
                 let bcast = ((i + 1) as f64 * spec.broadcast) as usize > (i as f64 * spec.broadcast) as usize;
                 let dst = if bcast || spec.dst_ports.is_empty() {
                     MacAddr::BROADCAST
@@ -100,12 +108,15 @@ impl TrafficGen {
                     mac_for(port, peer(&mut rng))
                 };
                 let flow = rng.u32(..spec.flows.max(1));
-                let sip = [10, spec.port as u8, (flow >> 8) as u8, flow as u8];
-                let dip = [10, 200, (flow >> 8) as u8, flow as u8];
+                // The port's low byte and the flow's two low bytes.
+                let [_, port_lo] = spec.port.to_be_bytes();
+                let [.., flow_hi, flow_lo] = flow.to_be_bytes();
+                let sip = [10, port_lo, flow_hi, flow_lo];
+                let dip = [10, 200, flow_hi, flow_lo];
                 let ip = if spec.ipv6 {
                     // fd77:<port>::<flow> to fd77:200::<flow>.
                     let v6 = |a: u8| [0xfd, 0x77, 0, a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, sip[2], sip[3]];
-                    IpPair::V6(v6(spec.port as u8), v6(200))
+                    IpPair::V6(v6(port_lo), v6(200))
                 } else {
                     IpPair::V4(sip, dip)
                 };

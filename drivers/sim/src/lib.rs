@@ -15,6 +15,9 @@
 
 // A library's `pub` is what other crates may use; the rest says `pub(crate)`.
 #![warn(unreachable_pub)]
+// Every public item says what it is; casts that could drop bits say why they cannot.
+#![warn(missing_docs)]
+#![warn(clippy::cast_possible_truncation)]
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,13 +57,16 @@ pub struct SimStats {
     pub rx_missed: Counter,
     /// Packets and bytes that left on the wire.
     pub wire_tx_packets: Counter,
+    /// The bytes of those packets (their descriptors' lengths).
     pub wire_tx_bytes: Counter,
 }
 
 /// Ring sizes of a simulated queue.
 #[derive(Clone, Copy, Debug)]
 pub struct SimRings {
+    /// Fill ring entries: frames the NIC can receive into before the driver refills.
     pub fill: usize,
+    /// TX ring entries, shared by frames posted and frames completed but not yet reclaimed.
     pub tx: usize,
 }
 
@@ -85,6 +91,8 @@ pub struct SimQueue {
 }
 
 impl SimQueue {
+    /// A queue over `umem` whose packets come from `source`; its fill ring is stocked at the
+    /// first RX burst.
     pub fn new(umem: Arc<Umem>, rings: SimRings, source: Source) -> Self {
         Self {
             umem,
@@ -105,6 +113,7 @@ impl SimQueue {
         self
     }
 
+    /// This queue's NIC-side counters.
     pub fn stats(&self) -> &Arc<SimStats> {
         &self.stats
     }
@@ -133,12 +142,14 @@ impl SimQueue {
     #[inline]
     fn receive_into(umem: &Umem, frame: u64, pkt: &[u8]) -> Desc {
         let addr = frame + HEADROOM;
-        let room = umem.frame_size() as usize - HEADROOM as usize;
+        let room = (umem.frame_size() - wasmswitch_core::umem::HEADROOM) as usize;
         let len = pkt.len().min(room);
         // SAFETY: the frame came off our fill ring, so the driver handed it to this "NIC".
         copy_packet(unsafe { umem.bytes_mut(addr, len) }, &pkt[..len]);
         // An oversize test frame keeps its claimed length: the pipeline must reject it.
-        Desc { addr, len: pkt.len() as u32, options: 0 }
+        #[expect(clippy::cast_possible_truncation, reason = "a generated or injected frame is far below 4 GiB")]
+        let claimed = pkt.len() as u32;
+        Desc { addr, len: claimed, options: 0 }
     }
 }
 
@@ -267,7 +278,9 @@ impl Pacer {
             // A new rate starts a new schedule (no burst to catch up, no debt).
             *self = Self { rate: self.rate.clone(), ..Self::new(r) };
         }
+        #[expect(clippy::cast_possible_truncation, reason = "floors on purpose (and saturates, past u64::MAX)")]
         let due = (self.start.elapsed().as_secs_f64() * self.pps) as u64;
+        #[expect(clippy::cast_possible_truncation, reason = "at most `max`, a usize")]
         let n = due.saturating_sub(self.sent).min(max as u64) as usize;
         self.sent += n as u64;
         n

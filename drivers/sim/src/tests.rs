@@ -94,7 +94,7 @@ fn rx_bursts_deliver_every_generated_frame_in_order() {
     let frames: Vec<Vec<u8>> = [60usize, 64, 65, 68, 80, 81, 200, 1514]
         .iter()
         .enumerate()
-        .map(|(k, &len)| (0..len).map(|i| (i * 31 + k * 7) as u8).collect())
+        .map(|(k, &len)| (0..len).map(|i| (i * 31 + k * 7).to_le_bytes()[0]).collect())
         .collect();
     let gen = TrafficGen::from_frames(frames.clone());
     let mut q = SimQueue::new(pool.umem().clone(), SimRings { fill: 24, tx: 16 }, Source::Gen(gen));
