@@ -46,22 +46,38 @@ pub const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
 
 /// The opcodes the programs here use (`include/uapi/linux/bpf_common.h` and `bpf.h`).
 pub mod op {
-    pub const LDX_W: u8 = 0x61; // BPF_LDX | BPF_MEM | BPF_W
+    /// `BPF_LDX | BPF_MEM | BPF_W`: load a 32-bit word from memory into `dst`.
+    pub const LDX_W: u8 = 0x61;
+    /// `BPF_LDX | BPF_MEM | BPF_H`: load a 16-bit half word.
     pub const LDX_H: u8 = 0x69;
+    /// `BPF_LDX | BPF_MEM | BPF_DW`: load a 64-bit double word.
     pub const LDX_DW: u8 = 0x79;
-    pub const STX_W: u8 = 0x63; // BPF_STX | BPF_MEM | BPF_W
+    /// `BPF_STX | BPF_MEM | BPF_W`: store `src`'s low 32 bits to memory.
+    pub const STX_W: u8 = 0x63;
+    /// `BPF_STX | BPF_MEM | BPF_H`: store `src`'s low 16 bits.
     pub const STX_H: u8 = 0x6b;
+    /// `BPF_STX | BPF_MEM | BPF_DW`: store all 64 bits of `src`.
     pub const STX_DW: u8 = 0x7b;
-    pub const ST_DW: u8 = 0x7a; // BPF_ST | BPF_MEM | BPF_DW
-    pub const LD_IMM64: u8 = 0x18; // BPF_LD | BPF_IMM | BPF_DW
-    pub const MOV64_K: u8 = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
-    pub const MOV64_X: u8 = 0xbf; // BPF_ALU64 | BPF_MOV | BPF_X
-    pub const ADD64_K: u8 = 0x07; // BPF_ALU64 | BPF_ADD | BPF_K
-    pub const TO_BE: u8 = 0xdc; // BPF_ALU | BPF_END | BPF_TO_BE
-    pub const JNE_K: u8 = 0x55; // BPF_JMP | BPF_JNE | BPF_K
-    pub const JGT_X: u8 = 0x2d; // BPF_JMP | BPF_JGT | BPF_X
-    pub const CALL: u8 = 0x85; // BPF_JMP | BPF_CALL
-    pub const EXIT: u8 = 0x95; // BPF_JMP | BPF_EXIT
+    /// `BPF_ST | BPF_MEM | BPF_DW`: store the immediate, sign-extended to 64 bits.
+    pub const ST_DW: u8 = 0x7a;
+    /// `BPF_LD | BPF_IMM | BPF_DW`: load a 64-bit immediate (two instruction slots).
+    pub const LD_IMM64: u8 = 0x18;
+    /// `BPF_ALU64 | BPF_MOV | BPF_K`: `dst = imm`.
+    pub const MOV64_K: u8 = 0xb7;
+    /// `BPF_ALU64 | BPF_MOV | BPF_X`: `dst = src`.
+    pub const MOV64_X: u8 = 0xbf;
+    /// `BPF_ALU64 | BPF_ADD | BPF_K`: `dst += imm`.
+    pub const ADD64_K: u8 = 0x07;
+    /// `BPF_ALU | BPF_END | BPF_TO_BE`: byte-swap `dst` to big endian (width in `imm`).
+    pub const TO_BE: u8 = 0xdc;
+    /// `BPF_JMP | BPF_JNE | BPF_K`: jump by `off` when `dst != imm`.
+    pub const JNE_K: u8 = 0x55;
+    /// `BPF_JMP | BPF_JGT | BPF_X`: jump by `off` when `dst > src` (unsigned).
+    pub const JGT_X: u8 = 0x2d;
+    /// `BPF_JMP | BPF_CALL`: call helper or kfunc `imm`.
+    pub const CALL: u8 = 0x85;
+    /// `BPF_JMP | BPF_EXIT`: return `r0`.
+    pub const EXIT: u8 = 0x95;
 }
 
 /// The redirect program for an XSKMAP whose fd is `map_fd`.
@@ -151,10 +167,12 @@ pub struct XskMap {
 }
 
 impl XskMap {
+    /// Creates a map with `entries` slots (at least one), one per queue id.
     pub fn new(entries: u32) -> io::Result<Self> {
         Ok(Self { fd: sys::xskmap_create(entries.max(1))?, entries: entries.max(1) })
     }
 
+    /// Its slots: queue ids `0..entries` can be pointed at a socket.
     pub fn entries(&self) -> u32 {
         self.entries
     }
@@ -212,6 +230,7 @@ pub struct XdpLink {
 }
 
 impl XdpLink {
+    /// Attaches `prog` to interface `ifindex` in `mode_flags`' mode (`XDP_FLAGS_*`).
     pub fn attach(prog: &XdpProgram, ifindex: u32, mode_flags: u32) -> io::Result<Self> {
         Ok(Self { _fd: sys::xdp_link_create(prog.as_raw_fd(), ifindex, mode_flags)? })
     }
@@ -246,9 +265,10 @@ mod tests {
         assert_eq!(p[redirect].to_le_bytes(), [0xbf, 0x61, 0, 0, 0, 0, 0, 0]);
         assert_eq!(p[redirect + 1..], redirect_program(7));
         for (pc, i) in p.iter().enumerate() {
-            let code = *i as u8;
+            let b = i.to_le_bytes();
+            let code = b[0];
             if code & 0x07 == 0x05 && code != 0x85 && code != 0x95 {
-                let off = (*i >> 16) as u16 as i16;
+                let off = i16::from_le_bytes([b[2], b[3]]);
                 assert_eq!(pc as i64 + 1 + off as i64, redirect as i64, "jump at {pc}");
             }
         }

@@ -74,7 +74,7 @@ mod tests {
         let mut strings = vec![0u8];
         let mut t = Vec::new();
         for &(kind, vlen, name) in types {
-            let off = strings.len() as u32;
+            let off = u32::try_from(strings.len()).unwrap();
             strings.extend_from_slice(name.as_bytes());
             strings.push(0);
             t.extend_from_slice(&off.to_le_bytes());
@@ -91,7 +91,8 @@ mod tests {
         let mut b = Vec::new();
         b.extend_from_slice(&MAGIC.to_le_bytes());
         b.extend_from_slice(&[1, 0]);
-        for v in [24u32, 0, t.len() as u32, t.len() as u32, strings.len() as u32] {
+        let (t_len, s_len) = (u32::try_from(t.len()).unwrap(), u32::try_from(strings.len()).unwrap());
+        for v in [24u32, 0, t_len, t_len, s_len] {
             b.extend_from_slice(&v.to_le_bytes());
         }
         b.extend(t);

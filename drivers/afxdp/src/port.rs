@@ -15,11 +15,14 @@ use crate::xsk::{self, SetupError, SockHandle, UmemBinding, XdpStatistics};
 /// One port of the config: the interface name and the operator's overrides.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PortSpec {
+    /// The interface's name.
     pub iface: String,
+    /// What the operator set over the driver's profile.
     pub overrides: Overrides,
 }
 
 impl PortSpec {
+    /// `iface` with no overrides.
     pub fn new(iface: impl Into<String>) -> Self {
         Self { iface: iface.into(), overrides: Overrides::default() }
     }
@@ -50,10 +53,12 @@ impl std::fmt::Debug for UmemRegistration {
 }
 
 impl UmemRegistration {
+    /// `umem`, not yet registered with the kernel (the first socket opened does that).
     pub fn new(umem: Arc<Umem>) -> Self {
         Self { umem, state: Mutex::default() }
     }
 
+    /// The UMEM.
     pub fn umem(&self) -> &Arc<Umem> {
         &self.umem
     }
@@ -94,7 +99,9 @@ impl RegState {
 /// kernel's `XDP_STATISTICS` (read with one `getsockopt` per scrape, never on the datapath).
 #[derive(Clone, Debug)]
 pub struct QueueMonitor {
+    /// The queue id.
     pub queue: u32,
+    /// The driver's counters of the queue.
     pub stats: Arc<QueueStats>,
     sock: Weak<SockHandle>,
     /// What the sockets this queue had before its current one counted (see `carry_over`).
@@ -527,10 +534,12 @@ impl AfXdpPort {
         &self.decision
     }
 
+    /// The interface's name.
     pub fn iface(&self) -> &str {
         &self.iface
     }
 
+    /// The interface's index.
     pub fn ifindex(&self) -> u32 {
         self.ifindex
     }

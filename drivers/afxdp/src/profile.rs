@@ -42,6 +42,7 @@ pub enum BindMode {
 }
 
 impl AttachMode {
+    /// The mode as logs and metric labels name it.
     pub fn label(self) -> &'static str {
         match self {
             AttachMode::Native => "native",
@@ -59,6 +60,7 @@ impl AttachMode {
 }
 
 impl BindMode {
+    /// The mode as logs and metric labels name it.
     pub fn label(self) -> &'static str {
         match self {
             BindMode::Copy => "copy",
@@ -90,9 +92,13 @@ impl fmt::Display for BindMode {
 /// Entries per ring (each a power of two).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RingSizes {
+    /// RX ring: received descriptors waiting for the worker.
     pub rx: u32,
+    /// TX ring: descriptors posted for sending.
     pub tx: u32,
+    /// Fill ring: free frames the kernel receives into.
     pub fill: u32,
+    /// Completion ring: frames the kernel has sent, to go back to the pool.
     pub completion: u32,
 }
 
@@ -120,10 +126,13 @@ impl Default for RingSizes {
 /// Operator overrides (from the YAML port section). `None` means "what the profile says".
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Overrides {
+    /// Where the XDP program runs.
     pub attach: Option<AttachMode>,
+    /// How the sockets bind.
     pub bind: Option<BindMode>,
     /// Queue ids to open; default: every queue the interface has.
     pub queues: Option<Vec<u32>>,
+    /// Ring sizes.
     pub rings: Option<RingSizes>,
     /// Complete TCP/UDP checksums left to offload by a local sender (`None`: the profile's).
     pub complete_partial_checksums: Option<bool>,
@@ -136,12 +145,15 @@ pub struct Decision {
     pub driver: String,
     /// The profile that matched (`mlx5_core`, `mvpp2`, `veth` or `generic`).
     pub profile: &'static str,
+    /// Where the XDP program runs.
     pub attach: AttachMode,
+    /// How the sockets bind.
     pub bind: BindMode,
     /// Queues to open, ascending, no duplicates.
     pub queues: Vec<u32>,
     /// Queues the interface has (RX or combined channels).
     pub channels: u32,
+    /// Entries of each ring of each socket.
     pub rings: RingSizes,
     /// Complete TCP/UDP checksums that a local sender left to offload (virtual devices only).
     pub complete_partial_checksums: bool,

@@ -131,7 +131,9 @@ impl TxHalf {
             self.kick_refused = false;
             self.unkicked = self.rings.tx.outstanding();
         } else {
-            self.unkicked += n as u32;
+            #[expect(clippy::cast_possible_truncation, reason = "at most the TX ring's size, a u32")]
+            let n32 = n as u32;
+            self.unkicked += n32;
         }
         n
     }
@@ -232,14 +234,17 @@ impl AfXdpQueue {
         }
     }
 
+    /// The interface's name.
     pub fn ifname(&self) -> &str {
         &self.ifname
     }
 
+    /// The queue id on the interface.
     pub fn queue_id(&self) -> u32 {
         self.queue
     }
 
+    /// The driver's counters of this queue (shared by its TX sharers).
     pub fn stats(&self) -> &Arc<QueueStats> {
         &self.stats
     }
@@ -288,6 +293,7 @@ impl RxHalf {
     #[inline]
     fn refill(&mut self, pool: &mut PoolCache, stats: &QueueStats) {
         let batch = FILL_BATCH.min(self.rings.fill.size() as usize / 2).max(1);
+        #[expect(clippy::cast_possible_truncation, reason = "at most FILL_BATCH, 64")]
         let mut free = self.rings.fill.free(batch as u32) as usize;
         if free < batch {
             return; // the common case: nothing to refill, and no scratch buffer to zero

@@ -107,6 +107,7 @@ pub struct ProdRing<T> {
 }
 
 impl<T: Copy> ProdRing<T> {
+    /// The producer side of `r`, picking up its current indices.
     pub fn new(r: RingPtrs<T>) -> Self {
         let prod = r.producer().load(Ordering::Relaxed);
         let cons = r.consumer().load(Ordering::Acquire);
@@ -114,6 +115,7 @@ impl<T: Copy> ProdRing<T> {
         Self { r, cached_prod: prod, cached_limit: limit }
     }
 
+    /// Entries in the ring (a power of two).
     pub fn size(&self) -> u32 {
         self.r.size
     }
@@ -132,6 +134,10 @@ impl<T: Copy> ProdRing<T> {
     /// Writes as many of `items` as fit and publishes them with one release store; returns how
     /// many (a prefix of `items`).
     #[inline]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "`items` is a burst, far below 2^32; `i < n` and `n` are at most free slots, a u32"
+    )]
     pub fn produce(&mut self, items: &[T]) -> usize {
         let n = (self.free(items.len() as u32) as usize).min(items.len());
         for (i, &v) in items[..n].iter().enumerate() {
@@ -175,12 +181,14 @@ pub struct ConsRing<T> {
 }
 
 impl<T: Copy> ConsRing<T> {
+    /// The consumer side of `r`, picking up its current indices.
     pub fn new(r: RingPtrs<T>) -> Self {
         let cons = r.consumer().load(Ordering::Relaxed);
         let prod = r.producer().load(Ordering::Acquire);
         Self { r, cached_prod: prod, cached_cons: cons }
     }
 
+    /// Entries in the ring (a power of two).
     pub fn size(&self) -> u32 {
         self.r.size
     }
@@ -199,6 +207,10 @@ impl<T: Copy> ConsRing<T> {
     /// Copies up to `out.len()` entries into `out` and releases them with one release store;
     /// returns how many.
     #[inline]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "`out` is a burst, far below 2^32; `i < n` and `n` are at most the entries available, a u32"
+    )]
     pub fn consume(&mut self, out: &mut [T]) -> usize {
         let n = (self.available(out.len() as u32) as usize).min(out.len());
         for (i, slot) in out[..n].iter_mut().enumerate() {
@@ -211,6 +223,7 @@ impl<T: Copy> ConsRing<T> {
         n
     }
 
+    /// True when the peer asked for a wakeup syscall (`XDP_RING_NEED_WAKEUP`).
     #[inline]
     pub fn needs_wakeup(&self) -> bool {
         self.r.flags() & NEED_WAKEUP != 0
@@ -241,7 +254,7 @@ pub(crate) mod fake {
 
         /// A view on the ring. The fake must outlive it.
         pub(crate) fn ptrs(&mut self) -> RingPtrs<T> {
-            let size = self.entries.len() as u32;
+            let size = u32::try_from(self.entries.len()).unwrap();
             // SAFETY: boxed fields never move; tests keep the fake alive longer than the rings
             // and use each side from one thread.
             unsafe { RingPtrs::new(&*self.producer, &*self.consumer, &*self.flags, self.entries.as_mut_ptr(), size) }
@@ -322,11 +335,11 @@ mod tests {
                 let mut next = 0u64;
                 let mut buf = [wasmswitch_core::Desc::default(); 19];
                 while next < N {
-                    let k = (N - next).min(buf.len() as u64) as usize;
+                    let k = usize::try_from((N - next).min(buf.len() as u64)).unwrap();
                     for (i, d) in buf[..k].iter_mut().enumerate() {
                         *d = wasmswitch_core::Desc {
                             addr: next + i as u64,
-                            len: (next + i as u64) as u32 ^ 0x5a5a,
+                            len: u32::try_from(next + i as u64).unwrap() ^ 0x5a5a,
                             options: 0,
                         };
                     }
@@ -340,7 +353,7 @@ mod tests {
                     let n = c.consume(&mut out);
                     for d in &out[..n] {
                         assert_eq!(d.addr, expect);
-                        assert_eq!(d.len, expect as u32 ^ 0x5a5a, "entry read before it was written");
+                        assert_eq!(d.len, u32::try_from(expect).unwrap() ^ 0x5a5a, "entry read before it was written");
                         expect += 1;
                     }
                 }

@@ -55,9 +55,11 @@ impl Mmap {
     /// # Panics
     /// When `off` is outside the mapping.
     pub fn at(&self, off: u64) -> *mut u8 {
-        assert!((off as usize) < self.len, "ring offset {off} outside a {}-byte mapping", self.len);
+        // An offset past usize (a 32-bit target) is outside the mapping too, never wrapped into it.
+        let at = usize::try_from(off).unwrap_or(usize::MAX);
+        assert!(at < self.len, "ring offset {off} outside a {}-byte mapping", self.len);
         // SAFETY: in bounds (checked above).
-        unsafe { self.ptr.add(off as usize) }
+        unsafe { self.ptr.add(at) }
     }
 }
 
@@ -71,6 +73,7 @@ impl Drop for Mmap {
 }
 
 /// `setsockopt` with a plain-old-data value.
+#[expect(clippy::cast_possible_truncation, reason = "a sockopt value is a small struct")]
 pub fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, val: &T) -> io::Result<()> {
     // SAFETY: `val` points to `size_of::<T>()` readable bytes for the duration of the call.
     cvt(unsafe { libc::setsockopt(fd, level, name, (val as *const T).cast(), size_of::<T>() as libc::socklen_t) })?;
@@ -82,6 +85,7 @@ pub fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, val: &T) 
 /// # Safety
 /// `T` must be valid for any bit pattern (a `repr(C)` struct of integers).
 pub unsafe fn getsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, val: &mut T) -> io::Result<usize> {
+    #[expect(clippy::cast_possible_truncation, reason = "a sockopt value is a small struct")]
     let mut len = size_of::<T>() as libc::socklen_t;
     // SAFETY: `val` points to `len` writable bytes; the caller guarantees any bytes are valid.
     cvt(unsafe { libc::getsockopt(fd, level, name, (val as *mut T).cast(), &mut len) })?;
@@ -96,8 +100,11 @@ const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_LINK_CREATE: libc::c_long = 28;
 
+/// `BPF_MAP_TYPE_XSKMAP`: a map from queue id to AF_XDP socket.
 pub const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+/// `BPF_PROG_TYPE_XDP`: a program run on every received frame.
 pub const BPF_PROG_TYPE_XDP: u32 = 6;
+/// `BPF_XDP`: the attach type of an XDP program on an interface.
 pub const BPF_XDP: u32 = 37;
 
 #[repr(C)]
@@ -149,6 +156,7 @@ struct LinkCreateAttr {
     flags: u32,
 }
 
+#[expect(clippy::cast_possible_truncation, reason = "a bpf_attr prefix is a small struct")]
 fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
     // SAFETY: `attr` is a `repr(C)` prefix of `union bpf_attr` for `cmd`, valid for the call;
     // the kernel zero-extends a shorter attr and reads/writes only within `size`.
@@ -162,6 +170,10 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
     }
 }
 
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the bpf syscall returns an int (here a file descriptor) in a long"
+)]
 fn owned_fd(fd: libc::c_long) -> OwnedFd {
     // SAFETY: the bpf syscall returned a fresh file descriptor that nothing else owns.
     unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
@@ -207,6 +219,10 @@ pub fn map_delete_u32(map: RawFd, key: u32) -> io::Result<()> {
 
 /// `BPF_PROG_LOAD` of an XDP program. On failure the verifier log (if any) comes back with
 /// the error so it can be shown to the operator.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the log buffer is 64 KiB; the programs here are a few dozen instructions"
+)]
 pub fn prog_load_xdp(insns: &[u64], name: &str, dev_bound: Option<u32>) -> Result<OwnedFd, (io::Error, String)> {
     /// `BPF_F_XDP_DEV_BOUND_ONLY`: a program that calls a driver's XDP metadata kfuncs.
     const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
@@ -262,6 +278,7 @@ pub fn xdp_link_create(prog: RawFd, ifindex: u32, flags: u32) -> io::Result<Owne
 
 /// Lets the calling thread run on every online CPU again (a worker whose `cpu` a reload took away).
 pub fn unpin() -> io::Result<()> {
+    #[expect(clippy::cast_possible_truncation, reason = "a CPU count, at least 1")]
     // SAFETY: sysconf has no memory effects.
     let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
     // SAFETY: cpu_set_t is plain data (a bit array); all zeroes is a valid, empty set.
@@ -360,14 +377,23 @@ struct EthtoolDrvinfo {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EthtoolChannels {
+    /// The command, `ETHTOOL_GCHANNELS`.
     pub cmd: u32,
+    /// The most RX-only channels the device can have.
     pub max_rx: u32,
+    /// The most TX-only channels.
     pub max_tx: u32,
+    /// The most other channels (link interrupts and the like).
     pub max_other: u32,
+    /// The most combined (RX and TX) channels.
     pub max_combined: u32,
+    /// RX-only channels now.
     pub rx_count: u32,
+    /// TX-only channels now.
     pub tx_count: u32,
+    /// Other channels now.
     pub other_count: u32,
+    /// Combined channels now.
     pub combined_count: u32,
 }
 
@@ -414,7 +440,9 @@ pub fn channels(ifname: &str) -> io::Result<EthtoolChannels> {
 /// offload (LRO), as `ethtool -k` shows them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Aggregation {
+    /// Generic receive offload is on.
     pub gro: bool,
+    /// Large receive offload is on.
     pub lro: bool,
 }
 
@@ -512,6 +540,7 @@ pub fn veth_peer_tx_dropped(ifindex: u32) -> io::Result<Option<u64>> {
 }
 
 /// One `RTM_GETLINK` round trip: the reply's bytes (one message).
+#[expect(clippy::cast_possible_truncation, reason = "the request's size, NLM_F_REQUEST (1) and AF_UNSPEC (0)")]
 fn getlink(ifindex: u32, target_nsid: Option<i32>) -> io::Result<Vec<u8>> {
     let len = if target_nsid.is_some() { size_of::<GetLinkReq>() } else { size_of::<GetLinkReq>() - 8 };
     let req = GetLinkReq {
@@ -540,6 +569,7 @@ fn getlink(ifindex: u32, target_nsid: Option<i32>) -> io::Result<Vec<u8>> {
 /// Sends one netlink request of `protocol` (its length field set here) and returns the first
 /// reply message's bytes; an `NLMSG_ERROR` reply is left for the caller's parser to report.
 fn roundtrip(protocol: libc::c_int, mut req: Vec<u8>) -> io::Result<Vec<u8>> {
+    #[expect(clippy::cast_possible_truncation, reason = "the requests built here are a few dozen bytes")]
     let len = req.len() as u32;
     req[0..4].copy_from_slice(&len.to_ne_bytes());
     // SAFETY: plain socket creation; checked and owned below.
@@ -566,7 +596,7 @@ fn reply_len(b: &[u8]) -> io::Result<usize> {
     if b.len() < 16 {
         return Err(malformed("netlink"));
     }
-    if rd16(b, 4) == libc::NLMSG_ERROR as u16 {
+    if i32::from(rd16(b, 4)) == libc::NLMSG_ERROR {
         let err = if b.len() >= 20 { rd32(b, 16) as i32 } else { -libc::EIO };
         return Err(io::Error::from_raw_os_error(-err));
     }
@@ -646,6 +676,7 @@ impl XdpFeatures {
         ["basic", "redirect", "ndo-xmit", "xsk-zerocopy", "hw-offload", "rx-sg", "ndo-xmit-sg"];
     const XSK_ZEROCOPY: u64 = 1 << 3;
 
+    /// Whether the driver declares AF_XDP zero-copy (`xsk-zerocopy`).
     pub fn zero_copy(self) -> bool {
         self.0 & Self::XSK_ZEROCOPY != 0
     }
@@ -686,13 +717,19 @@ pub fn xdp_features(ifindex: u32) -> io::Result<Option<XdpFeatures>> {
 fn genl_request(family: u16, cmd: u8) -> Vec<u8> {
     let mut m = vec![0u8; GENL_HDR];
     m[4..6].copy_from_slice(&family.to_ne_bytes());
-    m[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    #[expect(clippy::cast_possible_truncation, reason = "NLM_F_REQUEST is 1")]
+    let flags = libc::NLM_F_REQUEST as u16;
+    m[6..8].copy_from_slice(&flags.to_ne_bytes());
     m[8..12].copy_from_slice(&1u32.to_ne_bytes()); // sequence
     m[16] = cmd;
     m[17] = 1; // version
     m
 }
 
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the attributes put here are a few bytes (a family name, an ifindex)"
+)]
 fn put_attr(m: &mut Vec<u8>, ty: u16, v: &[u8]) {
     m.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
     m.extend_from_slice(&ty.to_ne_bytes());
@@ -750,7 +787,7 @@ mod tests {
         let mut m = genl_request(family, NETDEV_CMD_DEV_GET);
         put_attr(&mut m, NETDEV_A_DEV_IFINDEX, &7u32.to_ne_bytes());
         put_attr(&mut m, NETDEV_A_DEV_XDP_FEATURES, &35u64.to_ne_bytes());
-        let len = m.len() as u32;
+        let len = u32::try_from(m.len()).unwrap();
         m[0..4].copy_from_slice(&len.to_ne_bytes());
         let found: Vec<(u16, usize)> = genl_attrs(&m, family).unwrap().map(|(t, v)| (t, v.len())).collect();
         assert_eq!(found, [(NETDEV_A_DEV_IFINDEX, 4), (NETDEV_A_DEV_XDP_FEATURES, 8)]);
@@ -759,7 +796,7 @@ mod tests {
             let _ = genl_attrs(&m[..cut], family).map(|a| a.count());
         }
         let mut err = vec![0u8; 20];
-        err[4..6].copy_from_slice(&(libc::NLMSG_ERROR as u16).to_ne_bytes());
+        err[4..6].copy_from_slice(&u16::try_from(libc::NLMSG_ERROR).unwrap().to_ne_bytes());
         err[16..20].copy_from_slice(&(-libc::ENOENT).to_ne_bytes());
         assert_eq!(genl_attrs(&err, family).err().and_then(|e| e.raw_os_error()), Some(libc::ENOENT));
     }
@@ -774,10 +811,10 @@ mod tests {
         nested.extend_from_slice(&8u16.to_ne_bytes());
         nested.extend_from_slice(&IFLA_XDP_PROG_ID.to_ne_bytes());
         nested.extend_from_slice(&42u32.to_ne_bytes());
-        m.extend_from_slice(&((4 + nested.len()) as u16).to_ne_bytes());
+        m.extend_from_slice(&u16::try_from(4 + nested.len()).unwrap().to_ne_bytes());
         m.extend_from_slice(&(IFLA_XDP | NLA_F_NESTED).to_ne_bytes());
         m.extend_from_slice(&nested);
-        let total = m.len() as u32;
+        let total = u32::try_from(m.len()).unwrap();
         m[0..4].copy_from_slice(&total.to_ne_bytes());
         m[4..6].copy_from_slice(&libc::RTM_NEWLINK.to_ne_bytes());
         assert_eq!(parse_xdp_attached(&m).unwrap(), XdpAttached { mode: 1, prog_id: 42 });

@@ -47,6 +47,7 @@ struct Parked {
 }
 
 impl SockHandle {
+    /// The socket's descriptor; -1 once it is closed.
     pub fn raw(&self) -> RawFd {
         self.fd.as_ref().map_or(-1, AsRawFd::as_raw_fd)
     }
@@ -106,10 +107,15 @@ impl Drop for SockHandle {
 pub struct XdpStatistics {
     /// Dropped for reasons other than invalid descriptors (e.g. no fill frame, RX ring full).
     pub rx_dropped: u64,
+    /// Received frames dropped for an invalid descriptor (a frame longer than its UMEM chunk, say).
     pub rx_invalid_descs: u64,
+    /// Descriptors posted on the TX ring the kernel refused as invalid.
     pub tx_invalid_descs: u64,
+    /// Received frames dropped because the RX ring was full.
     pub rx_ring_full: u64,
+    /// Times the kernel found the fill ring empty when a frame arrived.
     pub rx_fill_ring_empty_descs: u64,
+    /// Times the kernel found the TX ring empty when asked to send.
     pub tx_ring_empty_descs: u64,
 }
 
@@ -146,6 +152,7 @@ pub struct FrameSet {
 }
 
 impl FrameSet {
+    /// An empty set with a bit for each frame of `umem`.
     pub fn new(umem: &Umem) -> Self {
         Self {
             bits: vec![0; (umem.frames() as usize).div_ceil(64)],
@@ -158,10 +165,12 @@ impl FrameSet {
     /// The frame index of `addr`, or `None` outside the UMEM.
     #[inline]
     fn index(&self, addr: u64) -> Option<usize> {
-        let i = (addr >> self.shift) as usize;
-        (i < self.frames).then_some(i)
+        // `try_from` cannot fail on a 64-bit target (no check is compiled); on a 32-bit one an
+        // index past usize is outside the UMEM too, not wrapped into it.
+        usize::try_from(addr >> self.shift).ok().filter(|&i| i < self.frames)
     }
 
+    /// Records that the frame of `addr` went to the kernel (ignored outside the UMEM).
     #[inline]
     pub fn insert(&mut self, addr: u64) {
         let Some(i) = self.index(addr) else { return };
@@ -173,6 +182,7 @@ impl FrameSet {
         }
     }
 
+    /// Records that the frame of `addr` came back (ignored outside the UMEM).
     #[inline]
     pub fn remove(&mut self, addr: u64) {
         let Some(i) = self.index(addr) else { return };
@@ -184,10 +194,12 @@ impl FrameSet {
         }
     }
 
+    /// Frames the kernel holds.
     pub fn len(&self) -> usize {
         self.count
     }
 
+    /// Whether the kernel holds no frame.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
@@ -211,7 +223,9 @@ impl FrameSet {
 /// The fill and RX rings of a socket (what the polling worker owns).
 #[derive(Debug)]
 pub struct RxRings {
+    /// Free frames handed to the kernel to receive into.
     pub fill: ProdRing<u64>,
+    /// Received frames.
     pub rx: ConsRing<Desc>,
     _maps: [Mmap; 2],
 }
@@ -219,32 +233,44 @@ pub struct RxRings {
 /// The TX and completion rings of a socket.
 #[derive(Debug)]
 pub struct TxRings {
+    /// Frames to send.
     pub tx: ProdRing<Desc>,
+    /// Frames sent, back from the kernel.
     pub comp: ConsRing<u64>,
     _maps: [Mmap; 2],
 }
 
 /// A bound socket with its mapped rings, ready to split into halves.
 pub struct BoundSocket {
+    /// The socket, shared with whatever must close it or read its statistics.
     pub handle: Arc<SockHandle>,
+    /// Its fill and RX rings.
     pub rx: RxRings,
+    /// Its TX and completion rings.
     pub tx: TxRings,
 }
 
 /// Where a step of socket setup failed (so the caller can phrase the error).
 #[derive(Debug)]
 pub enum SetupError {
+    /// `socket(AF_XDP)`.
     Socket(io::Error),
+    /// Registering the UMEM (`XDP_UMEM_REG`).
     UmemReg(io::Error),
+    /// Sizing the rings, or reading their offsets (`XDP_MMAP_OFFSETS`).
     Rings(io::Error),
+    /// Mapping a ring.
     Mmap(io::Error),
+    /// `bind` to the interface's queue.
     Bind(io::Error),
 }
 
 /// How to bind: register the UMEM here, or share the one registered on `fd`.
 #[derive(Clone, Copy, Debug)]
 pub enum UmemBinding {
+    /// Register the UMEM on this socket, bound in this mode.
     Register(BindMode),
+    /// Share the UMEM registered on this socket descriptor.
     Share(RawFd),
 }
 
@@ -264,6 +290,7 @@ fn ring_ptrs<T: Copy>(map: &Mmap, off: &libc::xdp_ring_offset, size: u32) -> Rin
     }
 }
 
+#[expect(clippy::cast_possible_truncation, reason = "ring offsets lie in the ring's first page")]
 fn map_ring<T>(fd: RawFd, off: &libc::xdp_ring_offset, size: u32, pgoff: libc::off_t) -> io::Result<Mmap> {
     Mmap::ring(fd, off.desc as usize + size as usize * size_of::<T>(), pgoff)
 }
@@ -328,6 +355,7 @@ pub fn open_socket(
         // Shared sockets may not pass mode flags; they inherit the UMEM owner's.
         UmemBinding::Share(first) => (libc::XDP_SHARED_UMEM, first as u32),
     };
+    #[expect(clippy::cast_possible_truncation, reason = "AF_XDP is 44")]
     let sxdp = libc::sockaddr_xdp {
         sxdp_family: libc::AF_XDP as u16,
         sxdp_flags: flags,
@@ -335,11 +363,10 @@ pub fn open_socket(
         sxdp_queue_id: queue,
         sxdp_shared_umem_fd: shared_fd,
     };
+    #[expect(clippy::cast_possible_truncation, reason = "a sockaddr_xdp is 16 bytes")]
+    let sxdp_len = size_of::<libc::sockaddr_xdp>() as libc::socklen_t;
     // SAFETY: `sxdp` is a valid `sockaddr_xdp` and the length matches it.
-    cvt(unsafe {
-        libc::bind(raw, (&sxdp as *const libc::sockaddr_xdp).cast(), size_of::<libc::sockaddr_xdp>() as libc::socklen_t)
-    })
-    .map_err(SetupError::Bind)?;
+    cvt(unsafe { libc::bind(raw, (&sxdp as *const libc::sockaddr_xdp).cast(), sxdp_len) }).map_err(SetupError::Bind)?;
 
     let rx = RxRings {
         fill: ProdRing::new(ring_ptrs(&fill_map, &off.fr, rings.fill)),
