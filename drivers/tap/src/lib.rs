@@ -55,6 +55,9 @@
 
 // A library's `pub` is what other crates may use; the rest says `pub(crate)`.
 #![warn(unreachable_pub)]
+// Every public item says what it is; casts that could drop bits say why they cannot.
+#![warn(missing_docs)]
+#![warn(clippy::cast_possible_truncation)]
 
 mod error;
 mod host;

@@ -43,11 +43,15 @@ pub struct HostWorkerStats {
     pub batch_hist: [Counter; HIST_LEN],
     /// Frames in those batches (the histogram's sum: what was handed to the TAP, written or not).
     pub batch_frames: Counter,
+    /// Frames written to the TAP (received by the host); the same count as `delivered`.
     pub tap_tx_packets: Counter,
+    /// Bytes of those frames.
     pub tap_tx_bytes: Counter,
     /// Frames read from the TAP (sent by the host).
     pub tap_rx_packets: Counter,
+    /// Bytes of those frames.
     pub tap_rx_bytes: Counter,
+    /// Reads from the TAP that failed (a cancelled read aside).
     pub read_errors: Counter,
     /// Host frames dropped because the datapath worker's ring was full.
     pub rx_ring_full: Counter,
@@ -81,27 +85,46 @@ pub struct TapStats {
 /// A summed snapshot (what a scrape or a test reads).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TapTotals {
+    /// [`HostQueueStats::enqueued`], summed over the datapath workers.
     pub enqueued: u64,
+    /// [`HostQueueStats::ring_enqueued`], summed over the datapath workers.
     pub ring_enqueued: u64,
+    /// [`HostQueueStats::ring_full`], summed over the datapath workers.
     pub ring_full: u64,
+    /// [`HostQueueStats::wakeups`], summed over the datapath workers.
     pub wakeups: u64,
+    /// [`HostQueueStats::rx_frames`], summed over the datapath workers.
     pub rx_frames: u64,
+    /// [`HostWorkerStats::delivered`], summed over the host workers.
     pub delivered: u64,
+    /// [`HostWorkerStats::write_errors`], summed over the host workers.
     pub write_errors: u64,
+    /// [`HostWorkerStats::batch_hist`], summed bucket by bucket over the host workers.
     pub batch_hist: [u64; HIST_LEN],
+    /// [`HostWorkerStats::batch_frames`], summed over the host workers.
     pub batch_frames: u64,
+    /// [`HostWorkerStats::tap_tx_packets`], summed over the host workers.
     pub tap_tx_packets: u64,
+    /// [`HostWorkerStats::tap_tx_bytes`], summed over the host workers.
     pub tap_tx_bytes: u64,
+    /// [`HostWorkerStats::tap_rx_packets`], summed over the host workers.
     pub tap_rx_packets: u64,
+    /// [`HostWorkerStats::tap_rx_bytes`], summed over the host workers.
     pub tap_rx_bytes: u64,
+    /// [`HostWorkerStats::read_errors`], summed over the host workers.
     pub read_errors: u64,
+    /// [`HostWorkerStats::rx_ring_full`], summed over the host workers.
     pub rx_ring_full: u64,
+    /// [`HostWorkerStats::rx_alloc_failed`], summed over the host workers.
     pub rx_alloc_failed: u64,
+    /// [`HostWorkerStats::submissions`], summed over the host workers.
     pub submissions: u64,
+    /// [`HostWorkerStats::sleeps`], summed over the host workers.
     pub sleeps: u64,
 }
 
 impl TapStats {
+    /// Every counter summed over the workers that write it.
     pub fn totals(&self) -> TapTotals {
         let mut t = TapTotals::default();
         for q in &self.queues {

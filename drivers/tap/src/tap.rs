@@ -18,6 +18,9 @@ const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
 /// Fail with EBUSY instead of attaching when the name exists (an exclusive create).
 const IFF_TUN_EXCL: libc::c_short = -0x8000; // 0x8000 as c_short
 const ARPHRD_ETHER: u16 = 1;
+/// `IFF_UP` as `ifr_flags` (a `short`) holds it.
+#[expect(clippy::cast_possible_truncation, reason = "IFF_UP is 1")]
+const IFF_UP: libc::c_short = libc::IFF_UP as libc::c_short;
 
 /// What to create.
 #[derive(Clone, Debug)]
@@ -26,6 +29,7 @@ pub struct TapConfig {
     pub name: String,
     /// The switch's own MAC on the host side (unicast, non-zero).
     pub mac: [u8; 6],
+    /// MTU in bytes (1500 by default); at most what the host port's frames hold.
     pub mtu: u32,
     /// Queues (one file descriptor each, `IFF_MULTI_QUEUE` when more than one): one per host
     /// worker.
@@ -33,6 +37,7 @@ pub struct TapConfig {
 }
 
 impl TapConfig {
+    /// One queue named `name` with MAC `mac`, MTU 1500.
     pub fn new(name: &str, mac: [u8; 6]) -> Self {
         Self { name: name.to_string(), mac, mtu: 1500, queues: 1 }
     }
@@ -215,22 +220,27 @@ impl TapDevice {
         Ok(dev)
     }
 
+    /// The interface's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The interface's index.
     pub fn ifindex(&self) -> u32 {
         self.ifindex
     }
 
+    /// Its MAC address, as last set.
     pub fn mac(&self) -> [u8; 6] {
         self.mac
     }
 
+    /// Its MTU in bytes, as last set.
     pub fn mtu(&self) -> u32 {
         self.mtu
     }
 
+    /// Queues it was created with (taken ones included).
     pub fn queues(&self) -> usize {
         self.queues.len()
     }
@@ -258,6 +268,7 @@ impl TapDevice {
         Ok(())
     }
 
+    /// Sets the interface's MAC address (a unicast, non-zero one).
     pub fn set_mac(&mut self, mac: [u8; 6]) -> Result<(), TapError> {
         check_mac(MacAddr(mac))?;
         let mut ifr = ifreq(&self.name);
@@ -273,6 +284,7 @@ impl TapDevice {
         Ok(())
     }
 
+    /// Sets the interface's MTU; [`TapError::BadMtu`] when the kernel refuses it.
     pub fn set_mtu(&mut self, mtu: u32) -> Result<(), TapError> {
         let mut ifr = ifreq(&self.name);
         ifr.ifr_ifru.ifru_mtu = mtu as libc::c_int;
@@ -293,9 +305,9 @@ impl TapDevice {
         // SAFETY: SIOCGIFFLAGS filled the flags member.
         let mut flags = unsafe { ifr.ifr_ifru.ifru_flags };
         if up {
-            flags |= libc::IFF_UP as libc::c_short;
+            flags |= IFF_UP;
         } else {
-            flags &= !(libc::IFF_UP as libc::c_short);
+            flags &= !IFF_UP;
         }
         ifr.ifr_ifru.ifru_flags = flags;
         self.ioctl("SIOCSIFFLAGS", libc::SIOCSIFFLAGS as _, &mut ifr)
@@ -306,6 +318,6 @@ impl TapDevice {
         let mut ifr = ifreq(&self.name);
         self.ioctl("SIOCGIFFLAGS", libc::SIOCGIFFLAGS as _, &mut ifr)?;
         // SAFETY: SIOCGIFFLAGS filled the flags member.
-        Ok(unsafe { ifr.ifr_ifru.ifru_flags } & libc::IFF_UP as libc::c_short != 0)
+        Ok(unsafe { ifr.ifr_ifru.ifru_flags } & IFF_UP != 0)
     }
 }

@@ -59,18 +59,26 @@ impl UringOptions {
 /// What the kernel actually gave.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UringFeatures {
+    /// The TAP fd is registered: SQEs name it as `Fixed(0)`.
     pub registered_file: bool,
+    /// The UMEM is registered as one fixed buffer: `ReadFixed`/`WriteFixed`.
     pub fixed_buffers: bool,
+    /// `IORING_SETUP_SINGLE_ISSUER` was accepted.
     pub single_issuer: bool,
+    /// `IORING_SETUP_DEFER_TASKRUN` was accepted.
     pub defer_taskrun: bool,
+    /// `IORING_SETUP_COOP_TASKRUN` was accepted.
     pub coop_taskrun: bool,
 }
 
 /// Result of one list delivery.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Delivered {
+    /// Writes that succeeded.
     pub packets: u64,
+    /// Bytes they wrote.
     pub bytes: u64,
+    /// Frames not written: outside the UMEM, or the write failed.
     pub errors: u64,
     /// io_uring_enter calls made.
     pub enters: u64,
@@ -164,11 +172,16 @@ impl HostRing {
         Ok(Self { ring, fd, umem, features })
     }
 
+    /// What the kernel gave this ring.
     pub fn features(&self) -> UringFeatures {
         self.features
     }
 
     #[inline]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the caller checked `addr` is inside the UMEM, a usize-long region"
+    )]
     fn ptr(&self, addr: u64) -> *mut u8 {
         // The caller checked `addr + len` is inside the UMEM.
         self.umem.as_ptr().wrapping_add(addr as usize)
@@ -223,6 +236,7 @@ impl HostRing {
     /// One `io_uring_enter` that submits whatever is queued and lets ready completions post
     /// their CQEs (GETEVENTS, no wait): the poll of an idle worker.
     pub(crate) fn kick(&mut self) {
+        #[expect(clippy::cast_possible_truncation, reason = "at most the submission queue's entries, a u32")]
         let n = self.ring.submission().len() as u32;
         // SAFETY: a plain io_uring_enter: submit the `n` queued SQEs (each pushed under its own
         // safety contract), wait for nothing, no argument.
@@ -269,6 +283,10 @@ impl HostRing {
                         i += 1;
                         continue;
                     }
+                    #[expect(
+                        clippy::cast_possible_truncation,
+                        reason = "in bounds (checked above): below the UMEM's usize length"
+                    )]
                     let buf = base.wrapping_add(d.addr as usize);
                     let e = match (ff, fb) {
                         (true, true) => opcode::WriteFixed::new(types::Fixed(0), buf, d.len, 0).build(),

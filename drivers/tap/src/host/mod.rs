@@ -51,6 +51,7 @@ pub struct HostConfig {
     pub reads_in_flight: usize,
     /// Capacity of each host worker's own frame cache (its supply for reads).
     pub rx_cache: usize,
+    /// How each host worker's io_uring is set up.
     pub uring: UringOptions,
     /// Empty polls (each one an `io_uring_enter` to reap completions) before sleeping.
     pub idle_spins: u32,
@@ -123,7 +124,7 @@ impl HostPort {
             return Err(TapError::Config(format!("bulk {} must be 1..={MAX_BULK}", cfg.bulk)));
         }
         let umem = pool.umem().clone();
-        let max_mtu = umem.frame_size() - HEADROOM as u32 - 14;
+        let max_mtu = umem.frame_size() - wasmswitch_core::umem::HEADROOM - 14;
         if tap.mtu() > max_mtu {
             return Err(TapError::BadMtu { mtu: tap.mtu(), max: max_mtu });
         }
@@ -227,10 +228,12 @@ impl HostPort {
         Ok((port, queues))
     }
 
+    /// The TAP device.
     pub fn tap(&self) -> &TapDevice {
         &self.tap
     }
 
+    /// The port's counters, for the exporter.
     pub fn stats(&self) -> &Arc<TapStats> {
         &self.stats
     }

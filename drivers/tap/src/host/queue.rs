@@ -49,6 +49,7 @@ impl HostPortQueue {
         self.worker
     }
 
+    /// This queue's counters.
     pub fn stats(&self) -> &Arc<HostQueueStats> {
         &self.stats
     }

@@ -68,7 +68,7 @@ impl HostWorker {
         if self.read_error_streak > 1000 {
             return; // the device is gone or broken: stop posting reads (logged once below)
         }
-        let room = self.umem.frame_size() as u64 - HEADROOM;
+        let room = self.umem.frame_size() - wasmswitch_core::umem::HEADROOM;
         for slot in 0..self.reads.len() {
             if self.reads[slot] != NO_FRAME {
                 continue;
@@ -77,7 +77,7 @@ impl HostWorker {
                 self.stats.rx_alloc_failed.inc();
                 break;
             };
-            let e = self.ring.read_sqe(frame + HEADROOM, room as u32, READ_TAG | slot as u64);
+            let e = self.ring.read_sqe(frame + HEADROOM, room, READ_TAG | slot as u64);
             // SAFETY: `frame` was just allocated to this worker and stays owned by the ring (in
             // `reads[slot]`) until the read's CQE is reaped.
             if unsafe { self.ring.push(&e) } {
