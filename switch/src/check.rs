@@ -1,11 +1,81 @@
-//! `wasmswitch check`'s smoke run: each compiled plugin classifies the plugin host's built-in
-//! frames ([`wasmswitch_plugin_host::smoke_frames`]) as packets of its port, under its own
-//! limits, before the config is called good.
+//! `wasmswitch check`: the config's own checks, warnings about what `run` on this machine would
+//! find, and the smoke run, in which each compiled plugin classifies the plugin host's
+//! built-in frames ([`wasmswitch_plugin_host::smoke_frames`]) as packets of its port, under its
+//! own limits, before the config is called good.
+
+use std::path::Path;
 
 use anyhow::{anyhow, Result};
 
 use crate::config::Config;
 use crate::plugins::CompiledChains;
+
+/// Checks the config at `config`: an error for what `run` anywhere would refuse, a warning for
+/// what `run` on this machine would (the config may be for another), then the plugins (built,
+/// type-checked against the world, initialised with their config and, unless `no_smoke`, run
+/// on the built-in frames). Prints `ok` with what it counted.
+pub fn run(config: &Path, no_smoke: bool) -> Result<()> {
+    let c = Config::load(config)?;
+    // The config may be for another machine, so not an error; but say what `run` here
+    // would refuse.
+    for p in &c.ports {
+        if let Some(a) = &p.afxdp {
+            let i = &a.value.interface.value;
+            if wasmswitch_afxdp::sys::ifindex(i).is_none() {
+                eprintln!(
+                    "warning: port `{}`: interface {i} does not exist here, so `run` on this machine would refuse it",
+                    p.name.value
+                );
+            }
+        }
+    }
+    for w in c.traffic_filtered_warnings().into_iter().chain(c.interface_warnings()) {
+        eprintln!("warning: {w}");
+    }
+    // An existing TAP passes the config's checks (a reload validates the file while its
+    // daemon holds the TAP), but a new `run` refuses it.
+    if let Some(h) = &c.host {
+        if wasmswitch_tap::if_index(&h.tap.value).is_some() {
+            eprintln!(
+                "warning: host.tap {} exists on this machine, so a new `run` here would refuse it (the daemon of this config may be holding it: a reload keeps it)",
+                h.tap.value
+            );
+        }
+    }
+    // The metrics and API address: its IP on a port of the kernel's choosing, so that a
+    // daemon already on the address (this config's own, say) does not fail the probe.
+    let listen = c.listen_addr();
+    if let Err(e) = std::net::TcpListener::bind((listen.ip(), 0)) {
+        if e.kind() == std::io::ErrorKind::AddrNotAvailable {
+            eprintln!(
+                "warning: metrics.listen {listen}: this machine has no address {} ({e}), so `run` on this machine would refuse it",
+                listen.ip()
+            );
+        }
+    }
+    // Plugins are loaded, type-checked against the world and initialised with their
+    // config, then (unless --no-smoke) run on the built-in test frames.
+    let n: usize = c.ports.iter().map(|p| p.plugins.len() + p.shadow.len()).sum();
+    if n > 0 {
+        let engine = crate::plugins::engine()?;
+        let chains = crate::plugins::compile(&engine, &c)?;
+        if !no_smoke {
+            let smoke = smoke(&c, &chains);
+            smoke.ok.iter().for_each(|l| println!("{l}"));
+            smoke.warnings.iter().for_each(|w| eprintln!("warning: {w}"));
+            smoke.result()?;
+        }
+    }
+    let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    println!(
+        "{}: ok ({}, {}, {})",
+        config.display(),
+        count(c.ports.len(), "port"),
+        count(c.workers.len(), "worker"),
+        count(n, "plugin")
+    );
+    Ok(())
+}
 
 /// What the smoke run found, one line each: plugins that passed (with their verdicts),
 /// warnings that do not fail the check, and faults that do.

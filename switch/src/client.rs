@@ -164,40 +164,8 @@ pub enum Ask {
 
 /// Asks the daemon and prints the answer; an error (or a refused reload) is a failure.
 pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    let s = |v: &Value| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
     match ask {
-        Ask::Status => {
-            let (st, health) = target.request("GET", "/healthz", Duration::from_secs(5))?;
-            let ports = target.get_json("/api/v1/ports")?;
-            let down = ports_down(&ports);
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({"healthy": st == 200, "health": health.trim(), "ports_down": down.len(), "ports": ports["ports"]})
-                );
-            } else {
-                let state = match (st == 200, down.is_empty()) {
-                    (false, _) => "UNHEALTHY",
-                    (true, true) => "healthy",
-                    (true, false) => "DEGRADED",
-                };
-                println!("wasmswitch at {}: {state}", target.addr);
-                if st != 200 {
-                    println!("  {}", health.trim());
-                }
-                if !down.is_empty() {
-                    println!("  ports down: {}", down.join(", "));
-                }
-                print_ports(&ports);
-            }
-            if st != 200 {
-                bail!("the daemon is not healthy");
-            }
-            if !down.is_empty() {
-                bail!("{} port(s) cannot forward: {}", down.len(), down.join(", "));
-            }
-        }
+        Ask::Status => show_status(target, json),
         Ask::Ports => {
             let ports = target.get_json("/api/v1/ports")?;
             if json {
@@ -205,182 +173,242 @@ pub fn run(target: &Target, ask: Ask, json: bool) -> Result<()> {
             } else {
                 print_ports(&ports);
             }
+            Ok(())
         }
-        Ask::Fdb { port, vlan, mac } => show_fdb(target, port, vlan, mac, json)?,
+        Ask::Fdb { port, vlan, mac } => show_fdb(target, port, vlan, mac, json),
         Ask::FdbAdd { mac, vlan, port } => {
             let body = serde_json::json!({"mac": mac, "vlan": vlan, "port": port});
-            edit(target, "POST", "/api/v1/fdb", &body.to_string(), json)?;
+            edit(target, "POST", "/api/v1/fdb", &body.to_string(), json)
         }
         Ask::FdbDel { mac, vlan } => {
-            edit(target, "DELETE", &format!("/api/v1/fdb/{vlan}/{}", path_segment(&mac)), "", json)?;
+            edit(target, "DELETE", &format!("/api/v1/fdb/{vlan}/{}", path_segment(&mac)), "", json)
         }
         Ask::FdbFlush { port, vlan, statics } => {
             let body = serde_json::json!({"port": port, "vlan": vlan, "static": statics});
-            edit(target, "POST", "/api/v1/fdb/flush", &body.to_string(), json)?;
+            edit(target, "POST", "/api/v1/fdb/flush", &body.to_string(), json)
         }
-        Ask::Plugins => {
-            let plugins = target.get_json("/api/v1/plugins")?;
-            if json {
-                println!("{plugins}");
-            } else {
-                // One row per (port, chain, plugin), summed over workers.
-                struct Row {
-                    key: (String, String, String),
-                    component: String,
-                    workers: u64,
-                    batches: u64,
-                    packets: u64,
-                    faults: u64,
-                    quarantined: u64,
-                    /// Verdicts: pass, drop, and the rest (redirect, host, host-copy).
-                    verdicts: [u64; 3],
+        Ask::Plugins => show_plugins(target, json),
+        Ask::Shadow => show_shadow(target, json),
+        Ask::ShadowChange { port, promote } => change_shadow(target, &port, promote, json),
+        Ask::Reload => reload(target, json),
+    }
+}
+
+/// A number of the API's answer (0 where it is not one).
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// A string of the API's answer as it reads (anything else as JSON).
+fn text(v: &Value) -> String {
+    v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())
+}
+
+/// Health and ports; an unhealthy daemon or a port that cannot forward is a failure.
+fn show_status(target: &Target, json: bool) -> Result<()> {
+    let (st, health) = target.request("GET", "/healthz", Duration::from_secs(5))?;
+    let ports = target.get_json("/api/v1/ports")?;
+    let down = ports_down(&ports);
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"healthy": st == 200, "health": health.trim(), "ports_down": down.len(), "ports": ports["ports"]})
+        );
+    } else {
+        let state = match (st == 200, down.is_empty()) {
+            (false, _) => "UNHEALTHY",
+            (true, true) => "healthy",
+            (true, false) => "DEGRADED",
+        };
+        println!("wasmswitch at {}: {state}", target.addr);
+        if st != 200 {
+            println!("  {}", health.trim());
+        }
+        if !down.is_empty() {
+            println!("  ports down: {}", down.join(", "));
+        }
+        print_ports(&ports);
+    }
+    if st != 200 {
+        bail!("the daemon is not healthy");
+    }
+    if !down.is_empty() {
+        bail!("{} port(s) cannot forward: {}", down.len(), down.join(", "));
+    }
+    Ok(())
+}
+
+/// Every plugin, one row per (port, chain, plugin) summed over workers.
+fn show_plugins(target: &Target, json: bool) -> Result<()> {
+    let plugins = target.get_json("/api/v1/plugins")?;
+    if json {
+        println!("{plugins}");
+    } else {
+        // One row per (port, chain, plugin), summed over workers.
+        struct Row {
+            key: (String, String, String),
+            component: String,
+            workers: u64,
+            batches: u64,
+            packets: u64,
+            faults: u64,
+            quarantined: u64,
+            /// Verdicts: pass, drop, and the rest (redirect, host, host-copy).
+            verdicts: [u64; 3],
+        }
+        let mut rows: Vec<Row> = Vec::new();
+        for p in plugins["plugins"].as_array().into_iter().flatten() {
+            let key = (text(&p["port"]), text(&p["chain"]), text(&p["plugin"]));
+            let i = match rows.iter().position(|r| r.key == key) {
+                Some(i) => i,
+                None => {
+                    // The first 12 hex digits of the component's SHA-256, as `git` shortens.
+                    let component = text(&p["component_sha256"]).chars().take(12).collect();
+                    rows.push(Row {
+                        key,
+                        component,
+                        workers: 0,
+                        batches: 0,
+                        packets: 0,
+                        faults: 0,
+                        quarantined: 0,
+                        verdicts: [0; 3],
+                    });
+                    rows.len() - 1
                 }
-                let mut rows: Vec<Row> = Vec::new();
-                for p in plugins["plugins"].as_array().into_iter().flatten() {
-                    let key = (s(&p["port"]), s(&p["chain"]), s(&p["plugin"]));
-                    let i = match rows.iter().position(|r| r.key == key) {
-                        Some(i) => i,
-                        None => {
-                            // The first 12 hex digits of the component's SHA-256, as `git` shortens.
-                            let component = s(&p["component_sha256"]).chars().take(12).collect();
-                            rows.push(Row {
-                                key,
-                                component,
-                                workers: 0,
-                                batches: 0,
-                                packets: 0,
-                                faults: 0,
-                                quarantined: 0,
-                                verdicts: [0; 3],
-                            });
-                            rows.len() - 1
-                        }
-                    };
-                    let r = &mut rows[i];
-                    r.workers += 1;
-                    r.batches += n(&p["batches"]);
-                    r.packets += n(&p["packets"]);
-                    r.faults += n(&p["faults"]);
-                    r.quarantined += u64::from(p["quarantined"].as_bool().unwrap_or(false));
-                    let v = &p["verdicts"];
-                    r.verdicts[0] += n(&v["pass"]);
-                    r.verdicts[1] += n(&v["drop"]);
-                    r.verdicts[2] += n(&v["redirect"]) + n(&v["host"]) + n(&v["host_copy"]);
-                }
+            };
+            let r = &mut rows[i];
+            r.workers += 1;
+            r.batches += num(&p["batches"]);
+            r.packets += num(&p["packets"]);
+            r.faults += num(&p["faults"]);
+            r.quarantined += u64::from(p["quarantined"].as_bool().unwrap_or(false));
+            let v = &p["verdicts"];
+            r.verdicts[0] += num(&v["pass"]);
+            r.verdicts[1] += num(&v["drop"]);
+            r.verdicts[2] += num(&v["redirect"]) + num(&v["host"]) + num(&v["host_copy"]);
+        }
+        println!(
+            "{:<16} {:<6} {:<16} {:<12} {:>7} {:>12} {:>14} {:>8} {:>11} {:>14} {:>14} {:>14}",
+            "port",
+            "chain",
+            "plugin",
+            "component",
+            "workers",
+            "batches",
+            "packets",
+            "faults",
+            "quarantined",
+            "pass",
+            "drop",
+            "other"
+        );
+        for r in rows {
+            let (port, chain, plugin) = &r.key;
+            let [pass, drop, other] = r.verdicts;
+            println!(
+                "{port:<16} {chain:<6} {plugin:<16} {:<12} {:>7} {:>12} {:>14} {:>8} {:>11} {pass:>14} {drop:>14} {other:>14}",
+                r.component,
+                r.workers,
+                r.batches,
+                r.packets,
+                r.faults,
+                format!("{}/{}", r.quarantined, r.workers)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every port's shadow chain and its verdict matrix.
+fn show_shadow(target: &Target, json: bool) -> Result<()> {
+    let shadow = target.get_json("/api/v1/shadow")?;
+    if json {
+        println!("{shadow}");
+    } else {
+        let ports = shadow["ports"].as_array().cloned().unwrap_or_default();
+        if ports.is_empty() {
+            println!("no port has a shadow chain");
+        }
+        for p in &ports {
+            let names = |v: &Value| v.as_array().into_iter().flatten().map(text).collect::<Vec<_>>().join(", ");
+            println!(
+                "port {}: live [{}], shadow [{}]: {} packets compared, {} with another verdict",
+                text(&p["port"]),
+                names(&p["live"]),
+                names(&p["shadow"]),
+                num(&p["packets"]),
+                num(&p["differ"])
+            );
+            let quarantined = names(&p["quarantined"]);
+            if !quarantined.is_empty() {
                 println!(
-                    "{:<16} {:<6} {:<16} {:<12} {:>7} {:>12} {:>14} {:>8} {:>11} {:>14} {:>14} {:>14}",
-                    "port",
-                    "chain",
-                    "plugin",
-                    "component",
-                    "workers",
-                    "batches",
-                    "packets",
-                    "faults",
-                    "quarantined",
-                    "pass",
-                    "drop",
-                    "other"
+                    "  quarantined on some worker: {quarantined}: there its verdicts are its on_error policy's, not its own"
                 );
-                for r in rows {
-                    let (port, chain, plugin) = &r.key;
-                    let [pass, drop, other] = r.verdicts;
-                    println!(
-                        "{port:<16} {chain:<6} {plugin:<16} {:<12} {:>7} {:>12} {:>14} {:>8} {:>11} {pass:>14} {drop:>14} {other:>14}",
-                        r.component,
-                        r.workers,
-                        r.batches,
-                        r.packets,
-                        r.faults,
-                        format!("{}/{}", r.quarantined, r.workers)
-                    );
+            }
+            // Rows: the live verdict; columns: the shadow verdict.
+            let kinds = ["pass", "drop", "redirect", "host", "host_copy"];
+            print!("  {:<12}", "live\\shadow");
+            for k in kinds {
+                print!(" {k:>12}");
+            }
+            println!();
+            for l in kinds {
+                print!("  {l:<12}");
+                for k in kinds {
+                    print!(" {:>12}", num(&p["matrix"][l][k]));
                 }
+                println!();
             }
         }
-        Ask::Shadow => {
-            let shadow = target.get_json("/api/v1/shadow")?;
-            if json {
-                println!("{shadow}");
-            } else {
-                let ports = shadow["ports"].as_array().cloned().unwrap_or_default();
-                if ports.is_empty() {
-                    println!("no port has a shadow chain");
-                }
-                for p in &ports {
-                    let names = |v: &Value| v.as_array().into_iter().flatten().map(&s).collect::<Vec<_>>().join(", ");
-                    println!(
-                        "port {}: live [{}], shadow [{}]: {} packets compared, {} with another verdict",
-                        s(&p["port"]),
-                        names(&p["live"]),
-                        names(&p["shadow"]),
-                        n(&p["packets"]),
-                        n(&p["differ"])
-                    );
-                    let quarantined = names(&p["quarantined"]);
-                    if !quarantined.is_empty() {
-                        println!(
-                            "  quarantined on some worker: {quarantined}: there its verdicts are its on_error policy's, not its own"
-                        );
-                    }
-                    // Rows: the live verdict; columns: the shadow verdict.
-                    let kinds = ["pass", "drop", "redirect", "host", "host_copy"];
-                    print!("  {:<12}", "live\\shadow");
-                    for k in kinds {
-                        print!(" {k:>12}");
-                    }
-                    println!();
-                    for l in kinds {
-                        print!("  {l:<12}");
-                        for k in kinds {
-                            print!(" {:>12}", n(&p["matrix"][l][k]));
-                        }
-                        println!();
-                    }
-                }
-            }
+    }
+    Ok(())
+}
+
+/// Promotes (`promote`) or discards port `port`'s shadow chain.
+fn change_shadow(target: &Target, port: &str, promote: bool, json: bool) -> Result<()> {
+    let (action, done) = if promote { ("promote", "promoted") } else { ("discard", "discarded") };
+    let path = format!("/api/v1/ports/{}/shadow/{action}", path_segment(port));
+    let (st, body) = target.request_with("POST", &path, "", Duration::from_secs(60))?;
+    let answer: Value = serde_json::from_str(&body).unwrap_or_else(|_| Value::String(body.trim().to_string()));
+    if json {
+        println!("{answer}");
+    }
+    match st {
+        200 if json => {}
+        200 => {
+            let names = answer
+                .get(done)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().map(text).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default();
+            println!("port {port}: shadow chain [{names}] {done}");
+            println!("note: {}", text(&answer["note"]));
         }
-        Ask::ShadowChange { port, promote } => {
-            let (action, done) = if promote { ("promote", "promoted") } else { ("discard", "discarded") };
-            let path = format!("/api/v1/ports/{}/shadow/{action}", path_segment(&port));
-            let (st, body) = target.request_with("POST", &path, "", Duration::from_secs(60))?;
-            let answer: Value = serde_json::from_str(&body).unwrap_or_else(|_| Value::String(body.trim().to_string()));
-            if json {
-                println!("{answer}");
-            }
-            match st {
-                200 if json => {}
-                200 => {
-                    let names = answer
-                        .get(done)
-                        .and_then(Value::as_array)
-                        .map(|a| a.iter().map(&s).collect::<Vec<_>>().join(", "))
-                        .unwrap_or_default();
-                    println!("port {port}: shadow chain [{names}] {done}");
-                    println!("note: {}", s(&answer["note"]));
-                }
-                401 => bail!("refused: the daemon wants its token (`-c` with the daemon's config, or --token-file)"),
-                _ => bail!("{action} answered {st}: {}", answer.get("error").and_then(Value::as_str).unwrap_or(&body)),
-            }
+        401 => bail!("refused: the daemon wants its token (`-c` with the daemon's config, or --token-file)"),
+        _ => bail!("{action} answered {st}: {}", answer.get("error").and_then(Value::as_str).unwrap_or(&body)),
+    }
+    Ok(())
+}
+
+/// Asks for a reload; a refused or late one is a failure.
+fn reload(target: &Target, json: bool) -> Result<()> {
+    let (st, body) = target.request("POST", "/api/v1/reload", Duration::from_secs(300))?;
+    let answer: Value = serde_json::from_str(&body).unwrap_or_else(|_| Value::String(body.trim().to_string()));
+    if json {
+        println!("{}", serde_json::json!({"status": st, "answer": answer}));
+    } else {
+        // The API answers {"status", "summary"} or {"status", "error"}.
+        let t = answer.get("summary").or_else(|| answer.get("error")).unwrap_or(&answer);
+        println!("{}", text(t));
+    }
+    match st {
+        200 => {}
+        401 => {
+            bail!("reload refused: the daemon wants its token (`-c` with the daemon's config, or --token-file)")
         }
-        Ask::Reload => {
-            let (st, body) = target.request("POST", "/api/v1/reload", Duration::from_secs(300))?;
-            let answer: Value = serde_json::from_str(&body).unwrap_or_else(|_| Value::String(body.trim().to_string()));
-            if json {
-                println!("{}", serde_json::json!({"status": st, "answer": answer}));
-            } else {
-                // The API answers {"status", "summary"} or {"status", "error"}.
-                let text = answer.get("summary").or_else(|| answer.get("error")).unwrap_or(&answer);
-                println!("{}", s(text));
-            }
-            match st {
-                200 => {}
-                401 => {
-                    bail!("reload refused: the daemon wants its token (`-c` with the daemon's config, or --token-file)")
-                }
-                500 => bail!("the reload was applied, but a worker took it late (above)"),
-                _ => bail!("reload answered {st}"),
-            }
-        }
+        500 => bail!("the reload was applied, but a worker took it late (above)"),
+        _ => bail!("reload answered {st}"),
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use wasmswitch::client::{self, Ask, Target};
 use wasmswitch::error_text::ErrorText;
-use wasmswitch::{bench, config::Config, daemon, demo, plugin_cmd};
+use wasmswitch::{bench, daemon, demo, plugin_cmd};
 
 #[derive(Parser)]
 #[command(name = "wasmswitch", version, about = "A multi-queue AF_XDP software switch with WebAssembly policy plugins")]
@@ -220,67 +220,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Run { config } => daemon::run(&config),
-        Command::Check { config, no_smoke } => Config::load(&config).map_err(anyhow::Error::from).and_then(|c| {
-            // The config may be for another machine, so not an error; but say what `run` here
-            // would refuse.
-            for p in &c.ports {
-                if let Some(a) = &p.afxdp {
-                    let i = &a.value.interface.value;
-                    if wasmswitch_afxdp::sys::ifindex(i).is_none() {
-                        eprintln!(
-                            "warning: port `{}`: interface {i} does not exist here, so `run` on this machine would refuse it",
-                            p.name.value
-                        );
-                    }
-                }
-            }
-            for w in c.traffic_filtered_warnings().into_iter().chain(c.interface_warnings()) {
-                eprintln!("warning: {w}");
-            }
-            // An existing TAP passes the config's checks (a reload validates the file while its
-            // daemon holds the TAP), but a new `run` refuses it.
-            if let Some(h) = &c.host {
-                if wasmswitch_tap::if_index(&h.tap.value).is_some() {
-                    eprintln!(
-                        "warning: host.tap {} exists on this machine, so a new `run` here would refuse it (the daemon of this config may be holding it: a reload keeps it)",
-                        h.tap.value
-                    );
-                }
-            }
-            // The metrics and API address: its IP on a port of the kernel's choosing, so that a
-            // daemon already on the address (this config's own, say) does not fail the probe.
-            let listen = c.listen_addr();
-            if let Err(e) = std::net::TcpListener::bind((listen.ip(), 0)) {
-                if e.kind() == std::io::ErrorKind::AddrNotAvailable {
-                    eprintln!(
-                        "warning: metrics.listen {listen}: this machine has no address {} ({e}), so `run` on this machine would refuse it",
-                        listen.ip()
-                    );
-                }
-            }
-            // Plugins are loaded, type-checked against the world and initialised with their
-            // config, then (unless --no-smoke) run on the built-in test frames.
-            let n: usize = c.ports.iter().map(|p| p.plugins.len() + p.shadow.len()).sum();
-            if n > 0 {
-                let engine = wasmswitch::plugins::engine()?;
-                let chains = wasmswitch::plugins::compile(&engine, &c)?;
-                if !no_smoke {
-                    let smoke = wasmswitch::check::smoke(&c, &chains);
-                    smoke.ok.iter().for_each(|l| println!("{l}"));
-                    smoke.warnings.iter().for_each(|w| eprintln!("warning: {w}"));
-                    smoke.result()?;
-                }
-            }
-            let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
-            println!(
-                "{}: ok ({}, {}, {})",
-                config.display(),
-                count(c.ports.len(), "port"),
-                count(c.workers.len(), "worker"),
-                count(n, "plugin")
-            );
-            Ok(())
-        }),
+        Command::Check { config, no_smoke } => wasmswitch::check::run(&config, no_smoke),
         Command::Bench(args) => args.options().and_then(|o| bench::run(&o)).map(|_| ()),
         Command::Demo { seconds, sim } => demo::run(seconds, sim),
         Command::Status(a) => ask(a, Ask::Status),

@@ -1252,68 +1252,88 @@ pub async fn serve(
         let service = TowerToHyperService::new(
             router.clone().layer(Extension(ConnectInfo(peer))).layer(Extension(answering.clone())),
         );
-        let mut stop = shutdown.clone();
+        let stop = shutdown.clone();
         let evict = evict.clone();
         let stats = stats.clone();
         let deadline = tokio::time::Instant::now() + limits.connection;
-        conns.spawn(async move {
-            let _permit = permit;
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read)
-                .max_buf_size(64 << 10)
-                .serve_connection(TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            let run = async {
-                tokio::select! {
-                    r = conn.as_mut() => {
-                        if let Err(e) = r {
-                            stats.connection_failed(&e, &answering);
-                        }
-                        return;
-                    }
-                    _ = stop.wait_for(|s| *s) => {}
-                    _ = evict.notified() => {
-                        // Holding a slot with nothing to answer (idle, half a head, a body
-                        // that does not come, which hyper's graceful close would wait out):
-                        // dropped now.
-                        if !answering.0.busy.load(std::sync::atomic::Ordering::Relaxed) {
-                            ControlStats::bump(&stats.connections_evicted);
-                            return;
-                        }
-                    }
-                    // Its time is up: closed once the request it is answering, if any, is
-                    // answered (a reload may take longer than a connection's time).
-                    _ = tokio::time::sleep_until(deadline) => {}
-                }
-                // Closes an idle connection now, and a busy one after its response. What holds
-                // the slot then is a handler still answering (a reload), or a client that does
-                // not read what it was answered: the latter is closed to make room, and in any
-                // case once its answers had FINISH_GRACE to go out.
-                conn.as_mut().graceful_shutdown();
-                loop {
-                    tokio::select! {
-                        r = conn.as_mut() => {
-                            if let Err(e) = r {
-                                stats.connection_failed(&e, &answering);
-                            }
-                            return;
-                        }
-                        _ = evict.notified() => {}
-                        _ = tokio::time::sleep(FINISH_GRACE) => {}
-                    }
-                    if !answering.0.busy.load(std::sync::atomic::Ordering::Relaxed) {
-                        ControlStats::bump(&stats.connections_evicted);
-                        return;
-                    }
-                }
-            };
-            let _ = tokio::time::timeout(limits.connection + ANSWER_GRACE, run).await;
-        });
+        conns.spawn(connection(Conn { stream, service, answering, stop, evict, stats, deadline, limits }, permit));
     }
     drop(listener);
     let _ = tokio::time::timeout(limits.shutdown_grace, drain(&mut conns)).await;
     conns.abort_all();
+}
+
+/// One accepted connection and what serving it needs.
+struct Conn {
+    stream: tokio::net::TcpStream,
+    service: TowerToHyperService<Router>,
+    /// Whether a handler is answering on it now.
+    answering: Answering,
+    /// Becomes true at shutdown.
+    stop: watch::Receiver<bool>,
+    /// Notified when every slot is taken: idle connections make room.
+    evict: Arc<Notify>,
+    stats: Arc<ControlStats>,
+    /// When its time is up.
+    deadline: tokio::time::Instant,
+    limits: Limits,
+}
+
+/// Serves one connection until it closes, its time is up, or it is evicted or shut down;
+/// `_permit` is its slot, given back when it ends.
+async fn connection(c: Conn, _permit: tokio::sync::OwnedSemaphorePermit) {
+    let Conn { stream, service, answering, mut stop, evict, stats, deadline, limits } = c;
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read)
+        .max_buf_size(64 << 10)
+        .serve_connection(TokioIo::new(stream), service);
+    let mut conn = std::pin::pin!(conn);
+    let run = async {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    stats.connection_failed(&e, &answering);
+                }
+                return;
+            }
+            _ = stop.wait_for(|s| *s) => {}
+            _ = evict.notified() => {
+                // Holding a slot with nothing to answer (idle, half a head, a body
+                // that does not come, which hyper's graceful close would wait out):
+                // dropped now.
+                if !answering.0.busy.load(std::sync::atomic::Ordering::Relaxed) {
+                    ControlStats::bump(&stats.connections_evicted);
+                    return;
+                }
+            }
+            // Its time is up: closed once the request it is answering, if any, is
+            // answered (a reload may take longer than a connection's time).
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
+        // Closes an idle connection now, and a busy one after its response. What holds
+        // the slot then is a handler still answering (a reload), or a client that does
+        // not read what it was answered: the latter is closed to make room, and in any
+        // case once its answers had FINISH_GRACE to go out.
+        conn.as_mut().graceful_shutdown();
+        loop {
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        stats.connection_failed(&e, &answering);
+                    }
+                    return;
+                }
+                _ = evict.notified() => {}
+                _ = tokio::time::sleep(FINISH_GRACE) => {}
+            }
+            if !answering.0.busy.load(std::sync::atomic::Ordering::Relaxed) {
+                ControlStats::bump(&stats.connections_evicted);
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(limits.connection + ANSWER_GRACE, run).await;
 }
 
 async fn drain(conns: &mut JoinSet<()>) {

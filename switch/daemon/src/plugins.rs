@@ -855,6 +855,54 @@ impl RunningSet {
     }
 }
 
+/// Reads one counter of a plugin's stats.
+type Pick = fn(&PluginStats) -> u64;
+
+/// The plugin counters that are one sample per running plugin: name, help, and the counter.
+const COUNTERS: [(&str, &str, Pick); 9] = [
+    (
+        "wasmswitch_plugin_batches",
+        "Batches the plugin answered for, itself or (faulted, quarantined) by its on_error policy.",
+        |s| s.batches.get(),
+    ),
+    (
+        "wasmswitch_plugin_packets",
+        "Packets the plugin answered for; those its on_error policy answered are in policy_packets.",
+        |s| s.packets.get(),
+    ),
+    (
+        "wasmswitch_plugin_policy_packets",
+        "Packets whose verdict came from the on_error policy (fault or quarantine).",
+        |s| s.policy_packets.get(),
+    ),
+    ("wasmswitch_plugin_call_cycles", "TSC cycles spent in plugin calls (encode, call, decode).", |s| {
+        s.call_cycles.get()
+    }),
+    (
+        "wasmswitch_plugin_log_suppressed",
+        "Plugin log lines and fault warnings dropped by the per-worker rate limit.",
+        |s| s.log_suppressed.get(),
+    ),
+    ("wasmswitch_plugin_reinstantiations", "Fresh plugin instances made after faults.", |s| {
+        s.reinstantiations.get()
+    }),
+    (
+        "wasmswitch_plugin_wall_overruns",
+        "Plugin calls whose wall time passed twice their deadline (the worker descheduled, or code no epoch check stops); the next calls are measured in CPU time.",
+        |s| s.wall_overruns.get(),
+    ),
+    (
+        "wasmswitch_plugin_ports_unseen",
+        "TCP/UDP frames dropped because their ports lay past the plugin's header_bytes while their IP header did not (IPv6 extension headers, IPv4 options): raise header_bytes.",
+        |s| s.ports_unseen.get(),
+    ),
+    (
+        "wasmswitch_plugin_quarantine_lifted",
+        "Quarantines lifted by a reload (the plugin runs again; its counters carry on).",
+        |s| s.quarantine_lifted.get(),
+    ),
+];
+
 impl MetricsSource for PluginMetrics {
     fn encode(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
         let running = self.get();
@@ -868,50 +916,6 @@ impl MetricsSource for PluginMetrics {
             }
             l
         };
-        type Pick = fn(&PluginStats) -> u64;
-        let counters: [(&str, &str, Pick); 9] = [
-            (
-                "wasmswitch_plugin_batches",
-                "Batches the plugin answered for, itself or (faulted, quarantined) by its on_error policy.",
-                |s| s.batches.get(),
-            ),
-            (
-                "wasmswitch_plugin_packets",
-                "Packets the plugin answered for; those its on_error policy answered are in policy_packets.",
-                |s| s.packets.get(),
-            ),
-            (
-                "wasmswitch_plugin_policy_packets",
-                "Packets whose verdict came from the on_error policy (fault or quarantine).",
-                |s| s.policy_packets.get(),
-            ),
-            ("wasmswitch_plugin_call_cycles", "TSC cycles spent in plugin calls (encode, call, decode).", |s| {
-                s.call_cycles.get()
-            }),
-            (
-                "wasmswitch_plugin_log_suppressed",
-                "Plugin log lines and fault warnings dropped by the per-worker rate limit.",
-                |s| s.log_suppressed.get(),
-            ),
-            ("wasmswitch_plugin_reinstantiations", "Fresh plugin instances made after faults.", |s| {
-                s.reinstantiations.get()
-            }),
-            (
-                "wasmswitch_plugin_wall_overruns",
-                "Plugin calls whose wall time passed twice their deadline (the worker descheduled, or code no epoch check stops); the next calls are measured in CPU time.",
-                |s| s.wall_overruns.get(),
-            ),
-            (
-                "wasmswitch_plugin_ports_unseen",
-                "TCP/UDP frames dropped because their ports lay past the plugin's header_bytes while their IP header did not (IPv6 extension headers, IPv4 options): raise header_bytes.",
-                |s| s.ports_unseen.get(),
-            ),
-            (
-                "wasmswitch_plugin_quarantine_lifted",
-                "Quarantines lifted by a reload (the plugin runs again; its counters carry on).",
-                |s| s.quarantine_lifted.get(),
-            ),
-        ];
         // What a call produced (verdicts, faults, the plugin's own counters) read before the
         // packets and batches: a worker counts a batch before it calls the plugin, so one
         // scrape never shows a plugin counting more than the packets it was given.
@@ -946,7 +950,7 @@ impl MetricsSource for PluginMetrics {
                 named.push((l, v));
             }
         }
-        for (name, help, pick) in counters {
+        for (name, help, pick) in COUNTERS {
             let samples: Vec<_> = table.iter().map(|r| (labels(r), pick(&r.stats))).collect();
             counter_family(e, name, help, &samples)?;
         }
@@ -966,32 +970,38 @@ impl MetricsSource for PluginMetrics {
         gauge_family(e, "wasmswitch_plugin_quarantined", "1 while the plugin is quarantined on that worker.", &q)?;
         // Not `..._counter`: promtool's lint refuses a metric name that names its type.
         counter_family(e, "wasmswitch_plugin_events", "Counters registered by plugins themselves.", &named)?;
-        let mut matrix = Vec::new();
-        let mut differ = Vec::new();
-        for s in &running.shadows {
-            let base = vec![("port", s.port.clone()), ("worker", s.worker.to_string())];
-            for (i, c) in s.stats.matrix.iter().enumerate() {
-                let mut l = base.clone();
-                l.push(("live", Verdict::KINDS[i / KINDS].to_string()));
-                l.push(("shadow", Verdict::KINDS[i % KINDS].to_string()));
-                matrix.push((l, c.get()));
-            }
-            differ.push((base, s.stats.differ.get()));
-        }
-        counter_family(
-            e,
-            "wasmswitch_shadow_verdicts",
-            "Packets seen by a port's live and shadow chains, by (live verdict, shadow verdict); shadow verdicts are never applied.",
-            &matrix,
-        )?;
-        counter_family(
-            e,
-            "wasmswitch_shadow_differ",
-            "Packets whose shadow verdict differs from the live one (redirect targets included).",
-            &differ,
-        )?;
+        encode_shadows(e, &running.shadows)?;
         encode_cache_metrics(e)
     }
+}
+
+/// The shadow chains' verdicts against the live ones', per port and worker.
+fn encode_shadows(e: &mut DescriptorEncoder, shadows: &[ShadowRunning]) -> std::fmt::Result {
+    let mut matrix = Vec::new();
+    let mut differ = Vec::new();
+    for s in shadows {
+        let base = vec![("port", s.port.clone()), ("worker", s.worker.to_string())];
+        for (i, c) in s.stats.matrix.iter().enumerate() {
+            let mut l = base.clone();
+            l.push(("live", Verdict::KINDS[i / KINDS].to_string()));
+            l.push(("shadow", Verdict::KINDS[i % KINDS].to_string()));
+            matrix.push((l, c.get()));
+        }
+        differ.push((base, s.stats.differ.get()));
+    }
+    counter_family(
+        e,
+        "wasmswitch_shadow_verdicts",
+        "Packets seen by a port's live and shadow chains, by (live verdict, shadow verdict); shadow verdicts are never applied.",
+        &matrix,
+    )?;
+    counter_family(
+        e,
+        "wasmswitch_shadow_differ",
+        "Packets whose shadow verdict differs from the live one (redirect targets included).",
+        &differ,
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]
