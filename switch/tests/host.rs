@@ -138,7 +138,7 @@ fn host_reaches_a_namespace_host_through_the_switch() {
     let out = Command::new("ping").args(["-c", "3", "-i", "0.2", "-W", "1", "10.77.26.1"]).output().unwrap();
     assert!(out.status.success(), "host -> h1 through TAP and AF_XDP: {}", String::from_utf8_lossy(&out.stdout));
     assert!(lab.hosts[0].ping("10.77.26.254", 3).unwrap(), "h1 -> host");
-    let tap_stats = dp.ports.get(1).unwrap().tap.clone().expect("host port has TAP stats");
+    let tap_stats = dp.ports.get(1).unwrap().driver.host().map(|h| h.stats.clone()).expect("host port has TAP stats");
     // `delivered` moves after the write completes, which can be after ping read the reply:
     // poll it (bounded) rather than read it once.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -192,7 +192,7 @@ fn ring_full_under_a_flood_drops_counted_forwarding_goes_on_no_leak() {
     let tx_p1 = |dp: &Dataplane| dp.workers.iter().map(|w| w.stats.ports[1].tx_packets.get()).sum::<u64>();
     let before = tx_p1(&dp);
     std::thread::sleep(Duration::from_millis(700));
-    let t = dp.ports.get(2).unwrap().tap.clone().unwrap().totals();
+    let t = dp.ports.get(2).unwrap().driver.host().unwrap().stats.totals();
     assert!(t.ring_full > 0, "a flood into 16-entry rings overflows them: {t:?}");
     assert!(t.delivered > 0, "the host still gets what fits");
     assert!(tx_p1(&dp) > before + 1000, "the datapath keeps forwarding its other traffic");
@@ -213,7 +213,7 @@ fn a_deleted_tap_stops_the_host_port_named_and_counted() {
     let info = |dp: &Dataplane| dp.ports.get(host).unwrap();
     let tx_p1 = |dp: &Dataplane| dp.workers.iter().map(|w| w.stats.ports[1].tx_packets.get()).sum::<u64>();
     std::thread::sleep(Duration::from_millis(300));
-    assert!(info(&dp).tap.as_ref().unwrap().totals().delivered > 0, "the host gets frames");
+    assert!(info(&dp).driver.host().unwrap().stats.totals().delivered > 0, "the host gets frames");
     let ok = Command::new("ip").args(["link", "del", &tap]).status().unwrap();
     assert!(ok.success());
     eventually("the host port is marked gone", || info(&dp).gone.load(std::sync::atomic::Ordering::Relaxed));
@@ -498,11 +498,11 @@ fn a_tap_set_down_stops_the_host_port_as_a_link_down_does() {
     ip(&["link", "set", &tap, "down"]);
     eventually("the host port is stopped", || info().link_down.load(std::sync::atomic::Ordering::Relaxed));
     assert_eq!(count(&info().down_events), 1);
-    let errors = info().tap.clone().unwrap().totals().write_errors;
+    let errors = info().driver.host().unwrap().stats.totals().write_errors;
     // Unicast to the host (its MAC is learned) and broadcasts: nothing is queued for it.
     assert!(!h1.ping("10.77.29.254", 2).unwrap());
     let _ = h1.run(&["ping", "-b", "-c", "3", "-i", "0.2", "-W", "1", "10.77.29.255"]);
-    assert_eq!(info().tap.clone().unwrap().totals().write_errors, errors, "no write to a TAP that is down");
+    assert_eq!(info().driver.host().unwrap().stats.totals().write_errors, errors, "no write to a TAP that is down");
     ip(&["link", "set", &tap, "up"]);
     eventually("the host port forwards again", || !info().link_down.load(std::sync::atomic::Ordering::Relaxed));
     assert_eq!(count(&info().up_events), 1);

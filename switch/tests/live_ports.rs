@@ -174,8 +174,13 @@ fn a_reload_storm_of_sim_ports_loses_nothing_and_refuses_what_it_cannot_open() {
     let (_, sink_tx) = sim_totals(&sw, "sink");
     assert!(sink_tx > 0 && sink_tx + 256 >= gen_rx, "sink sent {sink_tx} of the {gen_rx} generated frames");
     assert_eq!(drops(&sw, "gen") + drops(&sw, "sink"), 0, "nothing dropped on the ports the storm did not touch");
-    let missed: u64 =
-        sw.dataplane.ports.snapshot().iter().flat_map(|(_, p)| p.sim.iter().map(|s| s.rx_missed.get())).sum();
+    let missed: u64 = sw
+        .dataplane
+        .ports
+        .snapshot()
+        .iter()
+        .flat_map(|(_, p)| p.driver.sim().into_iter().flat_map(|s| &s.stats).map(|s| s.rx_missed.get()))
+        .sum();
     assert_eq!(missed, 0, "no generated frame found a full ring");
     // A worker pinned and unpinned live: the kernel's view of the thread follows.
     dir.write(&sim_yaml(None).replace("queues: 2", "queues: 1").replacen(
@@ -293,8 +298,8 @@ fn a_port_whose_interface_is_renamed_or_moved_away_and_back_is_re_attached() {
     // Counters every poll or kick moves: the driver's and the kernel's.
     let counted = || {
         let i = info();
-        let driver: u64 = i.afxdp.iter().map(|m| m.stats.rx_ring_empty.get() + m.stats.tx_wakeups.get()).sum();
-        let kernel: u64 = i.afxdp.iter().filter_map(|m| m.xdp_stats()).map(|k| k.tx_ring_empty_descs).sum();
+        let driver: u64 = afxdp_queues(&i).iter().map(|m| m.stats.rx_ring_empty.get() + m.stats.tx_wakeups.get()).sum();
+        let kernel: u64 = afxdp_queues(&i).iter().filter_map(|m| m.xdp_stats()).map(|k| k.tx_ring_empty_descs).sum();
         (driver, kernel)
     };
     let away = format!("wr{}x", std::process::id() % 10_000);
@@ -599,7 +604,7 @@ fn a_port_whose_link_goes_down_stops_and_starts_again_with_it() {
             Box::new(|| h2.must(&["ip", "link", "set", "eth0", "up"]).unwrap()),
         ),
     ];
-    let kicks_failed = || info().afxdp.iter().map(|m| m.stats.port_gone.get()).sum::<u64>();
+    let kicks_failed = || afxdp_queues(&info()).iter().map(|m| m.stats.port_gone.get()).sum::<u64>();
     for (round, (what, down, up)) in cases.iter().enumerate() {
         // Traffic to h2 as the link goes, so that its TX ring likely holds frames then.
         let mut pinger =
@@ -736,7 +741,7 @@ fn a_port_a_reload_reopens_stays_listed_and_keeps_counting_from_where_it_was() {
     let sw = Switch::start(&dir.write(&yaml(64))).unwrap();
     let missed = || {
         let dp = &sw.dataplane;
-        dp.ports.get(dp.ports.id_of("p0").expect("p0 is listed")).unwrap().sim_missed(0)
+        dp.ports.get(dp.ports.id_of("p0").expect("p0 is listed")).unwrap().driver.sim().unwrap().missed(0)
     };
     let t = Instant::now();
     while missed() == 0 && t.elapsed() < Duration::from_secs(10) {
@@ -831,7 +836,7 @@ fn a_port_on_every_queue_follows_its_interfaces_queue_count_within_the_pool() {
     let id = sw.dataplane.ports.id_of(&h2.name).unwrap() as usize;
     let info = || sw.dataplane.ports.get(id as u16).unwrap();
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(info().afxdp.len(), 1);
+    assert_eq!(afxdp_queues(&info()).len(), 1);
     assert!(h1.ping(&h2.ip, 2).unwrap(), "h1 reaches h2");
 
     // Four queues at h2: more than the pool holds rings for. The port stops and says why; the
@@ -846,7 +851,7 @@ fn a_port_on_every_queue_follows_its_interfaces_queue_count_within_the_pool() {
     // Back to one queue: re-attached.
     channels(h2, "1");
     eventually("h2's port is re-attached", || count(&info().back_events) == 1);
-    assert_eq!(info().afxdp.len(), 1);
+    assert_eq!(afxdp_queues(&info()).len(), 1);
     assert!(h1.ping(&h2.ip, 3).unwrap(), "h2 is reached again");
     let gone_before = count(&info().gone_events);
     sw.dataplane.stop_shared().expect("every frame is back");
@@ -857,7 +862,7 @@ fn a_port_on_every_queue_follows_its_interfaces_queue_count_within_the_pool() {
     let info = || sw.dataplane.ports.get(id as u16).unwrap();
     assert!(h1.ping(&h2.ip, 2).unwrap(), "h1 reaches h2");
     channels(h2, "4");
-    eventually("h2's port is re-attached on four queues", || info().afxdp.len() == 4);
+    eventually("h2's port is re-attached on four queues", || afxdp_queues(&info()).len() == 4);
     assert_eq!(count(&info().gone_events), 1, "one stop for the change ({gone_before} in the first run)");
     assert!(xdp_attached(&h2.switch_if));
     // Eight UDP flows from h2 hash over its four TX queues, so over the port's four RX queues:
@@ -896,4 +901,9 @@ fn a_port_on_every_queue_follows_its_interfaces_queue_count_within_the_pool() {
         assert_eq!(packets, redirected, "queue {q}: every frame to the switch: {per_queue:?}");
     }
     sw.dataplane.stop_shared().expect("every frame is back, those of the four queues included");
+}
+
+/// An AF_XDP port's queue monitors (none for a port of another driver).
+fn afxdp_queues(info: &wasmswitch::drivers::PortInfo) -> &[wasmswitch_afxdp::QueueMonitor] {
+    info.driver.afxdp().map_or(&[], |a| &a.queues)
 }

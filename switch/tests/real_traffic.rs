@@ -188,7 +188,10 @@ impl PathDrops {
         v.push((format!("{} eth0 tx", from.name), dev_column(&ns(from), "eth0", tx)));
         v.push((format!("{} rx", from.switch_if), dev_column(&root, &from.switch_if, rx)));
         let ports = dp.ports.snapshot();
-        let xdp: Vec<_> = ports.iter().flat_map(|(_, info)| info.afxdp.iter().filter_map(|m| m.xdp_stats())).collect();
+        let xdp: Vec<_> = ports
+            .iter()
+            .flat_map(|(_, info)| info.driver.afxdp().into_iter().flat_map(|a| &a.queues).filter_map(|m| m.xdp_stats()))
+            .collect();
         v.push(("xdp rx_dropped".into(), xdp.iter().map(|s| s.rx_dropped).sum()));
         v.push(("xdp rx_ring_full".into(), xdp.iter().map(|s| s.rx_ring_full).sum()));
         v.push(("xdp fill_empty".into(), xdp.iter().map(|s| s.rx_fill_ring_empty_descs).sum()));
@@ -623,7 +626,7 @@ fn acl_denies_tcp_behind_many_ipv6_extension_headers() {
 /// had counted them sent.
 fn tx_kernel_drops(dp: &Dataplane, p: usize) -> u64 {
     let info = dp.ports.get(p as u16).expect("a running port");
-    info.afxdp.iter().map(|m| m.stats.tx_kernel_drops.get()).sum()
+    info.driver.afxdp().map_or(0, |a| a.queues.iter().map(|m| m.stats.tx_kernel_drops.get()).sum())
 }
 
 #[test]

@@ -81,7 +81,7 @@ impl Switch {
                 json!({
                     "id": p,
                     "name": info.name,
-                    "driver": info.driver,
+                    "driver": info.driver.kind(),
                     "mode": info.mode,
                     "umem": info.umem,
                     "queues": info.queues,
@@ -574,21 +574,9 @@ fn hup_reload() -> Job {
 /// How long SIGTERM waits for HTTP requests in flight before dropping them.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 
-/// Runs the daemon until SIGINT or SIGTERM, then drains the workers and checks every frame
-/// came back. SIGHUP reloads.
-pub fn run(path: &Path) -> Result<()> {
-    // The control runtime (one thread, this one: it spawns none that would keep privileges the
-    // drop below takes from this thread) and the SIGHUP handler come first: SIGHUP's default
-    // action ends the process, and starting (compiling plugins, opening ports) takes seconds.
-    // A SIGHUP that comes meanwhile is kept and reloads once the switch runs.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the control runtime")?;
-    let mut hup = {
-        let _in_runtime = rt.enter();
-        signal(SignalKind::hangup())?
-    };
+/// Loads the config at `path`, binds the control API's socket, and drops privileges, reading
+/// what needs them first: what `run` does before it starts the switch.
+fn prepare(path: &Path) -> Result<(Config, std::net::TcpListener)> {
     let mut config = Config::load(path)?;
     config.read_plugins();
     // Bound before privileges drop, so a port below 1024 works without keeping
@@ -615,6 +603,25 @@ pub fn run(path: &Path) -> Result<()> {
     for w in config.interface_warnings() {
         log::warn!("{w}");
     }
+    Ok((config, std_listener))
+}
+
+/// Runs the daemon until SIGINT or SIGTERM, then drains the workers and checks every frame
+/// came back. SIGHUP reloads.
+pub fn run(path: &Path) -> Result<()> {
+    // The control runtime (one thread, this one: it spawns none that would keep privileges the
+    // drop below takes from this thread) and the SIGHUP handler come first: SIGHUP's default
+    // action ends the process, and starting (compiling plugins, opening ports) takes seconds.
+    // A SIGHUP that comes meanwhile is kept and reloads once the switch runs.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the control runtime")?;
+    let mut hup = {
+        let _in_runtime = rt.enter();
+        signal(SignalKind::hangup())?
+    };
+    let (config, std_listener) = prepare(path)?;
     let switch = Arc::new(Switch::start_with(path, config)?);
     let config = switch.config();
     let addr = config.listen_addr();

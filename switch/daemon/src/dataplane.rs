@@ -26,6 +26,7 @@ use wasmswitch_core::{PortId, Umem};
 use wasmswitch_sim::TrafficSpec;
 
 use crate::config::{Config, DriverKind, Idle, Mode, PortSection, TrafficProto};
+use crate::drivers::afxdp::AfxdpInfo;
 use crate::drivers::{self, OpenCtx, OpenedPort, PortHandle, PortInfo, PortTable, UmemGroup, MAX_PORT_IDS};
 use crate::error_text::ErrorText;
 use crate::plugins::{ChainStage, Stages};
@@ -184,9 +185,9 @@ struct Resources {
     groups: Arc<[UmemGroup]>,
     workers: usize,
     /// What closes each running port, by id; taken out when the port goes.
-    handles: Mutex<Vec<Option<PortHandle>>>,
+    handles: Mutex<Vec<Option<Box<dyn PortHandle>>>>,
     /// Handles of ports that a worker was late to let go of; closed at stop.
-    retired: Mutex<Vec<PortHandle>>,
+    retired: Mutex<Vec<Box<dyn PortHandle>>>,
     /// Held while ports change (a reload's, or a re-attach), so the two never interleave.
     changing: Mutex<()>,
     /// The config the switch runs, replaced by each reload that applies: a re-attach checks
@@ -207,7 +208,7 @@ impl Resources {
 
     /// Puts `handle` in as port `id`'s, closing the one it replaces (every worker has let go of
     /// it: `late` is false) or keeping that for stop.
-    fn replace_handle(&self, id: PortId, handle: Option<PortHandle>, late: bool) {
+    fn replace_handle(&self, id: PortId, handle: Option<Box<dyn PortHandle>>, late: bool) {
         let old = {
             let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
             let i = id as usize;
@@ -233,7 +234,7 @@ pub struct Built {
     pub pipelines: Vec<Pipeline>,
     /// By port id. Dropping them detaches XDP programs and stops host workers, so they outlive
     /// the workers.
-    pub handles: Vec<Option<PortHandle>>,
+    pub handles: Vec<Option<Box<dyn PortHandle>>>,
 }
 
 /// The UMEM group configured port `port` belongs in: its `umem:`, or else the bind mode its
@@ -244,7 +245,7 @@ pub fn umem_group_of(port: &PortSection) -> String {
         return u.value.clone();
     }
     match (&port.driver.value, &port.afxdp) {
-        (DriverKind::Afxdp, Some(a)) => wasmswitch_afxdp::decide(&a.value.spec()).bind.config_value().to_string(),
+        (DriverKind::Afxdp, Some(a)) => a.value.umem_group().to_string(),
         _ => wasmswitch_afxdp::BindMode::Copy.config_value().to_string(),
     }
 }
@@ -442,7 +443,7 @@ pub fn build(cfg: &Config) -> Result<Built> {
     let mut handles = Vec::new();
     for (id, o) in opened.into_iter().enumerate() {
         table.set(id as PortId, Some(Arc::new(o.info)));
-        handles.push(Some(o.handle));
+        handles.push(o.handle);
     }
     Ok(Built { groups, fdb, ports: table, pipelines, handles })
 }
@@ -537,10 +538,7 @@ fn housekeeping_loop(
     stop: Arc<AtomicBool>,
 ) {
     let mut last: Vec<u64> = controls.iter().map(|c| c.rounds()).collect();
-    // Failed re-attach attempts per port (retried every second, logged every 30th).
-    let mut failures: std::collections::HashMap<PortId, u64> = std::collections::HashMap::new();
-    // What each gone port's queues had counted, taken while their sockets were still open.
-    let mut counted: std::collections::HashMap<PortId, Vec<QueueMonitor>> = std::collections::HashMap::new();
+    let mut watch = Watch::default();
     // Ports to flush once no reload holds the table.
     let mut flush_later: std::collections::BTreeSet<PortId> = std::collections::BTreeSet::new();
     let mut tick: u64 = 0;
@@ -576,120 +574,137 @@ fn housekeeping_loop(
         };
         tick += 1;
         for (p, info) in ports.snapshot() {
-            let Some(name) = &info.interface else { continue };
-            let gone = info.gone.load(Ordering::Relaxed);
-            // 0: there is none now.
-            let now = wasmswitch_afxdp::sys::ifindex(name).unwrap_or(0);
-            // Deleted and re-created between two looks: the same name, another interface. Moved
-            // to another namespace and straight back: the same index, but the kernel unbound
-            // the port's sockets when it left, so they are dead all the same.
-            let same = now != 0 && now == info.ifindex && !(info.reopen.is_some() && unbound(&info));
-            // Once a second: queues added or taken away (`ethtool -L`) under a port that opens
-            // every queue. An added one has no socket, and its frames would never reach the
-            // switch (the XDP program passes them to the kernel); the port is re-attached.
-            let requeued = if !gone && same && tick.is_multiple_of(10) { queues_changed(&info, name) } else { None };
-            match (gone, same && requeued.is_none(), now != 0) {
-                (false, false, _) => {
-                    info.gone.store(true, Ordering::Relaxed);
-                    info.gone_events.fetch_add(1, Ordering::Relaxed);
-                    if let Some((had, has)) = requeued {
-                        log::warn!(
-                            "interface {name} now has {has} queue(s), port `{}` opened {had}: it is stopped and re-attached on all of them",
-                            info.name
-                        );
-                    } else if now == info.ifindex {
-                        log::error!(
-                            "interface {name} left and came back between two looks (another network namespace?): the kernel unbound port `{}`'s sockets; it is stopped and re-attached",
-                            info.name
-                        );
-                    } else if info.reopen.is_some() {
-                        log::error!(
-                            "interface {name} disappeared: port `{}` stopped, the other ports keep forwarding; it is re-attached when {name} comes back",
-                            info.name
-                        );
-                    } else {
-                        // The host port's TAP: the switch made it, and does not make it again.
-                        log::error!(
-                            "TAP {name} was deleted: host port `{}` stopped, the other ports keep forwarding; restart the daemon to create it again",
-                            info.name
-                        );
-                    }
-                    for c in &controls {
-                        c.send(Command::SetPortUp(p, false));
-                    }
-                    flush_port(p);
-                    counted.insert(p, info.afxdp.iter().map(QueueMonitor::frozen).collect());
-                }
-                // There and attached: its link. A port whose link is down is stopped (nothing
-                // is queued for it to leave stale when the link comes back, floods skip it) and
-                // forgets what it learned, as the Linux bridge does on carrier loss. The host
-                // port's TAP too: set down, it fails every write.
-                (false, true, _) => {
-                    let down = link_down(name);
-                    if down != info.link_down.load(Ordering::Relaxed) {
-                        info.link_down.store(down, Ordering::Relaxed);
-                        if !down {
-                            // What a worker learned there in the round it finished after the
-                            // stop (the flush at link down did not wait for it): stale now.
-                            flush_port(p);
-                        }
-                        for c in &controls {
-                            c.send(Command::SetPortUp(p, !down));
-                        }
-                        if down {
-                            info.down_events.fetch_add(1, Ordering::Relaxed);
-                            flush_port(p);
-                            log::warn!("interface {name}: link down; port `{}` stopped until it is up", info.name);
-                        } else {
-                            info.up_events.fetch_add(1, Ordering::Relaxed);
-                            log::info!("interface {name}: link up; port `{}` forwarding again", info.name);
-                        }
-                    }
-                }
-                (true, _, true) if tick.is_multiple_of(10) && info.reopen.is_some() => {
-                    // As at link up: nothing learned there before it went may stay.
-                    flush_port(p);
-                    match reattach(&res, &controls, &ports, p, &info, &counted) {
-                        Ok(()) => {
-                            failures.remove(&p);
-                            counted.remove(&p);
-                            log::info!("interface {name} is back: port `{}` re-attached", info.name);
-                        }
-                        Err(e) => {
-                            let n = failures.entry(p).or_default();
-                            if n.is_multiple_of(30) {
-                                log::warn!(
-                                    "interface {name} is back but port `{}` cannot be re-attached yet: {}",
-                                    info.name,
-                                    ErrorText(&e)
-                                );
-                            }
-                            *n += 1;
-                        }
-                    }
-                }
-                _ => {}
+            if let Some(name) = &info.interface {
+                watch.look(
+                    &Look { res: &res, controls: &controls, ports: &ports, tick },
+                    p,
+                    &info,
+                    name,
+                    &mut flush_port,
+                );
             }
         }
     }
 }
 
-/// `(opened, now)` when port `info` opens every queue of interface `name` and their count is no
-/// longer the count it opened.
-fn queues_changed(info: &PortInfo, name: &str) -> Option<(u32, u32)> {
-    if info.reopen.as_ref()?.queues.is_some() {
-        return None;
-    }
-    let ch = wasmswitch_afxdp::sys::channels(name).ok()?;
-    let now = wasmswitch_afxdp::profile::queue_count(ch.combined_count, ch.rx_count);
-    let had = info.afxdp.len() as u32;
-    (now != had).then_some((had, now))
+/// What the interface watch needs of the switch for one look.
+struct Look<'a> {
+    res: &'a Resources,
+    controls: &'a [Arc<WorkerControl>],
+    ports: &'a PortTable,
+    /// Looks so far (one every 100 ms).
+    tick: u64,
 }
 
-/// True when the kernel unbound any of the port's AF_XDP sockets from its interface. Only when
-/// the sockets look bound does the rest of the watch (its link) mean anything.
-fn unbound(info: &PortInfo) -> bool {
-    info.afxdp.iter().any(QueueMonitor::unbound)
+/// What the interface watch keeps between its looks.
+#[derive(Default)]
+struct Watch {
+    /// Failed re-attach attempts per port (retried every second, logged every 30th).
+    failures: std::collections::HashMap<PortId, u64>,
+    /// What each gone port's queues had counted, taken while their sockets were still open.
+    counted: std::collections::HashMap<PortId, Vec<QueueMonitor>>,
+}
+
+impl Watch {
+    /// One look at port `p`'s interface `name`: gone, back, its link down or up.
+    fn look(&mut self, l: &Look<'_>, p: PortId, info: &Arc<PortInfo>, name: &str, flush_port: &mut dyn FnMut(PortId)) {
+        let (res, controls, ports, tick) = (l.res, l.controls, l.ports, l.tick);
+        let gone = info.gone.load(Ordering::Relaxed);
+        // 0: there is none now.
+        let now = wasmswitch_afxdp::sys::ifindex(name).unwrap_or(0);
+        // Deleted and re-created between two looks: the same name, another interface. Moved
+        // to another namespace and straight back: the same index, but the kernel unbound
+        // the port's sockets when it left, so they are dead all the same.
+        let afxdp = info.driver.afxdp();
+        let same = now != 0 && now == info.ifindex && !afxdp.is_some_and(AfxdpInfo::unbound);
+        // Once a second: queues added or taken away (`ethtool -L`) under a port that opens
+        // every queue. An added one has no socket, and its frames would never reach the
+        // switch (the XDP program passes them to the kernel); the port is re-attached.
+        let requeued =
+            if !gone && same && tick.is_multiple_of(10) { afxdp.and_then(|a| a.queues_changed(name)) } else { None };
+        match (gone, same && requeued.is_none(), now != 0) {
+            (false, false, _) => {
+                info.gone.store(true, Ordering::Relaxed);
+                info.gone_events.fetch_add(1, Ordering::Relaxed);
+                if let Some((had, has)) = requeued {
+                    log::warn!(
+                        "interface {name} now has {has} queue(s), port `{}` opened {had}: it is stopped and re-attached on all of them",
+                        info.name
+                    );
+                } else if now == info.ifindex {
+                    log::error!(
+                        "interface {name} left and came back between two looks (another network namespace?): the kernel unbound port `{}`'s sockets; it is stopped and re-attached",
+                        info.name
+                    );
+                } else if afxdp.is_some() {
+                    log::error!(
+                        "interface {name} disappeared: port `{}` stopped, the other ports keep forwarding; it is re-attached when {name} comes back",
+                        info.name
+                    );
+                } else {
+                    // The host port's TAP: the switch made it, and does not make it again.
+                    log::error!(
+                        "TAP {name} was deleted: host port `{}` stopped, the other ports keep forwarding; restart the daemon to create it again",
+                        info.name
+                    );
+                }
+                for c in controls {
+                    c.send(Command::SetPortUp(p, false));
+                }
+                flush_port(p);
+                self.counted.insert(p, afxdp.map(AfxdpInfo::frozen).unwrap_or_default());
+            }
+            // There and attached: its link. A port whose link is down is stopped (nothing
+            // is queued for it to leave stale when the link comes back, floods skip it) and
+            // forgets what it learned, as the Linux bridge does on carrier loss. The host
+            // port's TAP too: set down, it fails every write.
+            (false, true, _) => {
+                let down = link_down(name);
+                if down != info.link_down.load(Ordering::Relaxed) {
+                    info.link_down.store(down, Ordering::Relaxed);
+                    if !down {
+                        // What a worker learned there in the round it finished after the
+                        // stop (the flush at link down did not wait for it): stale now.
+                        flush_port(p);
+                    }
+                    for c in controls {
+                        c.send(Command::SetPortUp(p, !down));
+                    }
+                    if down {
+                        info.down_events.fetch_add(1, Ordering::Relaxed);
+                        flush_port(p);
+                        log::warn!("interface {name}: link down; port `{}` stopped until it is up", info.name);
+                    } else {
+                        info.up_events.fetch_add(1, Ordering::Relaxed);
+                        log::info!("interface {name}: link up; port `{}` forwarding again", info.name);
+                    }
+                }
+            }
+            (true, _, true) if tick.is_multiple_of(10) && afxdp.is_some() => {
+                // As at link up: nothing learned there before it went may stay.
+                flush_port(p);
+                match reattach(res, controls, ports, p, info, &self.counted) {
+                    Ok(()) => {
+                        self.failures.remove(&p);
+                        self.counted.remove(&p);
+                        log::info!("interface {name} is back: port `{}` re-attached", info.name);
+                    }
+                    Err(e) => {
+                        let n = self.failures.entry(p).or_default();
+                        if n.is_multiple_of(30) {
+                            log::warn!(
+                                "interface {name} is back but port `{}` cannot be re-attached yet: {}",
+                                info.name,
+                                ErrorText(&e)
+                            );
+                        }
+                        *n += 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Opens port `p` again on its interface (which came back) and gives every worker its new
@@ -706,7 +721,7 @@ fn reattach(
     if !ports.get(p).is_some_and(|now| Arc::ptr_eq(&now, info)) {
         return Ok(());
     }
-    let section = info.reopen.as_ref().context("the port has no interface to reopen")?;
+    let afxdp = info.driver.afxdp().context("the port has no interface to reopen")?;
     // In the group it was in: the workers' slots keep their pool.
     let group = find_group(&res.groups, &info.name, &info.umem)?;
     // The old sockets and XDP link go first. An interface that came back as the same device
@@ -723,22 +738,17 @@ fn reattach(
     let cfg = res.config();
     let needed = cfg.frames_needed();
     if needed > u64::from(cfg.pool.frames.value) {
-        let queues = wasmswitch_afxdp::decide(&section.spec()).queues.len();
+        let queues = wasmswitch_afxdp::decide(&afxdp.section.spec()).queues.len();
         bail!(
             "with the {queues} queue(s) it opens there now, pool.frames {} is too small: at least {needed} are needed (give the port `queues:` and reload, or raise pool.frames and restart)",
             cfg.pool.frames.value
         );
     }
-    // The MTU only sets `max_frame` and `tx_max`, which the workers' slots keep.
-    let mut opened = group.open(res.workers, |ctx| drivers::afxdp::open(ctx, &info.name, section, 0))?;
+    let counted = counted.get(&p).map_or(&[][..], Vec::as_slice);
+    let mut opened = group.open(res.workers, |ctx| drivers::afxdp::reopen(ctx, &info.name, afxdp, counted))?;
     opened.info.umem = group.name.clone();
-    for m in &mut opened.info.afxdp {
-        if let Some(old) = counted.get(&p).and_then(|c| c.iter().find(|o| o.queue == m.queue)) {
-            m.carry_over(old);
-        }
-    }
     let late = swap_queues(controls, p, std::mem::take(&mut opened.queues));
-    res.replace_handle(p, Some(opened.handle), late);
+    res.replace_handle(p, opened.handle, late);
     let mut new = opened.info;
     new.gone_events.store(info.gone_events.load(Ordering::Relaxed), Ordering::Relaxed);
     new.back_events.store(info.back_events.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
@@ -971,11 +981,11 @@ impl Dataplane {
             }
         }
         for a in changes.add {
-            self.res.replace_handle(a.id, Some(a.port.handle), !late.is_empty());
+            self.res.replace_handle(a.id, a.port.handle, !late.is_empty());
             let mut info = a.port.info;
             if let Some(old) = self.ports.get(a.id).filter(|_| !a.fresh) {
                 // The old queues are let go of (unless a worker is late): their counts are final.
-                info.sim_missed_before = (0..old.sim.len()).map(|q| old.sim_missed(q)).collect();
+                info.driver.carry_from(&old.driver);
             }
             self.ports.set(a.id, Some(Arc::new(info)));
         }

@@ -18,4 +18,6 @@ pub mod metrics;
 pub mod notify;
 pub mod plugins;
 pub mod privileges;
+pub mod prom;
 pub mod reload;
+pub mod schema;

@@ -6,10 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 use wasmswitch_core::counter::Counter;
 use wasmswitch_core::fdb::CurrentFdb;
@@ -19,6 +16,7 @@ use crate::drivers::UmemGroup;
 use wasmswitch_core::stats::{DropReason, WorkerStats};
 
 use crate::drivers::PortTable;
+pub use crate::prom::{counter_family, gauge_family, Labels};
 
 /// Extra metric families contributed by other subsystems (plugins, host port).
 pub trait MetricsSource: Send + Sync + std::fmt::Debug {
@@ -37,36 +35,7 @@ pub struct SwitchCollector {
     pub extra: Vec<Arc<dyn MetricsSource>>,
 }
 
-type Labels = Vec<(&'static str, String)>;
 type Ports = [(wasmswitch_core::PortId, Arc<crate::drivers::PortInfo>)];
-
-/// Writes one counter family: `name` gets `_total` appended by the encoder.
-pub fn counter_family(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: &[(Labels, u64)],
-) -> std::fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (labels, v) in samples {
-        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
-    }
-    Ok(())
-}
-
-/// Writes one gauge family.
-pub fn gauge_family(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: &[(Labels, i64)],
-) -> std::fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, v) in samples {
-        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
-    }
-    Ok(())
-}
 
 impl SwitchCollector {
     /// Per (port, worker) samples of one port counter.
@@ -101,12 +70,28 @@ impl Collector for SwitchCollector {
         let e = &mut enc;
         // One snapshot per scrape: a reload may add or remove ports meanwhile.
         let ports = self.ports.snapshot();
+        self.encode_ports(e, &ports)?;
+        crate::drivers::encode_metrics(e, &ports, self.workers.len())?;
+        self.encode_port_info(e, &ports)?;
+        self.encode_pools(e)?;
+        self.encode_fdb(e)?;
+        self.encode_workers(e)?;
+        for x in &self.extra {
+            x.encode(e)?;
+        }
+        Ok(())
+    }
+}
+
+impl SwitchCollector {
+    /// The ports' own counters, per worker, and their drops by reason.
+    fn encode_ports(&self, e: &mut DescriptorEncoder, ports: &Ports) -> std::fmt::Result {
         // Drops read before the packets received: a worker counts a batch's packets before it
         // drops any of them, so one scrape never shows a port dropping more of what it received
         // than it received (`tx_ring_full` and `egress_mtu_exceeded` count at the egress port,
         // of others' packets).
         let mut drops = Vec::new();
-        for (p, info) in &ports {
+        for (p, info) in ports {
             for r in DropReason::ALL {
                 let v: u64 = self.workers.iter().map(|w| w.ports[*p as usize].drops[r as usize].get()).sum();
                 drops.push((vec![("port", info.name.clone()), ("reason", r.label().to_string())], v));
@@ -116,49 +101,49 @@ impl Collector for SwitchCollector {
             e,
             "wasmswitch_port_rx_packets",
             "Packets received, per port and worker.",
-            &self.port_samples(&ports, |s| s.rx_packets.get()),
+            &self.port_samples(ports, |s| s.rx_packets.get()),
         )?;
         counter_family(
             e,
             "wasmswitch_port_rx_bytes",
             "Bytes received, per port and worker.",
-            &self.port_samples(&ports, |s| s.rx_bytes.get()),
+            &self.port_samples(ports, |s| s.rx_bytes.get()),
         )?;
         counter_family(
             e,
             "wasmswitch_port_tx_packets",
             "Packets transmitted, per port and worker.",
-            &self.port_samples(&ports, |s| s.tx_packets.get()),
+            &self.port_samples(ports, |s| s.tx_packets.get()),
         )?;
         counter_family(
             e,
             "wasmswitch_port_tx_bytes",
             "Bytes transmitted, per port and worker.",
-            &self.port_samples(&ports, |s| s.tx_bytes.get()),
+            &self.port_samples(ports, |s| s.tx_bytes.get()),
         )?;
         counter_family(
             e,
             "wasmswitch_port_checksums_completed",
             "TCP/UDP checksums completed on ingress because the sender left them to offload.",
-            &self.port_samples(&ports, |s| s.checksums_completed.get()),
+            &self.port_samples(ports, |s| s.checksums_completed.get()),
         )?;
         counter_family(
             e,
             "wasmswitch_port_link_local",
             "Link-local frames (01:80:C2:00:00:0X) received: never forwarded, given to the host port.",
-            &self.port_samples(&ports, |s| s.link_local.get()),
+            &self.port_samples(ports, |s| s.link_local.get()),
         )?;
         counter_family(
             e,
             "wasmswitch_port_own_address",
             "Frames received with the host port's MAC as source (not on the host port): forwarded, never learned.",
-            &self.port_samples(&ports, |s| s.own_address.get()),
+            &self.port_samples(ports, |s| s.own_address.get()),
         )?;
         counter_family(
             e,
             "wasmswitch_port_fdb_learn_refused",
             "Frames whose new source address was not learned: the port had fdb.max_macs learned entries (forwarded all the same; once per run of one source in a batch).",
-            &self.port_samples(&ports, |s| s.learn_refused.get()),
+            &self.port_samples(ports, |s| s.learn_refused.get()),
         )?;
         let fdb = self.fdb.get();
         gauge_family(
@@ -176,236 +161,18 @@ impl Collector for SwitchCollector {
             "Packets dropped, by port and reason (ingress port; tx_ring_full and egress_mtu_exceeded count on the egress port).",
             &drops,
         )?;
-        let mut missed = Vec::new();
-        for (_, info) in &ports {
-            for q in 0..info.sim.len() {
-                missed.push((vec![("port", info.name.clone()), ("queue", q.to_string())], info.sim_missed(q)));
-            }
-        }
-        counter_family(
-            e,
-            "wasmswitch_sim_rx_missed",
-            "Packets a sim NIC queue could not receive (fill ring empty).",
-            &missed,
-        )?;
-        type Pick = fn(&wasmswitch_afxdp::QueueStats) -> u64;
-        let afxdp: [(&str, &str, Pick); 8] = [
-            ("wasmswitch_afxdp_rx_ring_empty", "RX bursts that found the AF_XDP RX ring empty.", |q| {
-                q.rx_ring_empty.get()
-            }),
-            ("wasmswitch_afxdp_fill_starved", "Fill ring refills that found the pool empty.", |q| q.fill_starved.get()),
-            ("wasmswitch_afxdp_rx_wakeups", "recvfrom wakeups asked for by the fill ring (need_wakeup).", |q| {
-                q.rx_wakeups.get()
-            }),
-            ("wasmswitch_afxdp_tx_wakeups", "sendto kicks asked for by the TX ring (need_wakeup).", |q| {
-                q.tx_wakeups.get()
-            }),
-            ("wasmswitch_afxdp_tx_kick_busy", "TX kicks answered EAGAIN/ENOBUFS (retried, nothing lost).", |q| {
-                q.tx_kick_busy.get()
-            }),
-            (
-                "wasmswitch_afxdp_tx_kernel_drops",
-                "TX kicks answered EBUSY: the device refused a frame in copy mode and the kernel dropped it.",
-                |q| q.tx_kernel_drops.get(),
-            ),
-            ("wasmswitch_afxdp_tx_kick_errors", "TX kicks answered with another error.", |q| q.tx_kick_errors.get()),
-            ("wasmswitch_afxdp_port_gone", "TX kicks answered ENETDOWN/ENXIO (interface down or gone).", |q| {
-                q.port_gone.get()
-            }),
-        ];
-        for (name, help, pick) in afxdp {
-            let mut samples = Vec::new();
-            for (_, info) in &ports {
-                for m in &info.afxdp {
-                    samples.push((vec![("port", info.name.clone()), ("queue", m.queue.to_string())], pick(&m.stats)));
-                }
-            }
-            counter_family(e, name, help, &samples)?;
-        }
-        // Which worker polls each queue, for joins (a worker whose own RX ring overflows while
-        // it forwards nothing is stalled; one without traffic is only idle).
-        let mut owners = Vec::new();
-        for (_, info) in &ports {
-            for (i, m) in info.afxdp.iter().enumerate() {
-                let w = crate::drivers::afxdp::worker_of_queue(i, self.workers.len());
-                owners.push((
-                    vec![("port", info.name.clone()), ("queue", m.queue.to_string()), ("worker", w.to_string())],
-                    1,
-                ));
-            }
-        }
-        gauge_family(
-            e,
-            "wasmswitch_afxdp_queue_worker",
-            "The worker that polls each AF_XDP queue (value always 1; join on port and queue).",
-            &owners,
-        )?;
-        // The kernel's per-socket drop counters: one getsockopt per queue per scrape.
-        let kernel: Vec<_> = ports
-            .iter()
-            .flat_map(|(_, info)| info.afxdp.iter().map(move |m| (info, m.queue, m.xdp_stats())))
-            .filter_map(|(info, q, s)| Some((vec![("port", info.name.clone()), ("queue", q.to_string())], s?)))
-            .collect();
-        type KPick = fn(&wasmswitch_afxdp::XdpStatistics) -> u64;
-        let kfams: [(&str, &str, KPick); 6] = [
-            (
-                "wasmswitch_afxdp_kernel_rx_dropped",
-                "Frames the kernel dropped before the AF_XDP RX ring (XDP_STATISTICS rx_dropped).",
-                |s| s.rx_dropped,
-            ),
-            (
-                "wasmswitch_afxdp_kernel_rx_ring_full",
-                "Frames dropped because the socket's RX ring was full (XDP_STATISTICS).",
-                |s| s.rx_ring_full,
-            ),
-            (
-                "wasmswitch_afxdp_kernel_rx_fill_ring_empty",
-                "Times the kernel found the fill ring empty (XDP_STATISTICS rx_fill_ring_empty_descs).",
-                |s| s.rx_fill_ring_empty_descs,
-            ),
-            ("wasmswitch_afxdp_kernel_rx_invalid_descs", "Invalid RX descriptors (XDP_STATISTICS).", |s| {
-                s.rx_invalid_descs
-            }),
-            ("wasmswitch_afxdp_kernel_tx_invalid_descs", "Invalid TX descriptors (XDP_STATISTICS).", |s| {
-                s.tx_invalid_descs
-            }),
-            (
-                "wasmswitch_afxdp_kernel_tx_ring_empty",
-                "Kicks that found the TX ring empty (XDP_STATISTICS tx_ring_empty_descs).",
-                |s| s.tx_ring_empty_descs,
-            ),
-        ];
-        for (name, help, pick) in kfams {
-            let samples: Vec<_> = kernel.iter().map(|(l, s)| (l.clone(), pick(s))).collect();
-            counter_family(e, name, help, &samples)?;
-        }
-        // The interface's own drop counters (veth: a full peer ring or backlog), from sysfs.
-        // Not read while the port is gone: an interface of that name then may be a new one.
-        let mut ifdrops = Vec::new();
-        for (_, info) in &ports {
-            let Some(ifname) = &info.interface else { continue };
-            let gone = info.gone.load(std::sync::atomic::Ordering::Relaxed);
-            for (dir, count) in [("rx", &info.kernel_drops.rx), ("tx", &info.kernel_drops.tx)] {
-                let path = format!("/sys/class/net/{ifname}/statistics/{dir}_dropped");
-                let raw = if gone { None } else { std::fs::read_to_string(path).ok() };
-                let v = match raw.and_then(|t| t.trim().parse::<u64>().ok()) {
-                    Some(raw) => count.observe(raw),
-                    None => count.held(),
-                };
-                ifdrops.push((vec![("port", info.name.clone()), ("direction", dir.to_string())], v));
-            }
-        }
-        let mut events = Vec::new();
-        for (_, info) in ports.iter().filter(|(_, i)| i.interface.is_some()) {
-            for (event, c) in [
-                ("gone", &info.gone_events),
-                ("back", &info.back_events),
-                ("down", &info.down_events),
-                ("up", &info.up_events),
-            ] {
-                events.push((
-                    vec![("port", info.name.clone()), ("event", event.to_string())],
-                    c.load(std::sync::atomic::Ordering::Relaxed),
-                ));
-            }
-        }
-        counter_family(
-            e,
-            "wasmswitch_port_interface_events",
-            "Times a port's interface disappeared (gone) and the port was re-attached when it came back (back), and its link went down (down) and up (up).",
-            &events,
-        )?;
-        counter_family(
-            e,
-            "wasmswitch_port_interface_dropped",
-            "The kernel interface's own dropped counters (/sys/class/net/IF/statistics/{rx,tx}_dropped).",
-            &ifdrops,
-        )?;
-        // A veth port's peer drops what it cannot hand to this end and counts it only on
-        // itself, often in a container's namespace: two RTM_GETLINK round trips per veth port.
-        let mut peer_drops = Vec::new();
-        for (_, info) in &ports {
-            let Some(ifname) = &info.interface else { continue };
-            let count = &info.kernel_drops.veth_peer;
-            if info.gone.load(std::sync::atomic::Ordering::Relaxed) {
-                // Held at its last value while gone (only veth ports ever had one).
-                if count.held() > 0 {
-                    peer_drops.push((vec![("port", info.name.clone())], count.held()));
-                }
-                continue;
-            }
-            let ifindex = wasmswitch_afxdp::sys::ifindex(ifname);
-            if let Some(v) = ifindex.and_then(|i| wasmswitch_afxdp::sys::veth_peer_tx_dropped(i).ok().flatten()) {
-                peer_drops.push((vec![("port", info.name.clone())], count.observe(v)));
-            }
-        }
-        counter_family(
-            e,
-            "wasmswitch_port_veth_peer_dropped",
-            "Frames a veth port's peer dropped on their way into the port (the peer's tx_dropped): its ring to the port's XDP was full, or a frame was over the port's MTU. The switch never saw them.",
-            &peer_drops,
-        )?;
-        for (_, info) in &ports {
-            let Some(tap) = &info.tap else { continue };
-            let t = tap.totals();
-            let l = || vec![("port", info.name.clone())];
-            let host: [(&str, &str, u64); 13] = [
-                ("wasmswitch_host_enqueued", "Frames queued for the host (per-destination bulk queues).", t.enqueued),
-                (
-                    "wasmswitch_host_ring_full_drops",
-                    "Frames dropped because a host worker's ring was full.",
-                    t.ring_full,
-                ),
-                ("wasmswitch_host_delivered", "Frames written to the TAP by host workers.", t.delivered),
-                ("wasmswitch_host_write_errors", "TAP writes that failed.", t.write_errors),
-                (
-                    "wasmswitch_host_uring_submissions",
-                    "io_uring submissions by host workers (one per delivered list).",
-                    t.submissions,
-                ),
-                ("wasmswitch_host_wakeups", "Doorbells rung to wake a sleeping host worker.", t.wakeups),
-                ("wasmswitch_tap_tx_packets", "Packets written to the TAP (towards the host stack).", t.tap_tx_packets),
-                ("wasmswitch_tap_tx_bytes", "Bytes written to the TAP.", t.tap_tx_bytes),
-                ("wasmswitch_tap_rx_packets", "Packets read from the TAP (sent by the host).", t.tap_rx_packets),
-                ("wasmswitch_tap_rx_bytes", "Bytes read from the TAP.", t.tap_rx_bytes),
-                ("wasmswitch_tap_read_errors", "TAP reads that failed.", t.read_errors),
-                (
-                    "wasmswitch_tap_rx_ring_full_drops",
-                    "Frames from the host dropped because the ring to the datapath was full.",
-                    t.rx_ring_full,
-                ),
-                ("wasmswitch_tap_rx_alloc_failed", "TAP reads not posted for lack of a free frame.", t.rx_alloc_failed),
-            ];
-            for (name, help, v) in host {
-                counter_family(e, name, help, &[(l(), v)])?;
-            }
-            // Delivered list sizes as a Prometheus histogram (buckets 1, 2, 4, ... 64, +Inf).
-            let mut m = e.encode_descriptor(
-                "wasmswitch_host_batch_size",
-                "Frames per host delivery (one io_uring submission each).",
-                None,
-                MetricType::Histogram,
-            )?;
-            // Per-bucket counts, the encoder accumulates them; it writes only the buckets it is
-            // given, so the `+Inf` one (which the format requires) is the last of them.
-            let bounds = wasmswitch_tap::BATCH_BUCKETS.iter().map(|&b| b as f64).chain([f64::INFINITY]);
-            let buckets: Vec<(f64, u64)> = bounds.zip(t.batch_hist).collect();
-            let batches = t.batch_hist.iter().sum();
-            let labels = l();
-            m.encode_family(&labels)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                t.batch_frames as f64,
-                batches,
-                &buckets,
-                None,
-            )?;
-        }
+        Ok(())
+    }
+
+    /// One `wasmswitch_port_info` sample per port: its driver, mode, queues and UMEM group.
+    fn encode_port_info(&self, e: &mut DescriptorEncoder, ports: &Ports) -> std::fmt::Result {
         let info: Vec<(Labels, i64)> = ports
             .iter()
             .map(|(_, p)| {
                 (
                     vec![
                         ("port", p.name.clone()),
-                        ("driver", p.driver.to_string()),
+                        ("driver", p.driver.kind().to_string()),
                         ("mode", p.mode.clone()),
                         ("queues", p.queues.to_string()),
                         ("umem", p.umem.clone()),
@@ -415,7 +182,11 @@ impl Collector for SwitchCollector {
             })
             .collect();
         gauge_family(e, "wasmswitch_port_info", "Port driver and mode (value is always 1).", &info)?;
+        Ok(())
+    }
 
+    /// The pools: per-worker alloc and recycle counters, and the frames where they rest.
+    fn encode_pools(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
         self.pool_counter(e, "wasmswitch_pool_alloc_fast", "Frames allocated from the worker's cache.", |p| {
             &p.alloc_fast
         })?;
@@ -474,7 +245,11 @@ impl Collector for SwitchCollector {
                 })
                 .collect();
         gauge_family(e, "wasmswitch_pool_cache_frames", "Frames in a worker's alloc cache of the UMEM group.", &cache)?;
+        Ok(())
+    }
 
+    /// The FDB, and the copies flooding, mirrors and UMEM crossings make.
+    fn encode_fdb(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
         gauge_family(
             e,
             "wasmswitch_fdb_entries",
@@ -547,7 +322,11 @@ impl Collector for SwitchCollector {
             "Frames copied into another UMEM group's frame to leave by a port of that group.",
             &self.worker_samples(|w| w.umem_copies.get()),
         )?;
+        Ok(())
+    }
 
+    /// The workers' busy cycles, packets and batches, uptime and the build.
+    fn encode_workers(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
         counter_family(
             e,
             "wasmswitch_worker_busy_cycles",
@@ -584,9 +363,6 @@ impl Collector for SwitchCollector {
                 1,
             )],
         )?;
-        for x in &self.extra {
-            x.encode(e)?;
-        }
         Ok(())
     }
 }

@@ -327,7 +327,7 @@ impl Switch {
             if old.ports[i].mtu.value != port.mtu.value && !ports.replaced.contains(&j) {
                 let id = ports.id_of(&port.name.value).expect("a running port has an id");
                 let mtu = port.mtu.value;
-                let veth = self.dataplane.ports.get(id).is_some_and(|i| i.veth);
+                let veth = self.dataplane.ports.get(id).is_some_and(|i| i.driver.afxdp().is_some_and(|a| a.veth));
                 let (max, tx_max) = (crate::drivers::max_frame(mtu), crate::drivers::max_tx_frame(mtu, veth));
                 for cmds in extra.iter_mut() {
                     cmds.push(Command::SetMaxFrame(id, max, tx_max));
@@ -500,7 +500,7 @@ impl Switch {
             if let (Some(r0), Some(r1)) = (rate(a), rate(b)) {
                 if r0 != r1 {
                     let info = ports.id_of(&b.name.value).and_then(|id| dp.ports.get(id));
-                    for h in info.iter().flat_map(|i| &i.sim_rates) {
+                    for h in info.iter().filter_map(|i| i.driver.sim()).flat_map(|s| &s.rates) {
                         h.store(r1, Ordering::Relaxed);
                     }
                     applied.push(format!("port `{}`: sim traffic rate_pps = {r1}", b.name.value));

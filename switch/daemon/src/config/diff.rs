@@ -14,6 +14,8 @@ use serde_json::Value;
 use serde_saphyr::{Location, Spanned};
 
 use super::Config;
+use crate::drivers::afxdp::config as afxdp;
+use crate::drivers::sim::config as sim;
 
 /// One changed key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,25 +126,19 @@ pub fn applies_live(c: &Change) -> bool {
         let side = if c.old == "null" { &c.new } else { &c.old };
         let Ok(port) = serde_json::from_str::<Value>(side) else { return false };
         return match port.get("driver").and_then(Value::as_str) {
-            Some("afxdp") => true,
-            Some("sim") => port.pointer("/sim/traffic").is_none_or(Value::is_null),
+            Some("afxdp") => afxdp::port_change_live(&port),
+            Some("sim") => sim::port_change_live(&port),
             _ => false,
         };
     }
-    if rest == ".sim" {
-        let traffic = |side: &str| {
-            serde_json::from_str::<Value>(side)
-                .ok()
-                .and_then(|v| v.get("traffic").cloned())
-                .is_some_and(|t| !t.is_null())
-        };
-        return !traffic(&c.old) && !traffic(&c.new);
+    // A driver's own section: its module says which of its keys apply live.
+    if let Some(key) = rest.strip_prefix(".sim") {
+        return sim::key_change_live(key, &c.old, &c.new);
     }
-    if rest == ".sim.traffic" {
-        return c.old != "null" && c.new != "null";
+    if let Some(key) = rest.strip_prefix(".afxdp") {
+        return afxdp::key_change_live(key, &c.old, &c.new);
     }
     rest == ".mtu"
-        || rest.starts_with(".sim.")
         || [".plugins", ".shadow"]
             .iter()
             .any(|k| rest.strip_prefix(k).is_some_and(|r| r.is_empty() || r.starts_with('[') || r.starts_with('.')))

@@ -11,29 +11,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::{Location, Spanned};
 use wasmswitch_core::umem::HEADROOM;
-use wasmswitch_core::wire::MacAddr;
 
-/// A configuration error with its position in the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub file: PathBuf,
-    /// 1-based; 0 when the error is about the file as a whole.
-    pub line: u64,
-    pub column: u64,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line == 0 {
-            write!(f, "{}: {}", self.file.display(), self.message)
-        } else {
-            write!(f, "{}:{}:{}: {}", self.file.display(), self.line, self.column, self.message)
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
+use crate::drivers::CheckCtx;
+use crate::schema::{default_mtu, is_name, or_loc, unknown, within};
+pub use crate::schema::{max_frame, max_mtu, ConfigError, Mac};
+// Each driver's section is its module's; the file's structure names them here.
+pub use crate::drivers::afxdp::config::{max_tx_frame, AfxdpSection, AttachMode, BindMode, PartialChecksums};
+pub use crate::drivers::host::config::HostSection;
+pub use crate::drivers::sim::config::{SimSection, TrafficProto, TrafficSection};
 
 /// How workers forward.
 #[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -105,22 +90,6 @@ impl<'de> Deserialize<'de> for Listen {
             )));
         }
         Ok(Listen(addr))
-    }
-}
-
-/// A MAC address written `02:ee:00:00:00:01`, parsed when the file is loaded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mac(pub MacAddr);
-
-impl Serialize for Mac {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for Mac {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?.parse().map(Mac).map_err(serde::de::Error::custom)
     }
 }
 
@@ -248,16 +217,6 @@ fn default_ring() -> Spanned<usize> {
     unknown(2048)
 }
 
-/// A port's or UMEM group's name: 1-32 letters, digits, `-`, `_` or `.`.
-fn is_name(s: &str) -> bool {
-    (1..=32).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-}
-
-/// A default value: it has no place in the file.
-fn unknown<T>(v: T) -> Spanned<T> {
-    Spanned::new(v, Location::UNKNOWN, Location::UNKNOWN)
-}
-
 impl Default for PoolSection {
     fn default() -> Self {
         Self {
@@ -364,6 +323,48 @@ pub struct PortSection {
     pub umem: Option<Spanned<String>>,
 }
 
+impl PortSection {
+    /// The port's driver section: the one its `driver:` names (checked by that driver), and no
+    /// other driver's.
+    fn check_driver<'a>(
+        &'a self,
+        ctx: &CheckCtx<'a>,
+        interfaces: &mut HashMap<&'a str, (&'a str, Location)>,
+        err: &impl Fn(Location, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        let name = ctx.port;
+        match self.driver.value {
+            DriverKind::Sim => {
+                if let Some(a) = &self.afxdp {
+                    return Err(err(
+                        a.referenced,
+                        format!("port `{name}` uses driver `sim`, so an `afxdp` section makes no sense here"),
+                    ));
+                }
+                if let Some(sim) = &self.sim {
+                    sim.value.check(ctx, err)?;
+                }
+            }
+            DriverKind::Afxdp => {
+                if let Some(s) = &self.sim {
+                    return Err(err(
+                        s.referenced,
+                        format!("port `{name}` uses driver `afxdp`, so a `sim` section makes no sense here"),
+                    ));
+                }
+                let Some(a) = &self.afxdp else {
+                    return Err(err(
+                        self.driver.referenced,
+                        format!("port `{name}` uses driver `afxdp` but has no `afxdp:` section naming its interface"),
+                    ));
+                };
+                a.value.check(ctx, interfaces, err)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What a plugin's packets get when it faults or is quarantined: the plugin host's own enum.
 pub use wasmswitch_plugin_host::OnError;
 
@@ -413,263 +414,6 @@ fn default_max_faults() -> Spanned<u32> {
     unknown(3)
 }
 
-fn default_mtu() -> Spanned<u32> {
-    unknown(1500)
-}
-
-#[derive(Deserialize, Serialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct SimSection {
-    #[serde(default = "one")]
-    pub queues: Spanned<u16>,
-    #[serde(default = "default_ring_size")]
-    pub ring_size: Spanned<usize>,
-    /// Generated traffic arriving on this port; none when absent.
-    #[serde(default)]
-    pub traffic: Option<TrafficSection>,
-}
-
-impl Default for SimSection {
-    fn default() -> Self {
-        Self { queues: one(), ring_size: default_ring_size(), traffic: None }
-    }
-}
-
-fn one() -> Spanned<u16> {
-    Spanned::new(1, Location::UNKNOWN, Location::UNKNOWN)
-}
-fn default_ring_size() -> Spanned<usize> {
-    unknown(1024)
-}
-
-#[derive(Deserialize, Serialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct TrafficSection {
-    /// Packets per second per queue; unlimited when absent.
-    #[serde(default)]
-    pub rate_pps: Option<Spanned<u64>>,
-    #[serde(default = "default_src_macs")]
-    pub src_macs: Spanned<u32>,
-    #[serde(default = "default_sizes")]
-    pub frame_sizes: Spanned<Vec<usize>>,
-    #[serde(default = "default_bcast")]
-    pub broadcast_percent: Spanned<f64>,
-    #[serde(default = "default_flows")]
-    pub flows: Spanned<u32>,
-    /// Tag the frames with this VLAN, or spread them over a list of VLANs (each source MAC
-    /// speaks in one of them and addresses hosts of the same one): `vlan: 10`,
-    /// `vlan: [10, "20-22"]`.
-    #[serde(default)]
-    pub vlan: Option<Spanned<l2::VidList>>,
-    /// Ports whose hosts this traffic is addressed to (default: every other sim port).
-    #[serde(default)]
-    pub to: Option<Vec<Spanned<String>>>,
-    /// IP version of the frames: 4 or 6.
-    #[serde(default = "default_ip")]
-    pub ip: Spanned<u8>,
-    #[serde(default)]
-    pub proto: TrafficProto,
-    /// TCP flags of every segment, as letters: `S` (SYN), `A` (ACK), `F`, `R`, `P`; e.g. `SA`.
-    #[serde(default)]
-    pub tcp_flags: Option<Spanned<String>>,
-    /// Destination TCP/UDP port.
-    #[serde(default = "default_dst_port")]
-    pub dst_port: Spanned<u16>,
-}
-
-/// What generated traffic carries above IP.
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum TrafficProto {
-    #[default]
-    Udp,
-    Tcp,
-}
-
-fn default_ip() -> Spanned<u8> {
-    unknown(4)
-}
-fn default_dst_port() -> Spanned<u16> {
-    unknown(5001)
-}
-
-impl TrafficSection {
-    /// The TCP flag byte of `tcp_flags` (SYN when not given), or the letter that is not one.
-    pub fn tcp_flag_bits(&self) -> Result<u8, char> {
-        use wasmswitch_core::wire::build::tcp_flags as f;
-        let Some(letters) = &self.tcp_flags else { return Ok(f::SYN) };
-        letters.value.chars().try_fold(0u8, |acc, c| {
-            Ok(acc
-                | match c.to_ascii_uppercase() {
-                    'S' => f::SYN,
-                    'A' => f::ACK,
-                    'F' => f::FIN,
-                    'R' => f::RST,
-                    'P' => f::PSH,
-                    _ => return Err(c),
-                })
-        })
-    }
-}
-
-fn default_src_macs() -> Spanned<u32> {
-    unknown(256)
-}
-fn default_sizes() -> Spanned<Vec<usize>> {
-    Spanned::new(vec![64], Location::UNKNOWN, Location::UNKNOWN)
-}
-fn default_bcast() -> Spanned<f64> {
-    Spanned::new(5.0, Location::UNKNOWN, Location::UNKNOWN)
-}
-fn default_flows() -> Spanned<u32> {
-    unknown(1024)
-}
-
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum AttachMode {
-    /// Chosen by the driver profile.
-    #[default]
-    Auto,
-    Native,
-    Generic,
-}
-
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum BindMode {
-    #[default]
-    Auto,
-    Copy,
-    Zerocopy,
-}
-
-#[derive(Deserialize, Serialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct AfxdpSection {
-    pub interface: Spanned<String>,
-    #[serde(default)]
-    pub mode: AttachMode,
-    #[serde(default)]
-    pub bind: BindMode,
-    /// Queue ids to open; all of the interface's queues when absent.
-    #[serde(default)]
-    pub queues: Option<Spanned<Vec<u32>>>,
-    /// Entries in each of the RX, TX, fill and completion rings (power of two).
-    #[serde(default)]
-    pub ring_size: Option<Spanned<u32>>,
-    /// TCP/UDP checksums a local sender left to offload: `auto` (the driver profile: completed
-    /// on veth and tun, left alone on NICs), `complete`, or `keep` (never touch a frame).
-    #[serde(default)]
-    pub partial_checksums: PartialChecksums,
-    /// Attach even to `lo` or to the interface that carries `metrics.listen`'s address (the
-    /// switch would take the host's own traffic, the control API's included).
-    #[serde(default)]
-    pub allow_control_interface: bool,
-}
-
-impl AfxdpSection {
-    /// What the AF_XDP library is asked to open for this section (its profile decides the rest).
-    pub fn spec(&self) -> wasmswitch_afxdp::PortSpec {
-        let a = self;
-        let mut spec = wasmswitch_afxdp::PortSpec::new(a.interface.value.clone());
-        spec.overrides = wasmswitch_afxdp::Overrides {
-            attach: match a.mode {
-                AttachMode::Auto => None,
-                AttachMode::Native => Some(wasmswitch_afxdp::AttachMode::Native),
-                AttachMode::Generic => Some(wasmswitch_afxdp::AttachMode::Generic),
-            },
-            bind: match a.bind {
-                BindMode::Auto => None,
-                BindMode::Copy => Some(wasmswitch_afxdp::BindMode::Copy),
-                BindMode::Zerocopy => Some(wasmswitch_afxdp::BindMode::ZeroCopy),
-            },
-            queues: a.queues.as_ref().map(|q| q.value.clone()),
-            rings: a.ring_size.as_ref().map(|r| wasmswitch_afxdp::RingSizes::all(r.value)),
-            complete_partial_checksums: match a.partial_checksums {
-                PartialChecksums::Auto => None,
-                PartialChecksums::Complete => Some(true),
-                PartialChecksums::Keep => Some(false),
-            },
-        };
-        spec
-    }
-}
-
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum PartialChecksums {
-    /// Chosen by the driver profile.
-    #[default]
-    Auto,
-    Complete,
-    Keep,
-}
-
-/// The host port: a TAP device the switch creates (and removes on exit), served by host
-/// workers over io_uring. To L2 it is a normal port (learned, flooded to); verdict `host` sends
-/// frames there.
-#[derive(Deserialize, Serialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct HostSection {
-    /// The port's name in the switch (metrics, API, `to:` lists).
-    #[serde(default = "default_host_name")]
-    pub name: Spanned<String>,
-    /// TAP device name (at most 15 bytes).
-    pub tap: Spanned<String>,
-    /// MAC address of the TAP (the host's own address on the switch).
-    #[serde(default = "default_host_mac")]
-    pub mac: Spanned<Mac>,
-    #[serde(default = "default_mtu")]
-    pub mtu: Spanned<u32>,
-    /// Host worker threads (one TAP queue each).
-    #[serde(default = "one_usize")]
-    pub workers: Spanned<usize>,
-    /// Entries of each ring between a datapath worker and a host worker.
-    #[serde(default = "default_host_ring")]
-    pub ring_size: Spanned<usize>,
-    /// Frames per delivery (cpumap's bulk is 8), 1-64.
-    #[serde(default = "default_host_bulk")]
-    pub bulk: Spanned<usize>,
-    /// The host port's VLANs (as a port's `vlan:`); an access port of VLAN 1 when absent.
-    #[serde(default)]
-    pub vlan: Option<l2::VlanSection>,
-}
-
-fn default_host_name() -> Spanned<String> {
-    Spanned::new("host".into(), Location::UNKNOWN, Location::UNKNOWN)
-}
-fn default_host_mac() -> Spanned<Mac> {
-    unknown(Mac(MacAddr([0x02, 0xee, 0, 0, 0, 1])))
-}
-fn one_usize() -> Spanned<usize> {
-    Spanned::new(1, Location::UNKNOWN, Location::UNKNOWN)
-}
-// The host port's defaults are the library's, written once there.
-fn default_host_ring() -> Spanned<usize> {
-    unknown(wasmswitch_tap::HostConfig::default().ring_size)
-}
-fn default_host_bulk() -> Spanned<usize> {
-    unknown(wasmswitch_tap::HostConfig::default().bulk)
-}
-
-/// Frames past the MTU: Ethernet header plus two VLAN tags.
-pub fn max_frame(mtu: u32) -> usize {
-    mtu as usize + 14 + 8
-}
-
-/// The longest frame a port of MTU `mtu` sends: [`max_frame`], but 4 bytes less on a veth. A
-/// veth passes a frame to its peer only up to the peer's MTU plus 18 bytes (Ethernet header and
-/// one tag: the kernel's `is_skb_forwardable`), and AF_XDP hands it every tag inside the frame;
-/// a longer frame would be dropped by the kernel after the switch had counted it as sent.
-pub fn max_tx_frame(mtu: u32, veth: bool) -> usize {
-    if veth {
-        mtu as usize + 14 + 4
-    } else {
-        max_frame(mtu)
-    }
-}
-
 /// The whole file.
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
@@ -713,6 +457,12 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// Ranges of the numeric keys (inclusive). The README's configuration reference lists them;
 /// within them every product `frames_needed` forms fits easily in a u64, and `run` starts.
 pub mod range {
+    // Each driver's own section's ranges are its module's.
+    pub use crate::drivers::afxdp::config::range::*;
+    pub use crate::drivers::host::config::range::*;
+    pub use crate::drivers::sim::config::range::*;
+    pub use crate::schema::range::*;
+
     pub const BATCH: (usize, usize) = (1, wasmswitch_core::BATCH_SIZE);
     pub const FRAMES: (u32, u32) = (1024, 1 << 20);
     pub const CACHE: (usize, usize) = (16, 4096);
@@ -720,19 +470,8 @@ pub mod range {
     pub const FDB_CAPACITY: (usize, usize) = (64, 1 << 24);
     pub const AGING_SECONDS: (u32, u32) = (1, 86_400);
     pub const WORKERS: (usize, usize) = (1, 64);
-    pub const PORTS: (usize, usize) = (1, 64);
     /// Distinct `umem:` names: each group maps `pool.frames` frames of its own.
     pub const UMEM_GROUPS: (usize, usize) = (0, 4);
-    pub const MTU_MIN: u32 = 68;
-    pub const SIM_QUEUES: (u16, u16) = (1, 64);
-    pub const SIM_RING: (usize, usize) = (64, 16384);
-    pub const RATE_PPS: (u64, u64) = (1, 1_000_000_000);
-    pub const SRC_MACS: (u32, u32) = (1, 1 << 20);
-    pub const FLOWS: (u32, u32) = (1, 1 << 20);
-    pub const FRAME_SIZES_LEN: (usize, usize) = (1, 1024);
-    pub const AFXDP_QUEUES_LEN: (usize, usize) = (1, 64);
-    pub const AFXDP_QUEUE_ID: (u32, u32) = (0, 1023);
-    pub const AFXDP_RING: (u32, u32) = (64, 16384);
     pub const PLUGINS_PER_PORT: (usize, usize) = (0, 8);
     pub const HEADER_BYTES: (u16, u16) = (0, 1024);
     /// 10 ms: a plugin that spins is stopped after one to two deadlines as the 1 ms epoch
@@ -748,37 +487,6 @@ pub mod range {
     /// bounds how late a worker sees a stop or a swap and stays inside `/healthz`'s 1 s stall
     /// bound.
     pub const MAX_TOTAL_DEADLINE_US: u64 = 100_000;
-    pub const HOST_WORKERS: (usize, usize) = (1, 16);
-    pub const HOST_BULK: (usize, usize) = (1, 64);
-    pub const HOST_RING: (usize, usize) = (16, 65536);
-}
-
-/// `a`, or `b` when `a` is a default with no place in the file.
-pub(super) fn or_loc(a: Location, b: Location) -> Location {
-    if a == Location::UNKNOWN {
-        b
-    } else {
-        a
-    }
-}
-
-/// Largest MTU a frame of `frame_size` bytes carries: the headroom (256 bytes), Ethernet header
-/// and two VLAN tags (22 bytes) come off (1770 for 2048, 3818 for 4096).
-pub fn max_mtu(frame_size: u32) -> u32 {
-    frame_size.saturating_sub(HEADROOM + 22)
-}
-
-// `key` out of [lo, hi]: located at the value, naming the key and the range.
-fn within<T: PartialOrd + fmt::Display + Copy>(
-    err: &impl Fn(Location, String) -> ConfigError,
-    key: &str,
-    v: &Spanned<T>,
-    (lo, hi): (T, T),
-) -> Result<(), ConfigError> {
-    if v.value < lo || v.value > hi {
-        return Err(err(v.referenced, format!("{key} {} is out of range: expected {lo}-{hi}", v.value)));
-    }
-    Ok(())
 }
 
 impl Config {
@@ -907,6 +615,8 @@ impl Config {
         let mut interfaces: HashMap<&str, (&str, Location)> = HashMap::new();
         let mut umem_groups: std::collections::BTreeSet<&str> = Default::default();
         let mut total_deadline_us: u64 = 0;
+        let port_names: Vec<&str> = self.ports.iter().map(|p| p.name.value.as_str()).collect();
+        let ctx = |port| CheckCtx { port, frame_size: fs, ports: &port_names, listen: self.listen_addr() };
         for p in &self.ports {
             let name = &p.name.value;
             if !is_name(name) {
@@ -952,25 +662,10 @@ impl Config {
                 ));
             }
             self.check_chains(p, &mut total_deadline_us, &err)?;
-            match p.driver.value {
-                DriverKind::Sim => {
-                    if let Some(a) = &p.afxdp {
-                        return Err(err(
-                            a.referenced,
-                            format!("port `{name}` uses driver `sim`, so an `afxdp` section makes no sense here"),
-                        ));
-                    }
-                    if let Some(sim) = &p.sim {
-                        self.check_sim(name, &sim.value, &err)?;
-                    }
-                }
-                DriverKind::Afxdp => {
-                    self.check_afxdp(p, &mut interfaces, &err)?;
-                }
-            }
+            p.check_driver(&ctx(name), &mut interfaces, &err)?;
         }
         if let Some(h) = &self.host {
-            self.check_host(h, &names, &interfaces, &err)?;
+            h.check(fs, &names, &interfaces, &err)?;
         }
         if let Some(u) = &self.user {
             if let Err(e) = crate::privileges::lookup(&u.value) {
@@ -1193,303 +888,16 @@ impl Config {
         Ok(())
     }
 
-    /// An `afxdp` port: its section, its interface (one port each, not the control API's
-    /// unless allowed), queues and rings, and what `run` would find on the interface here.
-    fn check_afxdp<'a>(
-        &'a self,
-        p: &'a PortSection,
-        interfaces: &mut HashMap<&'a str, (&'a str, Location)>,
-        err: &impl Fn(Location, String) -> ConfigError,
-    ) -> Result<(), ConfigError> {
-        let name = &p.name.value;
-        if let Some(s) = &p.sim {
-            return Err(err(
-                s.referenced,
-                format!("port `{name}` uses driver `afxdp`, so a `sim` section makes no sense here"),
-            ));
-        }
-        let Some(a) = &p.afxdp else {
-            return Err(err(
-                p.driver.referenced,
-                format!("port `{name}` uses driver `afxdp` but has no `afxdp:` section naming its interface"),
-            ));
-        };
-        let ifname = &a.value.interface.value;
-        if ifname.is_empty() || ifname.len() >= 16 {
-            return Err(err(
-                a.value.interface.referenced,
-                format!("interface name `{ifname}` is not valid: expected 1-15 characters"),
-            ));
-        }
-        if let Some((other, at)) = interfaces.insert(ifname, (name, a.value.interface.referenced)) {
-            return Err(err(
-                a.value.interface.referenced,
-                format!(
-                    "port `{name}`: interface {ifname} is already port `{other}`'s (line {}); an interface takes one XDP program, so one port (list its queues there)",
-                    at.line()
-                ),
-            ));
-        }
-        let listen = self.listen_addr().ip();
-        let api_addr =
-            interfaces_with(|a| listens_on(listen, a)).into_iter().find(|(i, _)| i == ifname).map(|(_, a)| a);
-        if (ifname == "lo" || api_addr.is_some()) && !a.value.allow_control_interface {
-            let carries = match api_addr {
-                _ if ifname == "lo" => "the host's loopback traffic".to_string(),
-                Some(a) if a == listen => format!("the control API's address {listen}"),
-                Some(a) => format!("{a}, where the control API listens (metrics.listen on {listen})"),
-                None => unreachable!("checked above"),
-            };
-            return Err(err(
-                a.value.interface.referenced,
-                format!(
-                    "port `{name}`: interface {ifname} carries {carries}: attaching to it would take the host's own traffic{}; set `allow_control_interface: true` in this `afxdp:` section if that is what you want",
-                    if listen.is_loopback() || api_addr.is_some() { ", the control API's included" } else { "" }
-                ),
-            ));
-        }
-        if let Some(q) = &a.value.queues {
-            let (lo, hi) = range::AFXDP_QUEUES_LEN;
-            if !(lo..=hi).contains(&q.value.len()) {
-                return Err(err(
-                    q.referenced,
-                    format!(
-                        "afxdp.queues lists {} queue ids: expected {lo}-{hi}, or leave it out for all",
-                        q.value.len()
-                    ),
-                ));
-            }
-            let (lo, hi) = range::AFXDP_QUEUE_ID;
-            if let Some(bad) = q.value.iter().find(|&&id| !(lo..=hi).contains(&id)) {
-                return Err(err(
-                    q.referenced,
-                    format!("afxdp.queues: queue id {bad} is out of range: expected {lo}-{hi}"),
-                ));
-            }
-            let mut seen = q.value.clone();
-            seen.sort_unstable();
-            if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
-                return Err(err(q.referenced, format!("afxdp.queues: queue id {} is listed twice", w[0])));
-            }
-        }
-        if let Some(r) = &a.value.ring_size {
-            let (lo, hi) = range::AFXDP_RING;
-            if !r.value.is_power_of_two() || !(lo..=hi).contains(&r.value) {
-                return Err(err(
-                    r.referenced,
-                    format!("ring_size {} is not valid: expected a power of two from {lo} to {hi}", r.value),
-                ));
-            }
-        }
-        // Where the interface exists here, what `run` would find there: a queue it
-        // lacks, or zero-copy its driver does not offer, is refused now as `run`
-        // would refuse it (a missing interface is `check`'s warning: the config may
-        // be for another machine).
-        if wasmswitch_afxdp::sys::ifindex(ifname).is_some() {
-            if let Err(e) = wasmswitch_afxdp::preflight(&a.value.spec()) {
-                let at = match (&e, &a.value.queues) {
-                    (wasmswitch_afxdp::AfXdpError::QueueOutOfRange { .. }, Some(q)) => q.referenced,
-                    _ => a.value.interface.referenced,
-                };
-                return Err(err(at, e.to_string()));
-            }
-        }
-        Ok(())
-    }
-
-    /// The host port: its name among the ports', its TAP (a name of its own, free, a unicast
-    /// MAC), MTU, workers, bulk and rings.
-    fn check_host(
-        &self,
-        h: &HostSection,
-        names: &HashMap<&str, Location>,
-        interfaces: &HashMap<&str, (&str, Location)>,
-        err: &impl Fn(Location, String) -> ConfigError,
-    ) -> Result<(), ConfigError> {
-        let fs = self.pool.frame_size.value;
-        let mtu_range = (range::MTU_MIN, max_mtu(fs));
-        let name = &h.name.value;
-        // It is a port like the others: in metrics labels, the API and plugin logs.
-        if !is_name(name) {
-            return Err(err(
-                h.name.referenced,
-                format!("host port name `{name}` is not valid: expected 1-32 letters, digits, `-`, `_` or `.`"),
-            ));
-        }
-        if let Some(first) = names.get(name.as_str()) {
-            return Err(err(
-                h.name.referenced,
-                format!("host port name `{name}` is already used by the port at line {}", first.line()),
-            ));
-        }
-        if let Some((port, _)) = interfaces.get(h.tap.value.as_str()) {
-            return Err(err(
-                h.tap.referenced,
-                format!("host.tap `{}` is port `{port}`'s interface; the TAP needs a name of its own", h.tap.value),
-            ));
-        }
-        // The same rule as when the TAP is made, so that `check` refuses what `run` would.
-        if let Err(e) = wasmswitch_tap::check_name(&h.tap.value).and_then(|()| wasmswitch_tap::check_free(&h.tap.value))
-        {
-            return Err(err(h.tap.referenced, format!("{e}")));
-        }
-        if let Err(e) = wasmswitch_tap::check_mac(h.mac.value.0) {
-            return Err(err(h.mac.referenced, format!("{e}")));
-        }
-        // One byte less than a port's: the TAP is read into the frame past its headroom, and
-        // a frame that fills that room could have been cut short (tun truncates to the
-        // read); a frame the MTU admits must not fill it, so that one that does is dropped
-        // as oversize, never forwarded truncated.
-        let host_mtu = (mtu_range.0, mtu_range.1 - 1);
-        if !(host_mtu.0..=host_mtu.1).contains(&h.mtu.value) {
-            return Err(err(
-                h.mtu.referenced,
-                format!(
-                    "host.mtu {} is out of range: expected {}-{} ({fs}-byte frames less {HEADROOM} bytes of headroom and 22 of Ethernet and VLAN headers, less one byte to tell a frame cut short by the TAP read)",
-                    h.mtu.value, host_mtu.0, host_mtu.1
-                ),
-            ));
-        }
-        within(&err, "host.workers", &h.workers, range::HOST_WORKERS)?;
-        within(&err, "host.bulk", &h.bulk, range::HOST_BULK)?;
-        let (lo, hi) = range::HOST_RING;
-        if !h.ring_size.value.is_power_of_two() || !(lo..=hi).contains(&h.ring_size.value) {
-            return Err(err(
-                h.ring_size.referenced,
-                format!("host.ring_size {} is not valid: expected a power of two from {lo} to {hi}", h.ring_size.value),
-            ));
-        }
-        Ok(())
-    }
-
-    fn check_sim(
-        &self,
-        name: &str,
-        sim: &SimSection,
-        err: &impl Fn(Location, String) -> ConfigError,
-    ) -> Result<(), ConfigError> {
-        let (lo, hi) = range::SIM_QUEUES;
-        if !(lo..=hi).contains(&sim.queues.value) {
-            return Err(err(
-                sim.queues.referenced,
-                format!("port `{name}`: queues {} is out of range: expected {lo}-{hi}", sim.queues.value),
-            ));
-        }
-        let (lo, hi) = range::SIM_RING;
-        if !(lo..=hi).contains(&sim.ring_size.value) {
-            return Err(err(
-                sim.ring_size.referenced,
-                format!("port `{name}`: ring_size {} is out of range: expected {lo}-{hi}", sim.ring_size.value),
-            ));
-        }
-        let Some(t) = &sim.traffic else { return Ok(()) };
-        if let Some(r) = &t.rate_pps {
-            let (lo, hi) = range::RATE_PPS;
-            if !(lo..=hi).contains(&r.value) {
-                return Err(err(r.referenced, format!("rate_pps {} is out of range: expected {lo}-{hi}", r.value)));
-            }
-        }
-        for (key, v, (lo, hi)) in [("src_macs", &t.src_macs, range::SRC_MACS), ("flows", &t.flows, range::FLOWS)] {
-            if !(lo..=hi).contains(&v.value) {
-                return Err(err(v.referenced, format!("{key} {} is out of range: expected {lo}-{hi}", v.value)));
-            }
-        }
-        let b = t.broadcast_percent.value;
-        if !(0.0..=100.0).contains(&b) {
-            return Err(err(
-                t.broadcast_percent.referenced,
-                format!("broadcast_percent {b} is out of range: expected 0-100"),
-            ));
-        }
-        let max = (self.pool.frame_size.value - HEADROOM) as usize;
-        if t.frame_sizes.value.is_empty() {
-            return Err(err(t.frame_sizes.referenced, "frame_sizes is empty: list at least one size in bytes".into()));
-        }
-        if t.frame_sizes.value.len() > range::FRAME_SIZES_LEN.1 {
-            return Err(err(
-                t.frame_sizes.referenced,
-                format!("frame_sizes lists {} sizes: at most {}", t.frame_sizes.value.len(), range::FRAME_SIZES_LEN.1),
-            ));
-        }
-        if let Some(&bad) = t.frame_sizes.value.iter().find(|&&s| !(60..=max).contains(&s)) {
-            return Err(err(t.frame_sizes.referenced, format!("frame size {bad} is out of range: expected 60-{max}")));
-        }
-        if t.ip.value != 4 && t.ip.value != 6 {
-            return Err(err(t.ip.referenced, format!("ip {} is not an IP version: expected 4 or 6", t.ip.value)));
-        }
-        if let Some(fl) = &t.tcp_flags {
-            if t.proto != TrafficProto::Tcp {
-                return Err(err(fl.referenced, "tcp_flags needs proto: tcp".to_string()));
-            }
-            if let Err(c) = t.tcp_flag_bits() {
-                return Err(err(
-                    fl.referenced,
-                    format!("tcp_flags `{}`: `{c}` is not a flag (expected letters of S, A, F, R, P)", fl.value),
-                ));
-            }
-        }
-        if let Some(v) = &t.vlan {
-            let vids = v.value.expand("vlan").map_err(|e| err(v.referenced, e))?;
-            if vids.is_empty() || vids.len() > 64 {
-                return Err(err(v.referenced, format!("vlan lists {} VLANs: expected 1-64", vids.len())));
-            }
-        }
-        for to in t.to.iter().flatten() {
-            if self.port_index(&to.value).is_none() {
-                return Err(err(
-                    to.referenced,
-                    format!("unknown port `{}` in traffic.to: expected one of {}", to.value, self.port_names()),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn port_names(&self) -> String {
-        self.ports.iter().map(|p| format!("`{}`", p.name.value)).collect::<Vec<_>>().join(", ")
-    }
-
-    /// What an AF_XDP port's interface here says against the port's settings, one line each:
+    /// What an AF_XDP port's interface here says against the port's settings, one line each
+    /// (see [`AfxdpSection::interface_warnings`]):
     /// an interface MTU above the port's `mtu` (its hosts send frames the port drops as
     /// oversize: TCP between them stalls on the first full-size segment) or below it (frames
     /// over it leaving there are dropped by the kernel), and generic mode on a veth (the
     /// kernel's slow path: TCP through it crawls). Warnings, not errors: the interface may be
     /// set up after `check`. Ports whose interface is not here say nothing.
     pub fn interface_warnings(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        let most = max_mtu(self.pool.frame_size.value);
-        for p in &self.ports {
-            let Some(a) = &p.afxdp else { continue };
-            let (name, iface, mtu) = (&p.name.value, &a.value.interface.value, p.mtu.value);
-            let Ok(raw) = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu")) else { continue };
-            let Ok(iface_mtu) = raw.trim().parse::<u32>() else { continue };
-            if iface_mtu > mtu {
-                let fix = if iface_mtu <= most {
-                    format!("give the port `mtu: {iface_mtu}`")
-                } else {
-                    format!(
-                        "`mtu: {iface_mtu}` needs a larger pool.frame_size (its {}-byte frames hold {most} at most)",
-                        self.pool.frame_size.value
-                    )
-                };
-                out.push(format!(
-                    "port `{name}`: interface {iface} has MTU {iface_mtu}, above the port's mtu {mtu}: frames of more than {} bytes from it are dropped as oversize, and TCP between hosts with that MTU stalls; {fix}, or lower the interface's MTU",
-                    max_frame(mtu)
-                ));
-            } else if iface_mtu < mtu {
-                out.push(format!(
-                    "port `{name}`: interface {iface} has MTU {iface_mtu}, below the port's mtu {mtu}: frames over {iface_mtu} bytes of payload sent there are dropped by the kernel (afxdp_tx_kernel_drops)"
-                ));
-            }
-            if a.value.mode == AttachMode::Generic
-                && wasmswitch_afxdp::sys::driver_name(iface).is_ok_and(|d| d == "veth")
-            {
-                out.push(format!(
-                    "port `{name}`: interface {iface} is a veth in generic (SKB) mode: TCP through it runs far slower than in native mode, the veth default (see README, Real traffic)"
-                ));
-            }
-        }
-        out
+        let ports = self.ports.iter().filter_map(|p| Some((p, &p.afxdp.as_ref()?.value)));
+        ports.flat_map(|(p, a)| a.interface_warnings(&p.name.value, p.mtu.value, self.pool.frame_size.value)).collect()
     }
 
     /// Frames the configured rings and caches can hold at once, plus room for flooding.
@@ -1503,30 +911,13 @@ impl Config {
         let mut n = m(workers, (self.pool.cache.value as u64).saturating_add(16)).saturating_add(flood);
         for p in &self.ports {
             n = n.saturating_add(match (&p.sim, &p.afxdp) {
-                (Some(s), _) => m(m(s.value.queues.value as u64, s.value.ring_size.value as u64), 2),
-                (None, Some(a)) => {
-                    // Per queue: a full fill ring (frames the kernel may move to RX) and a full
-                    // TX ring in flight. Where the interface exists here, the queues and rings
-                    // `run` will open (without `queues:`, every queue it has); elsewhere what
-                    // the config says.
-                    let (queues, r) = if wasmswitch_afxdp::sys::ifindex(&a.value.interface.value).is_some() {
-                        let d = wasmswitch_afxdp::decide(&a.value.spec());
-                        (d.queues.len() as u64, d.rings)
-                    } else {
-                        let r = a.value.ring_size.as_ref().map_or_else(wasmswitch_afxdp::RingSizes::default, |r| {
-                            wasmswitch_afxdp::RingSizes::all(r.value)
-                        });
-                        (a.value.queues.as_ref().map_or(1, |q| q.value.len() as u64), r)
-                    };
-                    m(queues.max(workers), r.fill as u64 + r.tx as u64)
-                }
-                (None, None) => m(m(2, default_ring_size().value as u64), workers),
+                (Some(s), _) => s.value.frames_needed(),
+                (None, Some(a)) => a.value.frames_needed(workers),
+                (None, None) => crate::drivers::sim::config::frames_needed_default(workers),
             });
         }
         if let Some(h) = &self.host {
-            // Both directions' rings per (datapath worker, host worker) pair, plus reads in flight.
-            let hw = h.workers.value as u64;
-            n = n.saturating_add(m(m(m(2, workers), hw), h.ring_size.value as u64)).saturating_add(m(hw, 256));
+            n = n.saturating_add(h.frames_needed(workers));
         }
         n
     }
@@ -1655,57 +1046,6 @@ fn plain_message(e: &serde_saphyr::Error, text: &str, line: u64, column: u64) ->
         Some(k) if msg.starts_with("expected ") => format!("wrong value for `{k}`: {msg}"),
         _ => msg.to_string(),
     }
-}
-
-/// Whether a server bound to `listen` answers on `addr`: a wildcard is every address of its
-/// family (`[::]` takes IPv4 too; IPv6 link-local addresses need a scope, so not those).
-fn listens_on(listen: std::net::IpAddr, addr: std::net::IpAddr) -> bool {
-    match listen {
-        l if !l.is_unspecified() => addr == l,
-        std::net::IpAddr::V4(_) => addr.is_ipv4(),
-        std::net::IpAddr::V6(_) => !matches!(addr, std::net::IpAddr::V6(v6) if v6.is_unicast_link_local()),
-    }
-}
-
-/// Every (interface, address) of this namespace whose address `wanted` accepts.
-fn interfaces_with(wanted: impl Fn(std::net::IpAddr) -> bool) -> Vec<(String, std::net::IpAddr)> {
-    let mut out = Vec::new();
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return out;
-    }
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list getifaddrs returned, valid until freeifaddrs.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_addr points to a sockaddr whose family says which struct it is.
-        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-        let addr = match family {
-            libc::AF_INET => {
-                // SAFETY: AF_INET means a sockaddr_in.
-                let a = unsafe { *ifa.ifa_addr.cast::<libc::sockaddr_in>() };
-                std::net::IpAddr::from(a.sin_addr.s_addr.to_ne_bytes())
-            }
-            libc::AF_INET6 => {
-                // SAFETY: AF_INET6 means a sockaddr_in6.
-                let a = unsafe { *ifa.ifa_addr.cast::<libc::sockaddr_in6>() };
-                std::net::IpAddr::from(a.sin6_addr.s6_addr)
-            }
-            _ => continue,
-        };
-        if wanted(addr) {
-            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            out.push((unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned(), addr));
-        }
-    }
-    // SAFETY: `head` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    out
 }
 
 /// The address the daemon of the config at `path` listens on (`metrics.listen`) and its token

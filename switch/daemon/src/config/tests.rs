@@ -893,16 +893,6 @@ fn the_control_interface_can_be_allowed_explicitly() {
     assert!(e.message.contains("the control API's included") && e.message.contains("allow_control_interface"), "{e}");
 }
 
-#[test]
-fn a_wildcard_listen_address_is_on_every_interface_of_its_family() {
-    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
-    assert!(listens_on(ip("0.0.0.0"), ip("192.0.2.7")));
-    assert!(!listens_on(ip("0.0.0.0"), ip("2001:db8::7")));
-    assert!(listens_on(ip("::"), ip("192.0.2.7")) && listens_on(ip("::"), ip("2001:db8::7")));
-    assert!(!listens_on(ip("::"), ip("fe80::1")), "link-local needs a scope");
-    assert!(listens_on(ip("192.0.2.7"), ip("192.0.2.7")) && !listens_on(ip("192.0.2.7"), ip("192.0.2.8")));
-}
-
 /// A file of thousands of numbers too large for their keys is refused on a thread with a
 /// reload's stack: naming the first one's documented range parses the file again once, not
 /// once more per number (that nested a parse per line and overflowed the stack, which aborts

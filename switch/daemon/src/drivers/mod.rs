@@ -1,31 +1,124 @@
-//! The drivers as the dataplane sees them. Each one turns its port section into an
-//! [`OpenedPort`]: the queues every worker will own, the port's static facts and metrics
-//! sources ([`PortInfo`]), and a [`PortHandle`] that closes what the kernel holds once the
-//! workers have let go of the queues. Start and reload open ports through the same calls.
+//! The drivers. Each one is a folder with the same files:
+//! - `config.rs`: its section of the file (the config names it), the checks on it with
+//!   file:line:column errors, the frames it holds, and which of its keys a reload applies live;
+//! - `mod.rs`: `open` (and `reopen` where it has one), turning the section into an
+//!   [`OpenedPort`]: the queues every worker will own, the port's static facts ([`PortInfo`])
+//!   with the driver's own part ([`DriverInfo`]), and a [`PortHandle`] that closes what the
+//!   kernel holds once the workers have let go of the queues;
+//! - `metrics.rs`: its metric families, over the running ports of that driver.
 //!
-//! Checking a section and counting the frames it needs is the config's job (`config`), so
-//! that `check` answers without opening anything.
+//! Start and reload open ports through the same calls; `check` checks a section without
+//! opening anything. Adding a driver: its folder, a variant of [`DriverInfo`] (with a line in
+//! [`encode_metrics`]), and its section's key in `config::PortSection`.
 
 pub mod afxdp;
 pub mod host;
+pub mod interface;
 pub mod sim;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 
-use wasmswitch_afxdp::{AfXdpPort, QueueMonitor, UmemRegistration};
+use prometheus_client::encoding::DescriptorEncoder;
+use wasmswitch_afxdp::UmemRegistration;
 use wasmswitch_core::pool::SharedPool;
 use wasmswitch_core::{PortId, PortQueue, Umem};
-use wasmswitch_sim::SimStats;
-use wasmswitch_tap::{HostPort, TapStats};
+
+pub use interface::{KernelCount, KernelDrops};
 
 /// Port ids a running switch can hand out: every configured port plus the host port. Ids of
 /// removed ports are reused; per-worker counters are sized for all of them once, at start.
-pub const MAX_PORT_IDS: usize = crate::config::range::PORTS.1 + 1;
+pub const MAX_PORT_IDS: usize = crate::schema::range::PORTS.1 + 1;
 // Every port's learned entries are counted (and limited by `fdb.max_macs`) in the FDB.
 const _: () = assert!(MAX_PORT_IDS <= wasmswitch_core::fdb::COUNTED_PORTS);
 
-pub use crate::config::{max_frame, max_tx_frame};
+pub use crate::schema::max_frame;
+pub use afxdp::config::max_tx_frame;
+
+/// What a driver's checks know of the rest of the file, beside the port's own section.
+pub struct CheckCtx<'a> {
+    /// The port's name, for messages.
+    pub port: &'a str,
+    /// `pool.frame_size`: the most a frame of the pool holds, headroom included.
+    pub frame_size: u32,
+    /// Every configured port's name, in file order.
+    pub ports: &'a [&'a str],
+    /// `metrics.listen`: the control API's address.
+    pub listen: SocketAddr,
+}
+
+/// A running port's driver-specific part: its counters (read by the metrics) and what it needs
+/// to open the port again. One variant per driver, each its module's type.
+#[derive(Debug)]
+pub enum DriverInfo {
+    /// A sim port.
+    Sim(sim::SimInfo),
+    /// An AF_XDP port.
+    Afxdp(afxdp::AfxdpInfo),
+    /// The host port (a TAP).
+    Host(host::HostInfo),
+}
+
+impl DriverInfo {
+    /// The driver's name, as the metrics and the API label the port with it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DriverInfo::Sim(_) => "sim",
+            DriverInfo::Afxdp(_) => "afxdp",
+            DriverInfo::Host(_) => "tap",
+        }
+    }
+
+    /// The sim part.
+    pub fn sim(&self) -> Option<&sim::SimInfo> {
+        match self {
+            DriverInfo::Sim(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The AF_XDP part (the watch re-attaches such a port when its interface comes back).
+    pub fn afxdp(&self) -> Option<&afxdp::AfxdpInfo> {
+        match self {
+            DriverInfo::Afxdp(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The host port's part.
+    pub fn host(&self) -> Option<&host::HostInfo> {
+        match self {
+            DriverInfo::Host(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// Carries the counts of `old`, the same port before a reload replaced its queues, into
+    /// this one's, so that its series go on.
+    pub fn carry_from(&mut self, old: &DriverInfo) {
+        if let (DriverInfo::Sim(new), DriverInfo::Sim(old)) = (self, old) {
+            new.carry_from(old);
+        }
+    }
+}
+
+/// Writes every driver's metric families over the running `ports` (polled by `workers`
+/// workers), and those of their interfaces.
+pub fn encode_metrics(
+    e: &mut DescriptorEncoder,
+    ports: &[(PortId, Arc<PortInfo>)],
+    workers: usize,
+) -> std::fmt::Result {
+    let infos: Vec<&PortInfo> = ports.iter().map(|(_, i)| &**i).collect();
+    let sims: Vec<_> = infos.iter().filter_map(|&i| Some((i, i.driver.sim()?))).collect();
+    sim::metrics::encode(e, &sims)?;
+    let afxdps: Vec<_> = infos.iter().filter_map(|&i| Some((i, i.driver.afxdp()?))).collect();
+    afxdp::metrics::encode(e, &afxdps, workers)?;
+    interface::encode(e, &infos)?;
+    let hosts: Vec<_> = infos.iter().filter_map(|&i| Some((i, i.driver.host()?))).collect();
+    host::metrics::encode(e, &hosts)
+}
 
 /// What every driver needs to open a port: the UMEM group it opens the port in.
 pub struct OpenCtx<'a> {
@@ -65,75 +158,20 @@ impl std::fmt::Debug for UmemGroup {
     }
 }
 
-/// A counter the kernel keeps on a port's interface (read at scrape time), made monotonic
-/// across the interface being deleted and re-created: the port's series goes on from what
-/// the old interface had counted when last read, instead of restarting at zero.
-#[derive(Debug, Default)]
-pub struct KernelCount {
-    base: AtomicU64,
-    last: AtomicU64,
-}
-
-impl KernelCount {
-    /// The series' value for a fresh reading `raw` of the interface's counter.
-    pub fn observe(&self, raw: u64) -> u64 {
-        self.last.store(raw, Ordering::Relaxed);
-        self.base.load(Ordering::Relaxed) + raw
-    }
-
-    /// The value while the interface cannot be read (gone): the last one.
-    pub fn held(&self) -> u64 {
-        self.base.load(Ordering::Relaxed) + self.last.load(Ordering::Relaxed)
-    }
-
-    /// The count for the port re-attached to a new interface, whose own counter starts at 0.
-    pub fn carried(&self) -> KernelCount {
-        KernelCount { base: AtomicU64::new(self.held()), last: AtomicU64::new(0) }
-    }
-}
-
-/// The drop counters the kernel keeps on a port's interface, each a [`KernelCount`].
-#[derive(Debug, Default)]
-pub struct KernelDrops {
-    /// The interface's `rx_dropped` and `tx_dropped` (sysfs).
-    pub rx: KernelCount,
-    pub tx: KernelCount,
-    /// A veth's peer's `tx_dropped` (rtnetlink, in the peer's namespace).
-    pub veth_peer: KernelCount,
-}
-
-impl KernelDrops {
-    /// The counts for the port re-attached to a new interface.
-    pub fn carried(&self) -> KernelDrops {
-        KernelDrops { rx: self.rx.carried(), tx: self.tx.carried(), veth_peer: self.veth_peer.carried() }
-    }
-}
-
 /// Static facts about a port, for metrics and the API.
 #[derive(Debug)]
 pub struct PortInfo {
     pub name: String,
-    pub driver: &'static str,
     pub queues: usize,
     /// Mode label (e.g. the AF_XDP profile's choice), for metrics.
     pub mode: String,
-    /// Per-queue NIC-side counters of sim ports.
-    pub sim: Vec<Arc<SimStats>>,
-    /// Per queue, the `rx_missed` of the queues this port had before a reload reopened it
-    /// (its series goes on from there rather than back to 0).
-    pub sim_missed_before: Vec<u64>,
-    /// The rates of a sim port's rate-limited generators (one per queue), which a reload sets.
-    pub sim_rates: Vec<Arc<AtomicU64>>,
-    /// Per-queue driver and kernel counters of AF_XDP ports.
-    pub afxdp: Vec<QueueMonitor>,
+    /// The driver's own part: its counters and how to open the port again.
+    pub driver: DriverInfo,
     /// Whether ingress completes TCP/UDP checksums left to offload (AF_XDP profile or override).
     pub complete_partial_checksums: bool,
-    /// The port's interface is a veth, which sends less past the MTU ([`max_tx_frame`]).
-    pub veth: bool,
     /// The kernel interface behind the port (AF_XDP, or the host port's TAP) and its index when
-    /// the port was opened,
-    /// watched for disappearance (an interface deleted and re-created keeps its name but gets
-    /// a new index).
+    /// the port was opened, watched for disappearance (an interface deleted and re-created
+    /// keeps its name but gets a new index).
     pub interface: Option<String>,
     pub ifindex: u32,
     /// Set once the interface has disappeared and the port was stopped.
@@ -148,34 +186,19 @@ pub struct PortInfo {
     /// Times the interface disappeared, and times the port was re-attached when it came back.
     pub gone_events: AtomicU64,
     pub back_events: AtomicU64,
-    /// How to open the port again on an interface of the same name (AF_XDP).
-    pub reopen: Option<crate::config::AfxdpSection>,
-    /// Host port (TAP) counters.
-    pub tap: Option<Arc<TapStats>>,
     /// The UMEM group the port is in (its name), set by the dataplane once opened.
     pub umem: String,
 }
 
 impl PortInfo {
-    /// Sim queue `q`'s `rx_missed`, counting the queues a reload replaced.
-    pub fn sim_missed(&self, q: usize) -> u64 {
-        let now = self.sim.get(q).map_or(0, |s| s.rx_missed.get());
-        now + self.sim_missed_before.get(q).copied().unwrap_or(0)
-    }
-
-    /// A port of `driver` with no driver-specific counters yet.
-    pub fn new(name: &str, driver: &'static str, queues: usize, mode: String) -> Self {
+    /// A port of `driver` with no interface watched yet.
+    pub fn new(name: &str, driver: DriverInfo, queues: usize, mode: String) -> Self {
         Self {
             name: name.to_string(),
-            driver,
             queues,
             mode,
-            sim: Vec::new(),
-            sim_missed_before: Vec::new(),
-            sim_rates: Vec::new(),
-            afxdp: Vec::new(),
+            driver,
             complete_partial_checksums: false,
-            veth: false,
             interface: None,
             ifindex: 0,
             gone: AtomicBool::new(false),
@@ -185,34 +208,17 @@ impl PortInfo {
             kernel_drops: Default::default(),
             gone_events: AtomicU64::new(0),
             back_events: AtomicU64::new(0),
-            reopen: None,
-            tap: None,
             umem: String::new(),
         }
     }
 }
 
-/// What keeps a port's kernel objects alive. Dropped (or [`PortHandle::close`]d) only after
-/// every worker has released the port's queues.
-pub enum PortHandle {
-    /// Nothing beyond the queues themselves (sim).
-    Queues,
-    /// The XDP program and the sockets' registration; dropping it detaches the program.
-    Afxdp(AfXdpPort),
-    /// The TAP and its host workers.
-    Host(HostPort),
-}
-
-impl PortHandle {
+/// What keeps a port's kernel objects alive (an XDP program and sockets, a TAP and its host
+/// workers). Closed only after every worker has released the port's queues.
+pub trait PortHandle: Send {
     /// Closes the port: host workers are stopped and joined (they drain the rings between
     /// them and the datapath); the XDP program is detached.
-    pub fn close(self) {
-        match self {
-            PortHandle::Host(mut h) => h.stop(),
-            PortHandle::Afxdp(p) => drop(p),
-            PortHandle::Queues => {}
-        }
-    }
+    fn close(self: Box<Self>);
 }
 
 /// A port, opened: ready to be handed to the workers.
@@ -223,7 +229,8 @@ pub struct OpenedPort {
     pub max_frame: usize,
     /// The longest frame it sends ([`max_tx_frame`]).
     pub tx_max: usize,
-    pub handle: PortHandle,
+    /// What the kernel holds for it; none for a port of queues alone (sim).
+    pub handle: Option<Box<dyn PortHandle>>,
     /// VLANs, storm limits and mirrors, as each worker's slot gets them.
     pub l2: wasmswitch_core::vlan::PortL2,
     /// The pool (UMEM group) it was opened in.
@@ -271,20 +278,5 @@ impl PortTable {
         while t.last().is_some_and(Option::is_none) {
             t.pop();
         }
-    }
-}
-
-#[cfg(test)]
-mod kernel_count_tests {
-    use super::KernelCount;
-
-    #[test]
-    fn a_kernel_count_never_goes_back_across_a_new_interface() {
-        let c = KernelCount::default();
-        assert_eq!((c.observe(5), c.observe(9)), (5, 9));
-        assert_eq!(c.held(), 9, "gone: the last value");
-        // Re-attached to a new interface whose own counter starts again.
-        let c = c.carried();
-        assert_eq!((c.held(), c.observe(0), c.observe(3)), (9, 9, 12));
     }
 }

@@ -1,11 +1,29 @@
 //! The host port: a TAP device the switch creates (and removes on exit), served by host
 //! workers over io_uring.
 
-use anyhow::{Context, Result};
-use wasmswitch_tap::{HostConfig, HostPort, TapConfig, TapDevice};
+pub mod config;
+pub(crate) mod metrics;
 
-use super::{max_frame, OpenCtx, OpenedPort, PortHandle, PortInfo};
-use crate::config::HostSection;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use wasmswitch_tap::{HostConfig, HostPort, TapConfig, TapDevice, TapStats};
+
+pub use self::config::HostSection;
+use super::{max_frame, DriverInfo, OpenCtx, OpenedPort, PortHandle, PortInfo};
+
+/// What the running host port keeps: its TAP's and host workers' counters.
+#[derive(Debug)]
+pub struct HostInfo {
+    /// Deliveries to the TAP and reads from it.
+    pub stats: Arc<TapStats>,
+}
+
+impl PortHandle for HostPort {
+    fn close(mut self: Box<Self>) {
+        self.stop();
+    }
+}
 
 /// Creates the TAP and starts its host workers; each datapath worker gets one queue.
 pub fn open(ctx: &OpenCtx<'_>, h: &HostSection) -> Result<OpenedPort> {
@@ -32,8 +50,8 @@ pub fn open(ctx: &OpenCtx<'_>, h: &HostSection) -> Result<OpenedPort> {
         h.workers.value,
         h.bulk.value
     );
-    let mut info = PortInfo::new(&h.name.value, "tap", h.workers.value, "io_uring".into());
-    info.tap = Some(hp.stats().clone());
+    let host = HostInfo { stats: hp.stats().clone() };
+    let mut info = PortInfo::new(&h.name.value, DriverInfo::Host(host), h.workers.value, "io_uring".into());
     // Watched like an AF_XDP port's interface: a deleted TAP stops the port, named and counted.
     info.interface = Some(h.tap.value.clone());
     info.ifindex = ifindex;
@@ -43,7 +61,7 @@ pub fn open(ctx: &OpenCtx<'_>, h: &HostSection) -> Result<OpenedPort> {
         queues,
         max_frame: max_frame(h.mtu.value),
         tx_max: max_frame(h.mtu.value),
-        handle: PortHandle::Host(hp),
+        handle: Some(Box::new(hp)),
         l2: Default::default(),
         pool: ctx.pool.id(),
     })
