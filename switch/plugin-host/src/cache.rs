@@ -54,6 +54,7 @@ impl fmt::Debug for CacheKey {
 }
 
 impl CacheKey {
+    /// A key of the given 32 bytes (instead of a random or stored one).
     pub fn from_bytes(bytes: [u8; KEY_BYTES]) -> Self {
         Self(bytes)
     }
@@ -200,9 +201,11 @@ pub enum Discard {
 }
 
 impl Discard {
+    /// Every reason, in declaration order (the order of [`CacheStats`]'s counts).
     pub const ALL: [Discard; 5] =
         [Discard::Unreadable, Discard::Format, Discard::OtherComponent, Discard::BadMac, Discard::Wasmtime];
 
+    /// The reason's label in metrics: snake_case, stable.
     pub fn as_str(self) -> &'static str {
         match self {
             Discard::Unreadable => "unreadable",
@@ -225,6 +228,7 @@ pub struct CacheStats {
 }
 
 impl CacheStats {
+    /// Entries discarded for `why` so far.
     pub fn discarded(&self, why: Discard) -> u64 {
         self.discarded[why as usize].load(Ordering::Relaxed)
     }
@@ -237,7 +241,9 @@ impl CacheStats {
 /// A cache directory and the key its entries are authenticated with.
 #[derive(Clone, Debug)]
 pub struct CompileCache {
+    /// The directory entries (`<hex cache key>.cwasm`) are read from and written to.
     pub dir: PathBuf,
+    /// The key entries are written and checked under.
     pub key: CacheKey,
 }
 

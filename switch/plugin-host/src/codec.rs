@@ -131,6 +131,7 @@ impl<P: wasmswitch_plugin_sdk::Plugin> NativeStage<P> {
         })
     }
 
+    /// Its verdict counts, kept as a Wasm stage keeps them.
     pub fn stats(&self) -> &std::sync::Arc<PluginStats> {
         &self.stats
     }

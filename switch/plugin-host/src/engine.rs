@@ -131,6 +131,7 @@ impl PluginEngine {
         Ok(Arc::new(Self { engine, linker, opts, stop, ticks, cache_discarded: AtomicU64::new(0) }))
     }
 
+    /// The wasmtime engine (what a plugin's `Store` is made in).
     pub fn engine(&self) -> &Engine {
         &self.engine
     }

@@ -25,7 +25,9 @@ use crate::stats::{FaultReason, PluginStats};
 /// One built-in frame and what it is (the name errors and reports use).
 #[derive(Clone, Debug)]
 pub struct SmokeFrame {
+    /// What the frame is, as errors and reports name it (`IPv4 TCP SYN`).
     pub what: &'static str,
+    /// The Ethernet frame, destination MAC first, without FCS.
     pub bytes: Vec<u8>,
 }
 
@@ -117,11 +119,17 @@ pub fn smoke_frames() -> Vec<SmokeFrame> {
 /// its deadline its costliest full batch used.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SmokeReport {
+    /// Built-in frames run (the length of [`smoke_frames`]).
     pub frames: usize,
+    /// Frames the plugin passed (each counted once, by its verdict alone in a batch).
     pub pass: usize,
+    /// Frames it dropped.
     pub drop: usize,
+    /// Frames it redirected to a port.
     pub redirect: usize,
+    /// Frames it sent to the host instead of forwarding.
     pub host: usize,
+    /// Frames it forwarded and also copied to the host.
     pub host_copy: usize,
     /// (frame, port) for each frame redirected: the caller knows which ports exist.
     pub redirects: Vec<(&'static str, PortId)>,
@@ -138,7 +146,9 @@ pub struct SmokeReport {
 /// three calls of it, so a first call's page faults or a busy moment do not count).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SlowestBatch {
+    /// The batch as errors name it (``frame `IPv4 UDP` (batch of 64 copies)``).
     pub what: String,
+    /// Its CPU time: the least of its three calls.
     pub cpu: Duration,
 }
 

@@ -29,6 +29,7 @@ pub struct PluginSpec {
     pub config: String,
     /// N: how many leading bytes of each frame the plugin sees (0..=1024).
     pub header_bytes: u16,
+    /// What the batch gets when a call faults or the plugin is quarantined.
     pub on_error: OnError,
     /// Longest a batch call may run before it is interrupted.
     pub deadline: Duration,
@@ -55,9 +56,13 @@ impl std::fmt::Debug for Bytes {
 }
 
 impl PluginSpec {
+    /// [`PluginSpec::new`]'s `header_bytes`, in bytes.
     pub const DEFAULT_HEADER_BYTES: u16 = 128;
+    /// [`PluginSpec::new`]'s `deadline`.
     pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(5);
+    /// [`PluginSpec::new`]'s `memory_limit`, in bytes (16 MiB).
     pub const DEFAULT_MEMORY_LIMIT: usize = 16 << 20;
+    /// [`PluginSpec::new`]'s `max_faults`.
     pub const DEFAULT_MAX_FAULTS: u32 = 3;
 
     /// A spec with the defaults: 128 header bytes, on_error pass, 5 ms deadline, 16 MiB, 3 faults.
@@ -114,8 +119,11 @@ pub enum ErrorKind {
 /// An error that names the plugin it is about.
 #[derive(Clone, Debug)]
 pub struct PluginError {
+    /// The plugin's name ([`PluginSpec::name`]).
     pub plugin: String,
+    /// Which step failed.
     pub kind: ErrorKind,
+    /// What went wrong (`Display` puts the plugin's name before it).
     pub message: String,
 }
 

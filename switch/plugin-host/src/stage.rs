@@ -135,6 +135,7 @@ pub(crate) type InitFn = TypedFunc<(&'static str,), (Result<(), WasmStr>,)>;
 pub(crate) type ProcessFn<'a> = TypedFunc<(&'a [u8],), (WasmList<u8>,)>;
 
 impl PluginFactory {
+    /// The spec it was compiled from (without the component's bytes).
     pub fn spec(&self) -> &PluginSpec {
         &self.spec
     }
@@ -448,10 +449,13 @@ pub struct WasmStage {
 }
 
 impl WasmStage {
+    /// The counters it counts into (the replaced stage's, when made by
+    /// [`PluginFactory::instantiate_with_stats`]).
     pub fn stats(&self) -> &Arc<PluginStats> {
         &self.stats
     }
 
+    /// The plugin's name ([`PluginSpec::name`]).
     pub fn name(&self) -> &str {
         &self.factory.spec.name
     }
@@ -461,6 +465,8 @@ impl WasmStage {
         &self.label
     }
 
+    /// Whether it faulted `max_faults` times on this worker: skipped, its batches given the
+    /// `on_error` policy, until a reload ([`WasmStage::lift_quarantine`] or a new stage).
     pub fn is_quarantined(&self) -> bool {
         self.quarantined
     }
@@ -470,10 +476,12 @@ impl WasmStage {
         self.live.is_some()
     }
 
+    /// The index of the worker it was made for (`worker N` in its log lines).
     pub fn worker(&self) -> usize {
         self.worker
     }
 
+    /// The compiled plugin it was made from (and remakes its instance from after a fault).
     pub fn factory(&self) -> &Arc<PluginFactory> {
         &self.factory
     }

@@ -26,6 +26,7 @@ pub enum FaultReason {
 }
 
 impl FaultReason {
+    /// Every reason, in declaration order.
     pub const ALL: [FaultReason; 5] = [
         FaultReason::Trap,
         FaultReason::Deadline,
@@ -54,15 +55,25 @@ pub struct PluginStats {
     pub batches: Counter,
     /// Packets in those batches.
     pub packets: Counter,
+    /// Packets given `Pass`, by the plugin or by the on-error policy.
     pub verdict_pass: Counter,
+    /// Packets given `Drop`, by the plugin or by the on-error policy.
     pub verdict_drop: Counter,
+    /// Packets the plugin redirected to a port.
     pub verdict_redirect: Counter,
+    /// Packets the plugin sent to the host.
     pub verdict_host: Counter,
+    /// Packets the plugin forwarded and copied to the host.
     pub verdict_host_copy: Counter,
+    /// Faults of [`FaultReason::Trap`].
     pub faults_trap: Counter,
+    /// Faults of [`FaultReason::Deadline`].
     pub faults_deadline: Counter,
+    /// Faults of [`FaultReason::Memory`].
     pub faults_memory: Counter,
+    /// Faults of [`FaultReason::BadOutput`].
     pub faults_bad_output: Counter,
+    /// Faults of [`FaultReason::Instantiate`].
     pub faults_instantiate: Counter,
     /// Packets whose verdict came from the on-error policy (fault or quarantine).
     pub policy_packets: Counter,
@@ -87,6 +98,7 @@ pub struct PluginStats {
 }
 
 impl PluginStats {
+    /// The fault counter of reason `r`.
     pub fn faults(&self, r: FaultReason) -> &Counter {
         match r {
             FaultReason::Trap => &self.faults_trap,
