@@ -18,9 +18,11 @@ pub fn http(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String
 /// A response as [`http_with`] reads it.
 #[derive(Debug)]
 pub struct Reply {
+    /// The status code; 0 when the answer has none.
     pub status: u16,
     /// The head's header lines, as sent.
     pub head: String,
+    /// What follows the head, with a chunked body's chunk sizes left in.
     pub body: String,
 }
 
@@ -98,11 +100,13 @@ pub fn series(body: &str, series: &str) -> Option<f64> {
     body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// Sends `SIGTERM` to `child` (the daemon's orderly shutdown).
 pub fn sigterm(child: &std::process::Child) {
     // SAFETY: kill on a child pid we own.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
 }
 
+/// Sends signal `sig` to `child`.
 pub fn signal(child: &std::process::Child, sig: i32) {
     // SAFETY: kill on a child pid we own.
     unsafe { libc::kill(child.id() as i32, sig) };
@@ -128,6 +132,8 @@ pub fn die_with_test(cmd: &mut std::process::Command) {
 pub struct Scratch(pub std::path::PathBuf);
 
 impl Scratch {
+    /// A fresh, empty folder in the temporary directory, named after `tag`, the process and a
+    /// count.
     pub fn new(tag: &str) -> Scratch {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -137,6 +143,7 @@ impl Scratch {
         Scratch(p)
     }
 
+    /// The path of `name` in the folder.
     pub fn path(&self, name: &str) -> std::path::PathBuf {
         self.0.join(name)
     }

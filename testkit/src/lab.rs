@@ -17,12 +17,15 @@ use anyhow::{bail, Context, Result};
 /// [`Lab::enable_ipv6`]). `eth0` keeps the kernel's default offloads, TX checksum offload
 /// included, as a container's veth does.
 pub struct LabHost {
+    /// `h<i>`, counted from 1: how errors name the host.
     pub name: String,
     /// The switch-side veth end, in the caller's namespace.
     pub switch_if: String,
+    /// `10.77.<subnet>.<i>`, a /24 on `eth0`.
     pub ip: String,
     /// `fd77:<subnet>::<i>`, configured by [`Lab::enable_ipv6`].
     pub ip6: String,
+    /// `eth0`'s MAC address, `02:77:<subnet>:00:00:<i>` (hex).
     pub mac: String,
     keeper: Child,
 }
@@ -39,6 +42,8 @@ impl LabHost {
         c
     }
 
+    /// Runs `args` inside this host's namespace and collects its output; a failed exit is
+    /// not an error.
     pub fn run(&self, args: &[&str]) -> Result<Output> {
         self.cmd(args).output().with_context(|| format!("cannot run {args:?} in host {}", self.name))
     }
@@ -58,12 +63,16 @@ impl LabHost {
         Ok(())
     }
 
+    /// The PID of the process that holds the host's namespace (`/proc/<pid>/ns/net`, or
+    /// `netns <pid>` to `ip link`).
     pub fn pid(&self) -> u32 {
         self.keeper.id()
     }
 }
 
+/// The hosts of one lab; dropping it ends their namespaces and deletes their veths.
 pub struct Lab {
+    /// The hosts, `h1` first.
     pub hosts: Vec<LabHost>,
 }
 
