@@ -195,8 +195,11 @@ const NO_NATIVE: &str = "scenario `l2+native` needs the example plugins compiled
 
 /// `--plugin`: the component, its config text, its header bytes.
 pub struct PluginBench {
+    /// The component file; its stem names the plugin (and picks its native build).
     pub path: std::path::PathBuf,
+    /// The text handed to `init` (the `--plugin-config` file's; empty without one).
     pub config: String,
+    /// Leading bytes of each packet the plugin sees.
     pub header_bytes: u16,
     /// Compiled on first use, then shared by every round of `l2+plugin` (and of
     /// `l2+plugin+shadow`).
@@ -209,6 +212,7 @@ pub struct PluginBench {
 }
 
 impl PluginBench {
+    /// The plugin, not compiled yet: the first scenario that runs it compiles it.
     pub fn new(path: std::path::PathBuf, config: String, header_bytes: u16) -> Self {
         Self {
             path,
@@ -286,6 +290,7 @@ impl PluginBench {
     }
 }
 
+/// Every scenario's name, in the order a run without `--scenario` takes them.
 pub fn scenario_names() -> Vec<&'static str> {
     SCENARIOS.iter().map(|s| s.name).collect()
 }
@@ -293,16 +298,28 @@ pub fn scenario_names() -> Vec<&'static str> {
 /// One line of results.
 #[derive(Serialize, Debug, Clone)]
 pub struct BenchResult {
+    /// The scenario's name.
     pub scenario: String,
+    /// Millions of packets per second (all workers together).
     pub mpps: f64,
+    /// Nanoseconds per packet of the whole switch (1000 / `mpps`).
     pub ns_per_pkt: f64,
+    /// TSC cycles (nanoseconds off x86_64) per packet: the workers' busy cycles over all
+    /// their packets.
     pub cycles_per_pkt: f64,
+    /// Packets received and processed in the measured time.
     pub packets: u64,
+    /// Packets sent, all ports together (a flooded packet once per port it left by).
     pub tx_packets: u64,
+    /// Packets dropped, all ports and reasons together.
     pub drops: u64,
+    /// `drops` as a percentage of `packets`.
     pub loss_pct: f64,
+    /// Seconds measured (the longest worker's), warm-up excluded.
     pub seconds: f64,
+    /// Frame size in bytes.
     pub frame_size: usize,
+    /// Frames not back in their pool after the run: 0 unless frames leak.
     pub frames_leaked: usize,
     /// Mpps of every round of this scenario (the row reports the best).
     pub rounds_mpps: Vec<f64>,
@@ -404,13 +421,19 @@ impl BenchArgs {
     }
 }
 
+/// What [`run_with`] runs: the options of [`BenchArgs`], the plugin's config read.
 pub struct BenchOptions {
+    /// One JSON object per scenario per line instead of the table.
     pub json: bool,
+    /// Names of the scenarios to run; empty: all that the other options allow.
     pub scenarios: Vec<String>,
+    /// Measured seconds per scenario (after a 0.2 s warm-up).
     pub seconds: f64,
+    /// Frame size in bytes (60-1792).
     pub frame_size: usize,
     /// Passes over the scenarios, interleaved; each scenario reports its best pass.
     pub rounds: u32,
+    /// The `--plugin` component, which the plugin scenarios need.
     pub plugin: Option<PluginBench>,
     /// Pinned workers per scenario (see [`BenchArgs::workers`]).
     pub workers: usize,
