@@ -21,7 +21,7 @@ pub fn run(config: &Path, no_smoke: bool) -> Result<()> {
     for p in &c.ports {
         if let Some(a) = &p.afxdp {
             let i = &a.value.interface.value;
-            if wasmswitch_afxdp::sys::ifindex(i).is_none() {
+            if wasmswitch_sys::ifindex(i).is_none() {
                 eprintln!(
                     "warning: port `{}`: interface {i} does not exist here, so `run` on this machine would refuse it",
                     p.name.value
@@ -35,7 +35,7 @@ pub fn run(config: &Path, no_smoke: bool) -> Result<()> {
     // An existing TAP passes the config's checks (a reload validates the file while its
     // daemon holds the TAP), but a new `run` refuses it.
     if let Some(h) = &c.host {
-        if wasmswitch_tap::if_index(&h.tap.value).is_some() {
+        if wasmswitch_sys::ifindex(&h.tap.value).is_some() {
             eprintln!(
                 "warning: host.tap {} exists on this machine, so a new `run` here would refuse it (the daemon of this config may be holding it: a reload keeps it)",
                 h.tap.value

@@ -76,7 +76,7 @@ struct PacketSocket(i32);
 
 impl PacketSocket {
     fn bind(ifname: &str) -> PacketSocket {
-        let idx = wasmswitch_tap::if_index(ifname).expect("interface exists");
+        let idx = wasmswitch_sys::ifindex(ifname).expect("interface exists");
         // SAFETY: plain socket creation; the fd is owned by the returned value.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, (libc::ETH_P_ALL as u16).to_be() as i32) };
         assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());

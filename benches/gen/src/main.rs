@@ -145,7 +145,7 @@ fn main() -> Result<()> {
     let batch = a.batch.clamp(1, 256);
     let burst_min = a.burst.clamp(1, batch);
     if let Some(cpu) = a.cpu {
-        wasmswitch_afxdp::sys::pin_to_cpu(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
+        wasmswitch_sys::pin_to_cpu(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
     }
     let tmpl = templates(&a)?;
 
@@ -167,7 +167,7 @@ fn main() -> Result<()> {
     free.reverse();
 
     let ifindex =
-        wasmswitch_afxdp::sys::ifindex(&iface).with_context(|| format!("no interface `{iface}` in this namespace"))?;
+        wasmswitch_sys::ifindex(&iface).with_context(|| format!("no interface `{iface}` in this namespace"))?;
     // RX and fill rings are required by the socket layout but stay unused (no program redirects
     // anything to this socket).
     let rings = RingSizes { rx: 64, fill: 64, tx: a.ring, completion: a.ring };

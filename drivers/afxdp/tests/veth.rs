@@ -147,7 +147,7 @@ fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
 }
 
 fn pin_to_cpu(cpu: usize) {
-    wasmswitch_afxdp::sys::pin_to_cpu(cpu).unwrap_or_else(|e| panic!("sched_setaffinity({cpu}): {e}"));
+    wasmswitch_sys::pin_to_cpu(cpu).unwrap_or_else(|e| panic!("sched_setaffinity({cpu}): {e}"));
 }
 
 // ---- AF_PACKET peer -------------------------------------------------------------------------
@@ -171,7 +171,7 @@ impl Packet {
             assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
             // SAFETY: fresh descriptor.
             let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            let ifindex = wasmswitch_afxdp::sys::ifindex(&dev).expect("peer interface") as i32;
+            let ifindex = wasmswitch_sys::ifindex(&dev).expect("peer interface") as i32;
             // SAFETY: zeroed sockaddr_ll is valid; fields set below.
             let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
             sll.sll_family = libc::AF_PACKET as u16;
@@ -646,7 +646,8 @@ fn a_veth_peers_drops_are_read_across_namespaces() {
     if !env_ready("a_veth_peers_drops_are_read_across_namespaces") {
         return;
     }
-    use wasmswitch_afxdp::sys::{ifindex, veth_peer_tx_dropped};
+    use wasmswitch_afxdp::sys::veth_peer_tx_dropped;
+    use wasmswitch_sys::ifindex;
     let lab = Lab::new(1, 1);
     let (sw, peer) = (lab.sw.0.clone(), lab.peers[0].0.clone());
     // The peer's MTU above this end's: veth drops (and counts on the peer) what this end's MTU

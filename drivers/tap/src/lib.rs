@@ -69,5 +69,5 @@ mod uring;
 pub use error::TapError;
 pub use host::{HostConfig, HostPort, HostPortQueue, HEADROOM, MAX_BULK};
 pub use stats::{HostQueueStats, HostWorkerStats, TapStats, TapTotals, BATCH_BUCKETS, HIST_LEN};
-pub use tap::{check_free, check_mac, check_name, if_index, parse_mac, TapConfig, TapDevice};
+pub use tap::{check_free, check_mac, check_name, parse_mac, TapConfig, TapDevice};
 pub use uring::{Delivered, HostRing, UringFeatures, UringOptions};

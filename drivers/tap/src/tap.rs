@@ -3,7 +3,6 @@
 //! The device is created non-persistent: it exists exactly as long as one of its queue file
 //! descriptors is open, so it disappears when the switch closes them, exits, or is SIGKILLed.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -92,7 +91,9 @@ pub fn check_name(name: &str) -> Result<(), TapError> {
 /// never create it. An existing TAP passes: it may be a running switch's own (`check` before a
 /// reload), and `run` names the conflict if it is not.
 pub fn check_free(name: &str) -> Result<(), TapError> {
-    if if_index(name).is_some() && !std::path::Path::new("/sys/class/net").join(name).join("tun_flags").exists() {
+    if wasmswitch_sys::ifindex(name).is_some()
+        && !std::path::Path::new("/sys/class/net").join(name).join("tun_flags").exists()
+    {
         return Err(TapError::NameTaken { name: name.to_string() });
     }
     Ok(())
@@ -113,7 +114,7 @@ fn going_away(name: &str) -> bool {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    if_index(name).is_none()
+    wasmswitch_sys::ifindex(name).is_none()
 }
 
 fn ifreq(name: &str) -> libc::ifreq {
@@ -123,14 +124,6 @@ fn ifreq(name: &str) -> libc::ifreq {
         *d = s as libc::c_char;
     }
     ifr
-}
-
-/// The index of interface `name`, or `None` when there is none.
-pub fn if_index(name: &str) -> Option<u32> {
-    let c = CString::new(name).ok()?;
-    // SAFETY: `c` is a valid NUL-terminated string.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    (i != 0).then_some(i)
 }
 
 /// A TAP device owned by the switch.
@@ -158,7 +151,7 @@ impl TapDevice {
         if cfg.queues == 0 {
             return Err(TapError::Config("a TAP needs at least one queue".into()));
         }
-        if if_index(&cfg.name).is_some() && !going_away(&cfg.name) {
+        if wasmswitch_sys::ifindex(&cfg.name).is_some() && !going_away(&cfg.name) {
             return Err(TapError::NameTaken { name: cfg.name.clone() });
         }
         let name = &cfg.name;
@@ -197,7 +190,7 @@ impl TapDevice {
                 return Err(match e.raw_os_error() {
                     Some(libc::EPERM) | Some(libc::EACCES) => TapError::PermissionDenied { name: name.clone() },
                     Some(libc::EBUSY) | Some(libc::EEXIST) if q == 0 => TapError::NameTaken { name: name.clone() },
-                    Some(libc::EINVAL) if q == 0 && if_index(name).is_some() => {
+                    Some(libc::EINVAL) if q == 0 && wasmswitch_sys::ifindex(name).is_some() => {
                         TapError::NameTaken { name: name.clone() }
                     }
                     _ => TapError::io("TUNSETIFF", name, e),
@@ -212,7 +205,7 @@ impl TapDevice {
         }
         // SAFETY: `s` was just created and is owned by nobody else.
         let ctl = unsafe { OwnedFd::from_raw_fd(s) };
-        let ifindex = if_index(name)
+        let ifindex = wasmswitch_sys::ifindex(name)
             .ok_or_else(|| TapError::io("if_nametoindex after create", name, io::Error::last_os_error()))?;
         let mut dev = TapDevice { name: name.clone(), ifindex, mac: cfg.mac, mtu: cfg.mtu, queues, ctl };
         dev.set_mac(cfg.mac)?;

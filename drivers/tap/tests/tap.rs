@@ -13,9 +13,7 @@ use wasmswitch_testkit::env::Need;
 
 use wasmswitch_core::pool::{check_no_leak, AllocMode};
 use wasmswitch_core::{BulkReturn, Desc, PoolCache, PortQueue, SharedPool, Umem};
-use wasmswitch_tap::{
-    check_free, if_index, parse_mac, HostConfig, HostPort, TapConfig, TapDevice, TapError, UringOptions,
-};
+use wasmswitch_tap::{check_free, parse_mac, HostConfig, HostPort, TapConfig, TapDevice, TapError, UringOptions};
 
 const ETHERTYPE: [u8; 2] = [0x88, 0xb5]; // local experimental: nothing else on the link uses it
 const TAP_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x01];
@@ -147,7 +145,7 @@ fn start(name: &str, pool: &Arc<SharedPool>, cfg: &HostConfig) -> (HostPort, Vec
 fn wait_gone(name: &str) -> bool {
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
-        if if_index(name).is_none() {
+        if wasmswitch_sys::ifindex(name).is_none() {
             return true;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -341,7 +339,7 @@ fn tap_gone_after_drop() {
     }
     let name = unique_name();
     let tap = make_tap(&name, 2);
-    assert!(if_index(&name).is_some());
+    assert!(wasmswitch_sys::ifindex(&name).is_some());
     assert_eq!(tap.mac(), TAP_MAC);
     let mac = std::fs::read_to_string(format!("/sys/class/net/{name}/address")).unwrap();
     assert_eq!(mac.trim(), "02:00:00:00:00:01");
@@ -382,7 +380,7 @@ fn tap_gone_after_sigkill() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let ready = lines.any(|l| l.map(|l| l.contains("READY")).unwrap_or(false));
     assert!(ready, "child never got ready");
-    assert!(if_index(&name).is_some(), "child created {name}");
+    assert!(wasmswitch_sys::ifindex(&name).is_some(), "child created {name}");
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();

@@ -31,10 +31,12 @@ const HEADER_AHEAD: usize = 4;
 /// How many of a flood's copies have their frames prefetched (a switch of four ports makes two).
 const FLOOD_PREFETCH: usize = 3;
 
-/// How the worker forwards.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How the worker forwards (the config's `switch.mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize), serde(rename_all = "lowercase"))]
 pub enum ForwardMode {
-    /// Learning L2 switch.
+    /// Learning L2 switch (the default).
+    #[default]
     L2,
     /// Every packet goes back out of the port it came in on, unparsed (a ceiling measurement).
     Passthrough,

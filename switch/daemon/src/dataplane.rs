@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use wasmswitch_afxdp::QueueMonitor;
 use wasmswitch_core::fdb::{CurrentFdb, Fdb, Flush};
-use wasmswitch_core::pipeline::{ForwardMode, Pipeline, PipelineOptions, PortSlot};
+use wasmswitch_core::pipeline::{Pipeline, PipelineOptions, PortSlot};
 use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, PoolId, PoolStats, SharedPool};
 use wasmswitch_core::stats::WorkerStats;
 use wasmswitch_core::verdict::VerdictStage;
@@ -25,7 +25,7 @@ use wasmswitch_core::wire::build::{tcp_flags, L4};
 use wasmswitch_core::{PortId, Umem};
 use wasmswitch_sim::TrafficSpec;
 
-use crate::config::{Config, DriverKind, Idle, Mode, PortSection, TrafficProto};
+use crate::config::{Config, DriverKind, Idle, PortSection, TrafficProto};
 use crate::drivers::afxdp::AfxdpInfo;
 use crate::drivers::{self, OpenCtx, OpenedPort, PortHandle, PortInfo, PortTable, UmemGroup, MAX_PORT_IDS};
 use crate::error_text::ErrorText;
@@ -156,7 +156,7 @@ impl WorkerHandle {
         use std::os::unix::thread::JoinHandleExt;
         let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the handle is held unjoined under the lock, so its pthread_t stays valid.
-        thread.as_ref().map(|t| unsafe { wasmswitch_afxdp::sys::cpus_of(t.as_pthread_t()) })
+        thread.as_ref().map(|t| unsafe { wasmswitch_sys::cpus_of(t.as_pthread_t()) })
     }
 }
 
@@ -398,11 +398,7 @@ pub fn build(cfg: &Config) -> Result<Built> {
         fdb.add_static(e.vlan.value, e.mac.value.0, port)
             .map_err(|why| anyhow::anyhow!("fdb.static {} in VLAN {}: {why}", e.mac.value.0, e.vlan.value))?;
     }
-    let mode = match cfg.switch.mode {
-        Mode::L2 => ForwardMode::L2,
-        Mode::Passthrough => ForwardMode::Passthrough,
-        Mode::Cross => ForwardMode::Cross,
-    };
+    let mode = cfg.switch.mode;
     let id_of = |name: &str| cfg.port_index(name).map(|i| i as PortId);
     let mut opened = Vec::new();
     for index in 0..cfg.ports.len() {
@@ -447,13 +443,13 @@ pub fn build(cfg: &Config) -> Result<Built> {
     }
     Ok(Built { groups, fdb, ports: table, pipelines, handles })
 }
-pub use wasmswitch_afxdp::sys::pin_to_cpu;
+pub use wasmswitch_sys::pin_to_cpu;
 
 /// Pins the calling worker to `cpu`, or unpins it; a failure is logged (the worker runs on).
 fn pin(cpu: Option<usize>) {
     let r = match cpu {
         Some(c) => pin_to_cpu(c),
-        None => wasmswitch_afxdp::sys::unpin(),
+        None => wasmswitch_sys::unpin(),
     };
     if let Err(e) = r {
         log::warn!("{}: cannot pin to cpu {cpu:?}: {e}", std::thread::current().name().unwrap_or("worker"));
@@ -611,7 +607,7 @@ impl Watch {
         let (res, controls, ports, tick) = (l.res, l.controls, l.ports, l.tick);
         let gone = info.gone.load(Ordering::Relaxed);
         // 0: there is none now.
-        let now = wasmswitch_afxdp::sys::ifindex(name).unwrap_or(0);
+        let now = wasmswitch_sys::ifindex(name).unwrap_or(0);
         // Deleted and re-created between two looks: the same name, another interface. Moved
         // to another namespace and straight back: the same index, but the kernel unbound
         // the port's sockets when it left, so they are dead all the same.

@@ -584,7 +584,7 @@ fn pinned<T: Send>(items: impl IntoIterator<Item = T>, run: impl Fn(T) -> BenchR
             .enumerate()
             .map(|(w, item)| {
                 scope.spawn(move || {
-                    if let Err(e) = wasmswitch_afxdp::sys::pin_to_cpu(w % cpus) {
+                    if let Err(e) = wasmswitch_sys::pin_to_cpu(w % cpus) {
                         eprintln!("bench worker {w}: cannot pin to cpu {}: {e}", w % cpus);
                     }
                     start.wait();

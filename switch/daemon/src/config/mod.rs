@@ -20,19 +20,8 @@ pub use crate::drivers::afxdp::config::{max_tx_frame, AfxdpSection, AttachMode, 
 pub use crate::drivers::host::config::HostSection;
 pub use crate::drivers::sim::config::{SimSection, TrafficProto, TrafficSection};
 
-/// How workers forward.
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Learning switch (the default).
-    #[default]
-    L2,
-    /// Each packet leaves by the port it came in on (a benchmark ceiling).
-    Passthrough,
-    /// Each packet leaves by the paired port (0↔1, 2↔3, …), unparsed, no lookup (the
-    /// forwarding ceiling of a two-port topology).
-    Cross,
-}
+/// How workers forward: the datapath's own enum, read from the file.
+pub use wasmswitch_core::pipeline::ForwardMode as Mode;
 
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
@@ -757,7 +746,7 @@ impl Config {
         }
         let cpus = online_cpus();
         // What this process may run on: a worker pinned outside it would run unpinned.
-        let allowed = wasmswitch_afxdp::sys::cpus_of_this_thread().ok();
+        let allowed = wasmswitch_sys::cpus_of_this_thread().ok();
         let mut used_cpus: HashMap<usize, Location> = HashMap::new();
         for w in &self.workers {
             if let Some(cpu) = &w.cpu {

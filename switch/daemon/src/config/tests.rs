@@ -921,7 +921,7 @@ fn a_cpu_outside_the_process_affinity_is_refused() {
     let yaml = |cpu: usize| format!("workers:\n  - cpu: {cpu}\nports:\n  - name: p0\n    driver: sim\n");
     // On a thread of its own, narrowed to CPU 0 as a cpuset or taskset would.
     let (zero, one) = std::thread::spawn(move || {
-        wasmswitch_afxdp::sys::pin_to_cpu(0).unwrap();
+        wasmswitch_sys::pin_to_cpu(0).unwrap();
         (parse(&yaml(0)).map(|_| ()), parse(&yaml(1)).map(|_| ()))
     })
     .join()

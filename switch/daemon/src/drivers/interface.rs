@@ -111,7 +111,7 @@ pub(crate) fn encode(e: &mut DescriptorEncoder, ports: &[&PortInfo]) -> std::fmt
             }
             continue;
         }
-        let ifindex = wasmswitch_afxdp::sys::ifindex(ifname);
+        let ifindex = wasmswitch_sys::ifindex(ifname);
         if let Some(v) = ifindex.and_then(|i| wasmswitch_afxdp::sys::veth_peer_tx_dropped(i).ok().flatten()) {
             peer_drops.push((vec![("port", info.name.clone())], count.observe(v)));
         }

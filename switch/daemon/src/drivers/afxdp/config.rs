@@ -182,7 +182,7 @@ impl AfxdpSection {
         // lacks, or zero-copy its driver does not offer, is refused now as `run`
         // would refuse it (a missing interface is `check`'s warning: the config may
         // be for another machine).
-        if wasmswitch_afxdp::sys::ifindex(ifname).is_some() {
+        if wasmswitch_sys::ifindex(ifname).is_some() {
             if let Err(e) = wasmswitch_afxdp::preflight(&self.spec()) {
                 let at = match (&e, &self.queues) {
                     (wasmswitch_afxdp::AfXdpError::QueueOutOfRange { .. }, Some(q)) => q.referenced,
@@ -236,7 +236,7 @@ impl AfxdpSection {
     /// exists here, the queues and rings `run` will open (without `queues:`, every queue it
     /// has); elsewhere what the section says.
     pub fn frames_needed(&self, workers: u64) -> u64 {
-        let (queues, r) = if wasmswitch_afxdp::sys::ifindex(&self.interface.value).is_some() {
+        let (queues, r) = if wasmswitch_sys::ifindex(&self.interface.value).is_some() {
             let d = wasmswitch_afxdp::decide(&self.spec());
             (d.queues.len() as u64, d.rings)
         } else {
