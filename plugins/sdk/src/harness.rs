@@ -25,9 +25,10 @@
 use wasmswitch_wire::build::{self, IpPair, L4};
 use wasmswitch_wire::{self as wire, ethernet, ipproto, MacAddr};
 
+use crate::abi::Verdict;
 use crate::abi::{self, RecordMeta};
 use crate::host::{backend::NATIVE, Level};
-use crate::{Plugin, Verdict};
+use crate::plugin::Plugin;
 
 /// Default source MAC of crafted frames.
 pub const SRC_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];

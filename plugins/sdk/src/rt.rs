@@ -12,8 +12,8 @@
 //! component's types again when it loads it.
 
 use crate::abi;
+use crate::plugin::Plugin;
 use crate::view::{Batch, BatchError, Verdicts};
-use crate::Plugin;
 
 /// Runs `plugin` over one encoded batch, writing the result into `out` (cleared first):
 /// `4 * count` verdict bytes, then the batch's counter deltas (see `abi::split_result`). This
@@ -138,7 +138,7 @@ mod wasm {
             *done = true;
             // Panics abort (an `unreachable` trap); say why first, through the host's log.
             std::panic::set_hook(Box::new(|info| {
-                crate::host::log(crate::Level::Error, &super::panic_line(info.location(), info.payload_as_str()));
+                crate::host::log(crate::host::Level::Error, &super::panic_line(info.location(), info.payload_as_str()));
             }));
         }
     }
