@@ -22,8 +22,9 @@ use crate::drivers::sim::config as sim;
 pub struct Change {
     /// `pool.cache`, `ports[0].plugins[1].config`, `workers` (the list's length changed), ...
     pub key: String,
-    /// The value in the running config and in the new file (JSON, `null` when absent).
+    /// The value in the running config (JSON, `null` when absent).
     pub old: String,
+    /// The value in the new file (JSON, `null` when absent).
     pub new: String,
     /// `file:line:col` of the key's value in the new file (or of its nearest enclosing
     /// section when the key is no longer written there).

@@ -23,9 +23,12 @@ pub use crate::drivers::sim::config::{SimSection, TrafficProto, TrafficSection};
 /// How workers forward: the datapath's own enum, read from the file.
 pub use wasmswitch_core::pipeline::ForwardMode as Mode;
 
+/// `switch:`: how the workers forward, and how many packets they take at a time.
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct SwitchSection {
+    /// `l2` (learning switch, the default), `passthrough` (each packet back out of its ingress
+    /// port, unparsed) or `cross` (ports paired 0↔1, 2↔3, … by place in the file).
     #[serde(default)]
     pub mode: Mode,
     /// Most packets a worker takes from one queue per poll: one batch, one call per plugin.
@@ -43,6 +46,7 @@ impl Default for SwitchSection {
     }
 }
 
+/// `metrics:`: where the HTTP endpoint (metrics, health, control API) listens.
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsSection {
@@ -107,6 +111,7 @@ pub struct ControlSection {
 pub struct Token(Vec<u8>);
 
 impl Token {
+    /// The token's bytes, which a request's `Authorization: Bearer` value must match.
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
@@ -174,6 +179,7 @@ pub fn read_token(path: &Path) -> Result<Token, String> {
     Ok(Token(token.to_vec()))
 }
 
+/// `pool:`: the frame pools (UMEMs) and their per-worker caches and recycle rings.
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSection {
@@ -217,9 +223,11 @@ impl Default for PoolSection {
     }
 }
 
+/// `fdb:`: the MAC table (forwarding database).
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct FdbSection {
+    /// MAC entries the table holds (default 16384, 64-16777216).
     #[serde(default = "default_fdb_capacity")]
     pub capacity: Spanned<usize>,
     /// Seconds a MAC may stay silent before it is forgotten.
@@ -254,12 +262,14 @@ pub enum Idle {
     Sleep,
 }
 
+/// One entry of `workers:`: a datapath worker thread.
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerSection {
     /// CPU to pin the worker to; unpinned when absent.
     #[serde(default)]
     pub cpu: Option<Spanned<usize>>,
+    /// What the worker does after a round with no packet: `poll` (the default) or `sleep`.
     #[serde(default = "default_idle")]
     pub idle: Spanned<Idle>,
 }
@@ -268,23 +278,31 @@ fn default_idle() -> Spanned<Idle> {
     unknown(Idle::Poll)
 }
 
+/// `ports[].driver`: which driver opens the port.
 #[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum DriverKind {
+    /// In-memory rings, with generated traffic if the `sim:` section asks for it.
     Sim,
+    /// A kernel interface opened through AF_XDP sockets (the `afxdp:` section names it).
     Afxdp,
 }
 
+/// One entry of `ports:`.
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct PortSection {
+    /// The port's name in metrics, the API and `to:` lists: 1-32 of `[A-Za-z0-9._-]`, unique.
     pub name: Spanned<String>,
+    /// Which driver opens the port; only that driver's section may be present.
     pub driver: Spanned<DriverKind>,
     /// Largest L3 payload; frames longer than mtu + 14 + 8 (two VLAN tags) are dropped.
     #[serde(default = "default_mtu")]
     pub mtu: Spanned<u32>,
+    /// The sim driver's settings (`driver: sim` only; its defaults when absent).
     #[serde(default)]
     pub sim: Option<Spanned<SimSection>>,
+    /// The AF_XDP driver's settings: required with `driver: afxdp`, refused with `sim`.
     #[serde(default)]
     pub afxdp: Option<Spanned<AfxdpSection>>,
     /// Ingress plugin chain, run in order; the first plugin to give a packet a verdict other
@@ -361,6 +379,7 @@ pub use wasmswitch_plugin_host::OnError;
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct PluginSection {
+    /// The plugin's name in logs, metrics and the API; unique within its chain.
     pub name: Spanned<String>,
     /// The component (`.wasm`), relative to the config file's folder unless absolute.
     pub path: Spanned<String>,
@@ -376,6 +395,8 @@ pub struct PluginSection {
     /// Leading bytes of each packet the plugin sees (0-1024).
     #[serde(default = "default_header_bytes")]
     pub header_bytes: Spanned<u16>,
+    /// What the batch's packets get when the plugin faults or is quarantined: `pass` (the
+    /// default, fail open) or `drop`.
     #[serde(default)]
     pub on_error: OnError,
     /// CPU time a batch call may use, in microseconds (time the worker was descheduled does
@@ -407,19 +428,27 @@ fn default_max_faults() -> Spanned<u32> {
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// `switch:`: forwarding mode and batch size.
     #[serde(default)]
     pub switch: SwitchSection,
+    /// `metrics:`: the HTTP endpoint's address.
     #[serde(default)]
     pub metrics: MetricsSection,
+    /// `control:`: the token the control API's mutating requests need.
     #[serde(default)]
     pub control: ControlSection,
+    /// `pool:`: frame pool sizes.
     #[serde(default)]
     pub pool: PoolSection,
+    /// `fdb:`: MAC table size, aging and static entries.
     #[serde(default)]
     pub fdb: FdbSection,
+    /// Datapath worker threads (1-64 entries; one unpinned, polling worker when absent).
     #[serde(default = "default_workers")]
     pub workers: Vec<WorkerSection>,
+    /// The switch's ports (1-64 entries, required); a port's index is its place here.
     pub ports: Vec<PortSection>,
+    /// The host port: a TAP linking the switch to the host's own stack; none when absent.
     #[serde(default)]
     pub host: Option<HostSection>,
     /// Port mirroring sessions.
@@ -432,6 +461,7 @@ pub struct Config {
     /// The file's text and name, kept to locate the keys a reload changes.
     #[serde(skip)]
     pub source: String,
+    /// The path the file was read from; plugin and token paths are relative to its folder.
     #[serde(skip)]
     pub file: PathBuf,
 }
@@ -452,21 +482,31 @@ pub mod range {
     pub use crate::drivers::sim::config::range::*;
     pub use crate::schema::range::*;
 
+    /// `switch.batch`: packets per poll.
     pub const BATCH: (usize, usize) = (1, wasmswitch_core::BATCH_SIZE);
+    /// `pool.frames`: frames per UMEM.
     pub const FRAMES: (u32, u32) = (1024, 1 << 20);
+    /// `pool.cache`: frames in each worker's alloc cache.
     pub const CACHE: (usize, usize) = (16, 4096);
+    /// `pool.ring`: entries of the shared recycle ring.
     pub const RING: (usize, usize) = (16, 1 << 20);
+    /// `fdb.capacity`: MAC entries.
     pub const FDB_CAPACITY: (usize, usize) = (64, 1 << 24);
+    /// `fdb.aging_seconds`: one second to a day.
     pub const AGING_SECONDS: (u32, u32) = (1, 86_400);
+    /// Entries of `workers`.
     pub const WORKERS: (usize, usize) = (1, 64);
     /// Distinct `umem:` names: each group maps `pool.frames` frames of its own.
     pub const UMEM_GROUPS: (usize, usize) = (0, 4);
+    /// Plugins in one chain of a port (`plugins` and `shadow` each).
     pub const PLUGINS_PER_PORT: (usize, usize) = (0, 8);
+    /// `header_bytes`: leading bytes of each packet a plugin sees.
     pub const HEADER_BYTES: (u16, u16) = (0, 1024);
     /// 10 ms: a plugin that spins is stopped after one to two deadlines as the 1 ms epoch
     /// clock enforces them (`deadline_as_enforced`: 11 ms here), so one call holds its worker
     /// for at most about 22 ms.
     pub const DEADLINE_US: (u64, u64) = (10, 10_000);
+    /// `memory_limit_kib`: 64 KiB to 4 GiB of linear memory per instance.
     pub const MEMORY_KIB: (usize, usize) = (64, 4_194_304);
     /// With the deadline bound, a plugin that overruns every call costs its worker at most
     /// 100 × 20 ms = 2 s in all before it is quarantined (and answers by `on_error` after).
@@ -584,6 +624,7 @@ impl Config {
         self.host.as_ref().map(|h| (h.tap.referenced, "the host port".to_string()))
     }
 
+    /// The address the HTTP endpoint listens on (`metrics.listen`).
     pub fn listen_addr(&self) -> SocketAddr {
         self.metrics.listen.value.0
     }

@@ -39,8 +39,9 @@ impl KernelCount {
 /// The drop counters the kernel keeps on a port's interface, each a [`KernelCount`].
 #[derive(Debug, Default)]
 pub struct KernelDrops {
-    /// The interface's `rx_dropped` and `tx_dropped` (sysfs).
+    /// The interface's `rx_dropped` (sysfs).
     pub rx: KernelCount,
+    /// The interface's `tx_dropped` (sysfs).
     pub tx: KernelCount,
     /// A veth's peer's `tx_dropped` (rtnetlink, in the peer's namespace).
     pub veth_peer: KernelCount,

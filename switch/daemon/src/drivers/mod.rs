@@ -122,8 +122,11 @@ pub fn encode_metrics(
 
 /// What every driver needs to open a port: the UMEM group it opens the port in.
 pub struct OpenCtx<'a> {
+    /// The group's UMEM, the memory its frames live in.
     pub umem: &'a Arc<Umem>,
+    /// The group's pool of free frames over that UMEM.
     pub pool: &'a Arc<SharedPool>,
+    /// Datapath workers: the port's queues are spread over them, each gets one to send on.
     pub workers: usize,
     /// The UMEM's registration with the kernel, shared by every AF_XDP port of the group.
     pub registration: &'a mut Option<UmemRegistration>,
@@ -161,7 +164,9 @@ impl std::fmt::Debug for UmemGroup {
 /// Static facts about a port, for metrics and the API.
 #[derive(Debug)]
 pub struct PortInfo {
+    /// The port's name (`ports[].name`, or `host.name`).
     pub name: String,
+    /// Queues the port was opened with.
     pub queues: usize,
     /// Mode label (e.g. the AF_XDP profile's choice), for metrics.
     pub mode: String,
@@ -173,18 +178,22 @@ pub struct PortInfo {
     /// the port was opened, watched for disappearance (an interface deleted and re-created
     /// keeps its name but gets a new index).
     pub interface: Option<String>,
+    /// `interface`'s index when the port was opened (0 without one).
     pub ifindex: u32,
     /// Set once the interface has disappeared and the port was stopped.
     pub gone: AtomicBool,
     /// Set while the interface is there but its link is down (operstate `down`): the port is
     /// stopped like a gone one, and started again when the link comes back.
     pub link_down: AtomicBool,
-    /// Times the link went down, and came back up.
+    /// Times the link went down.
     pub down_events: AtomicU64,
+    /// Times the link came back up.
     pub up_events: AtomicU64,
+    /// The interface's own drop counters, carried over when the port is re-attached.
     pub kernel_drops: KernelDrops,
-    /// Times the interface disappeared, and times the port was re-attached when it came back.
+    /// Times the interface disappeared.
     pub gone_events: AtomicU64,
+    /// Times the port was re-attached when the interface came back.
     pub back_events: AtomicU64,
     /// The UMEM group the port is in (its name), set by the dataplane once opened.
     pub umem: String,
@@ -223,9 +232,12 @@ pub trait PortHandle: Send {
 
 /// A port, opened: ready to be handed to the workers.
 pub struct OpenedPort {
+    /// What the metrics and the API show of it.
     pub info: PortInfo,
     /// `queues[w]`: the queues worker `w` owns on the port (the first carries its TX).
     pub queues: Vec<Vec<Box<dyn PortQueue>>>,
+    /// The longest frame it takes in ([`max_frame`] of its MTU); longer ones are dropped as
+    /// `oversize`.
     pub max_frame: usize,
     /// The longest frame it sends ([`max_tx_frame`]).
     pub tx_max: usize,
@@ -249,6 +261,7 @@ impl PortTable {
         t.iter().enumerate().filter_map(|(i, p)| Some((i as PortId, p.clone()?))).collect()
     }
 
+    /// The running port with id `id`.
     pub fn get(&self, id: PortId) -> Option<Arc<PortInfo>> {
         self.0.read().unwrap_or_else(|e| e.into_inner()).get(id as usize).cloned().flatten()
     }
@@ -264,6 +277,7 @@ impl PortTable {
         self.0.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// Whether no port is running.
     pub fn is_empty(&self) -> bool {
         self.snapshot().is_empty()
     }

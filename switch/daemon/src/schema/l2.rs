@@ -12,6 +12,7 @@ use wasmswitch_core::vlan::{PortVlan, StormLimits, Vid};
 
 use super::{ConfigError, Mac};
 
+/// `vlan.mode`: how a port carries VLANs.
 #[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum VlanMode {
@@ -26,6 +27,7 @@ pub enum VlanMode {
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct VlanSection {
+    /// `access` (one VLAN, untagged: `vid`) or `trunk` (`allowed` tagged, `native` untagged).
     pub mode: Spanned<VlanMode>,
     /// The access port's VLAN.
     #[serde(default)]
@@ -176,10 +178,13 @@ impl<'de> Deserialize<'de> for VidItem {
 #[derive(Deserialize, Serialize, Debug, Clone, Default)]
 #[serde(deny_unknown_fields)]
 pub struct StormSection {
+    /// Broadcast floods admitted per second (0-1000000000; 0 admits none); unlimited when absent.
     #[serde(default)]
     pub broadcast_pps: Option<Spanned<u32>>,
+    /// Multicast floods (link-local excluded) admitted per second; unlimited when absent.
     #[serde(default)]
     pub multicast_pps: Option<Spanned<u32>>,
+    /// Floods of unicast to an unknown MAC admitted per second; unlimited when absent.
     #[serde(default)]
     pub unknown_unicast_pps: Option<Spanned<u32>>,
 }
@@ -220,11 +225,15 @@ impl PortFdbSection {
     }
 }
 
+/// `mirrors[].direction`: which of the sources' frames are copied.
 #[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
+    /// What the sources receive, as received (before VLAN filtering and plugins).
     Ingress,
+    /// What the sources send, as it leaves (tags included).
     Egress,
+    /// Both (the default).
     #[default]
     Both,
 }
@@ -233,8 +242,11 @@ pub enum Direction {
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct MirrorSection {
+    /// The session's name, unique among `mirrors`.
     pub name: Spanned<String>,
+    /// Ports whose frames are copied: at least one, none of them a session's destination.
     pub sources: Spanned<Vec<String>>,
+    /// Which of the sources' frames are copied: `ingress`, `egress` or `both` (the default).
     #[serde(default)]
     pub direction: Direction,
     /// A port (the host port allowed) that takes no part in switching while it is one.
@@ -245,9 +257,12 @@ pub struct MirrorSection {
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct StaticEntry {
+    /// The station's address (not a group address).
     pub mac: Spanned<Mac>,
+    /// The VLAN it lives in: 1-4094, carried by `port` (default 1).
     #[serde(default = "default_vlan")]
     pub vlan: Spanned<u16>,
+    /// The port frames to `mac` leave by (the host port allowed; not a mirror's destination).
     pub port: Spanned<String>,
 }
 

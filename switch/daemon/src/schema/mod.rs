@@ -24,10 +24,13 @@ pub use range::MTU_MIN;
 /// A configuration error with its position in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
+    /// The config file the error is in.
     pub file: PathBuf,
     /// 1-based; 0 when the error is about the file as a whole.
     pub line: u64,
+    /// 1-based; 0 with `line` 0.
     pub column: u64,
+    /// What is wrong and what was expected.
     pub message: String,
 }
 

@@ -14,36 +14,50 @@ use crate::schema::{max_frame, max_mtu, ConfigError};
 /// Ranges of the section's numeric keys (inclusive; the README's configuration reference
 /// lists them).
 pub mod range {
+    /// Ids in `afxdp.queues`.
     pub const AFXDP_QUEUES_LEN: (usize, usize) = (1, 64);
+    /// One queue id of `afxdp.queues`.
     pub const AFXDP_QUEUE_ID: (u32, u32) = (0, 1023);
+    /// `afxdp.ring_size`, a power of two besides.
     pub const AFXDP_RING: (u32, u32) = (64, 16384);
 }
 
+/// `afxdp.mode`: how the XDP program is attached to the interface.
 #[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum AttachMode {
     /// Chosen by the driver profile.
     #[default]
     Auto,
+    /// In the driver (native XDP).
     Native,
+    /// In the kernel's generic path (SKB mode): any interface, slower.
     Generic,
 }
 
+/// `afxdp.bind`: how the AF_XDP sockets bind to their queues.
 #[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum BindMode {
+    /// Chosen by the driver profile.
     #[default]
     Auto,
+    /// The kernel copies frames between the driver's buffers and the UMEM.
     Copy,
+    /// The driver works in the UMEM's frames directly (needs the driver's support).
     Zerocopy,
 }
 
+/// A port's `afxdp:` section: the kernel interface it opens and how.
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct AfxdpSection {
+    /// The kernel interface (1-15 characters); one port per interface.
     pub interface: Spanned<String>,
+    /// `native`, `generic`, or `auto` (the default: the driver profile's).
     #[serde(default)]
     pub mode: AttachMode,
+    /// `copy`, `zerocopy`, or `auto` (the default: the driver profile's).
     #[serde(default)]
     pub bind: BindMode,
     /// Queue ids to open; all of the interface's queues when absent.
@@ -90,13 +104,16 @@ impl AfxdpSection {
     }
 }
 
+/// `afxdp.partial_checksums`: what to do with TCP/UDP checksums a local sender left to offload.
 #[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum PartialChecksums {
     /// Chosen by the driver profile.
     #[default]
     Auto,
+    /// Complete them on any interface (as `auto` does on veth and tun).
     Complete,
+    /// Leave them as they are: a frame is never touched.
     Keep,
 }
 

@@ -14,8 +14,11 @@ use crate::schema::{default_mtu, is_name, max_mtu, unknown, within, ConfigError,
 /// Ranges of the section's numeric keys (inclusive; the README's configuration reference
 /// lists them).
 pub mod range {
+    /// `host.workers`: host worker threads.
     pub const HOST_WORKERS: (usize, usize) = (1, 16);
+    /// `host.bulk`: frames per delivery.
     pub const HOST_BULK: (usize, usize) = (1, 64);
+    /// `host.ring_size`, a power of two besides.
     pub const HOST_RING: (usize, usize) = (16, 65536);
 }
 
@@ -33,6 +36,8 @@ pub struct HostSection {
     /// MAC address of the TAP (the host's own address on the switch).
     #[serde(default = "default_host_mac")]
     pub mac: Spanned<Mac>,
+    /// The TAP's MTU (default 1500): as a port's, less one (68-1769 with 2048-byte frames), so
+    /// that a frame the TAP's read cut short is never taken for a whole one.
     #[serde(default = "default_mtu")]
     pub mtu: Spanned<u32>,
     /// Host worker threads (one TAP queue each).

@@ -13,19 +13,28 @@ use crate::schema::{unknown, ConfigError};
 /// Ranges of the section's numeric keys (inclusive; the README's configuration reference
 /// lists them).
 pub mod range {
+    /// `sim.queues`: queues of the simulated NIC.
     pub const SIM_QUEUES: (u16, u16) = (1, 64);
+    /// `sim.ring_size`: entries of each queue's fill and TX rings.
     pub const SIM_RING: (usize, usize) = (64, 16384);
+    /// `sim.traffic.rate_pps`: packets per second per queue.
     pub const RATE_PPS: (u64, u64) = (1, 1_000_000_000);
+    /// `sim.traffic.src_macs`: distinct source MACs.
     pub const SRC_MACS: (u32, u32) = (1, 1 << 20);
+    /// `sim.traffic.flows`: distinct flows.
     pub const FLOWS: (u32, u32) = (1, 1 << 20);
+    /// Sizes in `sim.traffic.frame_sizes`.
     pub const FRAME_SIZES_LEN: (usize, usize) = (1, 1024);
 }
 
+/// A port's `sim:` section: an in-memory NIC and the traffic generated on it.
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct SimSection {
+    /// Queues of the simulated NIC (default 1, 1-64).
     #[serde(default = "one")]
     pub queues: Spanned<u16>,
+    /// Entries of each queue's fill and TX rings (default 1024, 64-16384).
     #[serde(default = "default_ring_size")]
     pub ring_size: Spanned<usize>,
     /// Generated traffic arriving on this port; none when absent.
@@ -46,18 +55,25 @@ fn default_ring_size() -> Spanned<usize> {
     unknown(1024)
 }
 
+/// `sim.traffic`: the frames a sim port's NIC receives, generated.
 #[derive(Deserialize, Serialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct TrafficSection {
     /// Packets per second per queue; unlimited when absent.
     #[serde(default)]
     pub rate_pps: Option<Spanned<u64>>,
+    /// Distinct source MACs (default 256, 1-1048576); the port's hosts, which other ports'
+    /// traffic addresses.
     #[serde(default = "default_src_macs")]
     pub src_macs: Spanned<u32>,
+    /// Frame sizes in bytes, cycled (default `[64]`; 1-1024 sizes, each 60 to frame_size - 256):
+    /// an IMIX is a list.
     #[serde(default = "default_sizes")]
     pub frame_sizes: Spanned<Vec<usize>>,
+    /// Share of broadcast frames, in percent (default 5, 0-100).
     #[serde(default = "default_bcast")]
     pub broadcast_percent: Spanned<f64>,
+    /// Distinct flows, by IP addresses and source port (default 1024, 1-1048576).
     #[serde(default = "default_flows")]
     pub flows: Spanned<u32>,
     /// Tag the frames with this VLAN, or spread them over a list of VLANs (each source MAC
@@ -71,6 +87,7 @@ pub struct TrafficSection {
     /// IP version of the frames: 4 or 6.
     #[serde(default = "default_ip")]
     pub ip: Spanned<u8>,
+    /// `udp` (the default) or `tcp` (with `tcp_flags`).
     #[serde(default)]
     pub proto: TrafficProto,
     /// TCP flags of every segment, as letters: `S` (SYN), `A` (ACK), `F`, `R`, `P`; e.g. `SA`.
@@ -85,8 +102,10 @@ pub struct TrafficSection {
 #[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum TrafficProto {
+    /// UDP datagrams.
     #[default]
     Udp,
+    /// TCP segments, all with the flags of `tcp_flags`.
     Tcp,
 }
 
