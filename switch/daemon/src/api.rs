@@ -104,12 +104,14 @@ pub trait Control: Send + Sync + 'static {
     fn metrics(&self) -> String;
     /// Ok, or which worker is unhealthy and why.
     fn health(&self) -> Result<(), String>;
+    /// Every running port with its driver, state and packet totals (`GET /api/v1/ports`).
     fn ports_json(&self) -> serde_json::Value;
     /// One page of the FDB listing (`GET /api/v1/fdb`): bounded by [`FDB_PAGE_MAX`] entries and
     /// [`FDB_PAGE_SCAN`] slots looked at, whatever the table holds.
     fn fdb_page(&self, query: &FdbQuery) -> Result<FdbPage, FdbPageError>;
     /// An FDB edit (lock-free table operations: quick); the answer's JSON, or why not.
     fn fdb_change(&self, change: FdbChange) -> Result<serde_json::Value, String>;
+    /// Every plugin instance with its state and counters (`GET /api/v1/plugins`).
     fn plugins_json(&self) -> serde_json::Value;
     /// The config the switch runs (after the last reload that applied).
     fn config_json(&self) -> serde_json::Value;
@@ -135,18 +137,27 @@ pub trait Control: Send + Sync + 'static {
 pub enum FdbChange {
     /// A static entry.
     Add {
+        /// The station (not a group address).
         mac: MacAddr,
+        /// Its VLAN, 1-4094, which `port` must carry.
         vlan: u16,
+        /// The port's name: frames to `mac` leave by it.
         port: String,
     },
+    /// The entry of `mac` in `vlan`, static or learned.
     Remove {
+        /// The entry's MAC.
         mac: MacAddr,
+        /// The entry's VLAN, 1-4094.
         vlan: u16,
     },
     /// Every entry matching all the conditions given; static ones only with `statics`.
     Flush {
+        /// Only entries on this port (a port's name).
         port: Option<String>,
+        /// Only entries in this VLAN.
         vlan: Option<u16>,
+        /// Static entries too (learned ones always).
         statics: bool,
     },
 }
@@ -175,6 +186,7 @@ pub struct FdbQuery {
     pub port: Option<String>,
     /// A VLAN id, 1-4094.
     pub vlan: Option<u16>,
+    /// A prefix of 0-6 bytes the entries' MACs must start with (empty: any).
     pub mac: MacPrefix,
 }
 
@@ -188,7 +200,9 @@ impl Default for FdbQuery {
 /// `<table id, 16 hex digits>-<slot>`; clients pass it back as they got it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FdbCursor {
+    /// The id of the table the listing reads; a new table (a resize, a restart) has a new one.
     pub table: u64,
+    /// The slot the next page starts at.
     pub slot: usize,
 }
 
@@ -224,6 +238,7 @@ pub struct FdbPage {
     /// Entries in the whole table as the aging sweep last counted them (every 100 ms): no page
     /// walks the table to count.
     pub table_entries: usize,
+    /// The entries found, in table (hash) order.
     pub entries: Vec<FdbEntry>,
     /// The cursor of the next page, `None` (null) when this one reached the table's end.
     #[serde(serialize_with = "as_text_or_null")]
@@ -233,14 +248,18 @@ pub struct FdbPage {
 /// One entry of an [`FdbPage`].
 #[derive(Debug, serde::Serialize)]
 pub struct FdbEntry {
+    /// The entry's VLAN.
     pub vlan: u16,
+    /// The station's MAC (`02:00:00:00:00:01`).
     #[serde(serialize_with = "as_text")]
     pub mac: MacAddr,
     /// `None` (null) for a port that went since the entry was read.
     #[serde(serialize_with = "as_text_or_null")]
     pub port: Option<Arc<str>>,
+    /// A static entry (the config's `fdb.static` or the API's): never aged or moved (`static`).
     #[serde(rename = "static")]
     pub is_static: bool,
+    /// Seconds since the station's last frame (0 for a static entry).
     pub age_seconds: u32,
 }
 
@@ -346,8 +365,10 @@ impl FdbQuery {
     }
 }
 
+/// What the HTTP handlers share: the daemon they serve and the API's own limits and counters.
 #[derive(Clone)]
 pub struct ApiState {
+    /// The daemon the API answers for.
     pub control: Arc<dyn Control>,
     /// The address the server listens on: a `Host` naming it is this server.
     pub listen: SocketAddr,
@@ -361,10 +382,12 @@ pub struct ApiState {
     /// through a large table does not crowd out Prometheus' scrapes, nor they its pages.
     pages: Arc<Semaphore>,
     pages_queued: Arc<Semaphore>,
+    /// The control plane's counters, for `/metrics`.
     pub stats: Arc<ControlStats>,
 }
 
 impl ApiState {
+    /// The state of an API for `control` listening on `listen`, no request running yet.
     pub fn new(control: Arc<dyn Control>, listen: SocketAddr, stats: Arc<ControlStats>) -> Self {
         Self {
             control,
@@ -490,6 +513,7 @@ impl ConnectionError {
 /// How a reload ended, for [`ControlStats::reloaded`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReloadOutcome {
+    /// Applied, every worker in time.
     Applied,
     /// Refused; nothing changed.
     Refused,
@@ -714,6 +738,8 @@ const BODY_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest request body a mutating endpoint accepts (reload takes none).
 pub const MAX_BODY_BYTES: usize = 4096;
 
+/// The API's routes (`/metrics`, `/healthz`, `/api/v1/...`), every request, unknown paths
+/// and methods included, through the access checks first.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))

@@ -30,8 +30,11 @@ use crate::plugins::{Role, Running};
 
 /// The running switch: its config and datapath.
 pub struct Switch {
+    /// The config file, which a reload reads again.
     pub path: PathBuf,
+    /// The running datapath: workers, ports, FDB.
     pub dataplane: Dataplane,
+    /// The plugins' counters and states, for `/metrics` and the API.
     pub plugin_metrics: Arc<crate::plugins::PluginMetrics>,
     /// Rate limit of the lines of changes and refused changes (FDB edits, reloads, shadow
     /// changes): one per kind every [`crate::api::REFUSAL_LOG_EVERY`], then a count.
@@ -39,6 +42,7 @@ pub struct Switch {
 }
 
 impl Switch {
+    /// Loads the config at `path` and starts the switch on it.
     pub fn start(path: &Path) -> Result<Switch> {
         Self::start_with(path, Config::load(path)?)
     }
@@ -56,6 +60,7 @@ impl Switch {
         self.dataplane.config()
     }
 
+    /// A metrics collector over this switch's ports, workers, pools, FDB and plugins.
     pub fn collector(&self) -> SwitchCollector {
         let dp = &self.dataplane;
         SwitchCollector {
@@ -68,6 +73,8 @@ impl Switch {
         }
     }
 
+    /// The answer of `GET /api/v1/ports`: each running port's id, name, driver, mode, UMEM
+    /// group, queues, link state and packet totals.
     pub fn ports_json(&self) -> serde_json::Value {
         let dp = &self.dataplane;
         let ports: Vec<_> = dp
@@ -231,10 +238,13 @@ impl Switch {
         }
     }
 
+    /// The answer of `GET /api/v1/plugins`.
     pub fn plugins_json(&self) -> serde_json::Value {
         self.plugin_metrics.get().plugins_json()
     }
 
+    /// The answer of `GET /api/v1/shadow`: each port's shadow chain and its verdicts against the
+    /// live chain's.
     pub fn shadow_json(&self) -> serde_json::Value {
         self.plugin_metrics.get().shadow_json()
     }

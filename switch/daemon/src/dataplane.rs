@@ -33,18 +33,27 @@ use crate::plugins::{ChainStage, Stages};
 
 /// A change a worker applies between two rounds.
 pub enum Command {
+    /// A port's new ingress stage (its plugin chains) or none; it takes over what it wants of
+    /// the old stage, which is retired.
     SetIngress(PortId, Option<Box<dyn VerdictStage>>),
+    /// A port up, or down (its interface gone or its link down): no RX or TX on it while down.
     SetPortUp(PortId, bool),
+    /// `workers[].idle`: what the worker does after an empty round.
     SetIdle(Idle),
     /// A port added (`fresh`: its counters start at zero) or replaced, with its ingress stage
     /// already in the slot, so no frame of it is ever forwarded without its plugins.
     AttachPort {
+        /// The port's id.
         port: PortId,
+        /// The port as this worker holds it: its queues, limits and ingress stage.
         slot: PortSlot,
+        /// The port's counters on this worker start from zero (a new port, not a replaced one).
         fresh: bool,
     },
     /// A port removed: its frames go back to the pool and the worker drops its queues.
     DetachPort(PortId),
+    /// A port's longest frame taken in (longer: dropped as `oversize`) and longest frame sent,
+    /// in bytes.
     SetMaxFrame(PortId, usize, usize),
     /// `switch.batch`: most packets per RX burst.
     SetBatch(usize),
@@ -96,6 +105,7 @@ pub struct WorkerControl {
 }
 
 impl WorkerControl {
+    /// Queues `cmd`, applied between two rounds (see [`WorkerControl::send_all`]).
     pub fn send(&self, cmd: Command) {
         self.send_all(vec![cmd]);
     }
@@ -143,8 +153,11 @@ impl WorkerControl {
     }
 }
 
+/// A running worker thread, with what the metrics and reloads reach it by.
 pub struct WorkerHandle {
+    /// The worker's counters (single writer: the worker), read by the metrics.
     pub stats: Arc<WorkerStats>,
+    /// Its mailbox: commands, stop, heartbeat.
     pub control: Arc<WorkerControl>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -164,9 +177,13 @@ impl WorkerHandle {
 pub struct Dataplane {
     /// The UMEM groups, by pool id.
     pub groups: Arc<[UmemGroup]>,
+    /// The MAC table the workers share (a reload may replace it by a resized one).
     pub fdb: Arc<CurrentFdb>,
+    /// The running ports, for the metrics and the API.
     pub ports: PortTable,
+    /// The worker threads, by index.
     pub workers: Vec<WorkerHandle>,
+    /// When the datapath started: the FDB's clock and the uptime metric count from it.
     pub start: Instant,
     res: Arc<Resources>,
     housekeeping: Mutex<Option<JoinHandle<()>>>,
@@ -229,8 +246,11 @@ impl Resources {
 pub struct Built {
     /// By pool id.
     pub groups: Vec<UmemGroup>,
+    /// The MAC table the pipelines share.
     pub fdb: Arc<Fdb>,
+    /// The opened ports.
     pub ports: PortTable,
+    /// One pipeline per worker.
     pub pipelines: Vec<Pipeline>,
     /// By port id. Dropping them detaches XDP programs and stops host workers, so they outlive
     /// the workers.
@@ -783,12 +803,15 @@ pub const APPLY_BOUND: Duration = Duration::from_secs(5);
 pub struct PortChanges {
     /// Ports to take out.
     pub remove: Vec<PortId>,
+    /// Ports to put in, opened already.
     pub add: Vec<AddPort>,
 }
 
 /// A port to put in.
 pub struct AddPort {
+    /// The id it takes (a replaced port keeps its own).
     pub id: PortId,
+    /// The port, opened, with the queues to hand to the workers.
     pub port: OpenedPort,
     /// A new port (counters from zero) rather than one replaced under the same name.
     pub fresh: bool,
@@ -922,6 +945,8 @@ impl Dataplane {
         *self.res.config.lock().unwrap_or_else(|e| e.into_inner()) = cfg;
     }
 
+    /// Starts a change of the datapath (a reload's): a stop waits for the guard to be dropped.
+    /// Fails when the datapath is stopping.
     pub fn begin_change(&self) -> Result<std::sync::RwLockReadGuard<'_, bool>> {
         let stopped = self.stopped.read().unwrap_or_else(|e| e.into_inner());
         if *stopped {

@@ -7,6 +7,7 @@
 
 // A library's `pub` is what other crates may use; the rest says `pub(crate)`.
 #![warn(unreachable_pub)]
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod config;

@@ -20,18 +20,24 @@ pub use crate::prom::{counter_family, gauge_family, Labels};
 
 /// Extra metric families contributed by other subsystems (plugins, host port).
 pub trait MetricsSource: Send + Sync + std::fmt::Debug {
+    /// Writes its families into the scrape.
     fn encode(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result;
 }
 
 /// Everything the scrape reads.
 #[derive(Debug)]
 pub struct SwitchCollector {
+    /// The running ports.
     pub ports: PortTable,
+    /// Each worker's counters, summed (or labelled by worker) at scrape time.
     pub workers: Vec<Arc<WorkerStats>>,
     /// The UMEM groups' pools, by pool id.
     pub groups: Arc<[UmemGroup]>,
+    /// The MAC table, whose entries are counted at each scrape.
     pub fdb: Arc<CurrentFdb>,
+    /// When the datapath started (`wasmswitch_uptime_seconds`).
     pub start: Instant,
+    /// Families of other subsystems (plugins, host port), written after the switch's own.
     pub extra: Vec<Arc<dyn MetricsSource>>,
 }
 
@@ -373,6 +379,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// A registry holding `collector` alone.
     pub fn new(collector: SwitchCollector) -> Self {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(collector));

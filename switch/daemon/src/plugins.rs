@@ -46,6 +46,7 @@ pub enum Role {
 }
 
 impl Role {
+    /// `live` or `shadow`: the `chain` of `GET /api/v1/plugins`.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Live => "live",
@@ -65,11 +66,14 @@ impl Role {
 /// One port's compiled chains.
 #[derive(Default)]
 pub struct PortChains {
+    /// `ports[].plugins`, in order.
     pub live: Vec<Arc<PluginFactory>>,
+    /// `ports[].shadow`, in order.
     pub shadow: Vec<Arc<PluginFactory>>,
 }
 
 impl PortChains {
+    /// The chain of `role`.
     pub fn get(&self, role: Role) -> &[Arc<PluginFactory>] {
         match role {
             Role::Live => &self.live,
@@ -77,6 +81,7 @@ impl PortChains {
         }
     }
 
+    /// Whether the port has no plugin, live or shadow.
     pub fn is_empty(&self) -> bool {
         self.live.is_empty() && self.shadow.is_empty()
     }
@@ -84,6 +89,7 @@ impl PortChains {
 
 /// Every configured port's compiled chains (index = the port's place in the config).
 pub struct CompiledChains {
+    /// By the port's place in the config.
     pub chains: Vec<PortChains>,
 }
 
@@ -286,14 +292,21 @@ pub type Stages = Vec<Vec<(PortId, Option<Box<dyn VerdictStage>>)>>;
 /// One plugin on one worker, as the metrics, the API and the next reload see it.
 #[derive(Clone)]
 pub struct Running {
+    /// The port's name.
     pub port: String,
+    /// Which of the port's chains it runs in.
     pub role: Role,
+    /// The worker's index.
     pub worker: usize,
+    /// The compiled plugin the instance came from, which a reload compares with the file's to
+    /// keep an unchanged plugin's instance.
     pub factory: Arc<PluginFactory>,
+    /// The instance's counters and state (faults, quarantine).
     pub stats: Arc<PluginStats>,
 }
 
 impl Running {
+    /// The plugin's name (`plugins[].name`).
     pub fn name(&self) -> &str {
         &self.factory.spec().name
     }
@@ -302,15 +315,20 @@ impl Running {
 /// A port's live × shadow comparison on one worker.
 #[derive(Clone)]
 pub struct ShadowRunning {
+    /// The port's name.
     pub port: String,
+    /// The worker's index.
     pub worker: usize,
+    /// The verdict counts, kept across reloads while the port has a shadow chain.
     pub stats: Arc<ShadowStats>,
 }
 
 /// What the workers run: every plugin instance and every shadow comparison.
 #[derive(Clone, Default)]
 pub struct RunningSet {
+    /// Every plugin instance: one per plugin of a chain, per worker.
     pub plugins: Vec<Running>,
+    /// Every shadow comparison: one per port with a shadow chain and worker.
     pub shadows: Vec<ShadowRunning>,
 }
 
@@ -475,6 +493,7 @@ impl CompiledChains {
         Ok(Some(Box::new(ChainStage { port: port_name.into(), live, shadow })))
     }
 
+    /// Whether no port has a plugin, live or shadow.
     pub fn is_empty(&self) -> bool {
         self.chains.iter().all(PortChains::is_empty)
     }
@@ -721,6 +740,7 @@ pub struct ShadowStats {
 }
 
 impl ShadowStats {
+    /// Packets compared: the matrix's sum.
     pub fn packets(&self) -> u64 {
         self.matrix.iter().map(Counter::get).sum()
     }
@@ -729,6 +749,7 @@ impl ShadowStats {
 /// What runs (replaced on reload, promote and discard), for the metrics and the API.
 #[derive(Default)]
 pub struct PluginMetrics {
+    /// What runs now, swapped whole by [`PluginMetrics::replace`], copied by [`PluginMetrics::get`].
     pub running: std::sync::Mutex<RunningSet>,
 }
 
