@@ -81,8 +81,12 @@ pub fn run(config: &Path, no_smoke: bool) -> Result<()> {
 /// warnings that do not fail the check, and faults that do.
 #[derive(Debug, Default)]
 pub struct Smoke {
+    /// One line per plugin that passed: its verdicts on the test frames and its timing.
     pub ok: Vec<String>,
+    /// What does not fail the check: a shadow plugin's fault, a redirect to a port the config
+    /// lacks, `host` verdicts without a host port, a batch that used half its deadline.
     pub warnings: Vec<String>,
+    /// A live plugin's fault each: the port, the plugin, the frame and why.
     pub faults: Vec<String>,
 }
 

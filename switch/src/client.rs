@@ -15,6 +15,7 @@ use serde_json::Value;
 
 /// Where the daemon listens and the token its mutating endpoints want.
 pub struct Target {
+    /// The daemon's address: `--addr`, else its config's `metrics.listen`, else 127.0.0.1:9187.
     pub addr: SocketAddr,
     token: Option<Vec<u8>>,
 }
@@ -126,38 +127,55 @@ fn parse_response(raw: &[u8]) -> Result<(u16, String)> {
 /// What the client asks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ask {
+    /// Health and ports (`/healthz`, `GET /api/v1/ports`); unhealthy or a port down fails.
     Status,
+    /// The ports and their counters (`GET /api/v1/ports`).
     Ports,
     /// The FDB's entries that every filter given selects.
     Fdb {
+        /// Only entries on this port (a port's name).
         port: Option<String>,
+        /// Only entries in this VLAN.
         vlan: Option<u16>,
         /// A MAC prefix, 1 to 6 bytes.
         mac: Option<String>,
     },
     /// A static FDB entry.
     FdbAdd {
+        /// The station's MAC.
         mac: String,
+        /// Its VLAN.
         vlan: u16,
+        /// The port frames to `mac` leave by.
         port: String,
     },
+    /// Removes the entry of `mac` in `vlan`, static or learned.
     FdbDel {
+        /// The entry's MAC.
         mac: String,
+        /// The entry's VLAN.
         vlan: u16,
     },
     /// Learned entries (static ones too with `statics`) matching every condition given.
     FdbFlush {
+        /// Only entries on this port.
         port: Option<String>,
+        /// Only entries in this VLAN.
         vlan: Option<u16>,
+        /// Static entries too.
         statics: bool,
     },
+    /// Every plugin instance with its state and counters (`GET /api/v1/plugins`).
     Plugins,
+    /// Reloads the config (`POST /api/v1/reload`); a refused reload fails.
     Reload,
     /// Every port's shadow chain and its verdict matrix.
     Shadow,
     /// Promote (`true`) or discard a port's shadow chain.
     ShadowChange {
+        /// The port whose shadow chain changes.
         port: String,
+        /// `true` to promote, `false` to discard.
         promote: bool,
     },
 }

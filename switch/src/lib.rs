@@ -1,6 +1,8 @@
 //! The `wasmswitch` command: the daemon (`wasmswitch-daemon`, re-exported here), the control
 //! API's client, `check`, `plugin`, and the tooling (`wasmswitch-lab`: bench, demo, lab).
 
+#![warn(missing_docs)]
+
 pub mod check;
 pub mod client;
 pub mod plugin_cmd;

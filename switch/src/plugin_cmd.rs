@@ -21,6 +21,7 @@ pub const DEFAULT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/s
 /// The target every plugin is built for.
 pub const WASM_TARGET: &str = "wasm32-unknown-unknown";
 
+/// The arguments of `wasmswitch plugin new`.
 #[derive(clap::Args)]
 pub struct NewArgs {
     /// The crate's name (letters, digits, `-`, `_`; starting with a letter).
@@ -34,6 +35,7 @@ pub struct NewArgs {
     pub sdk: Option<PathBuf>,
 }
 
+/// The arguments of `wasmswitch plugin build`.
 #[derive(clap::Args)]
 pub struct BuildArgs {
     /// The plugin crate (the folder of its Cargo.toml).
