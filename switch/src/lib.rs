@@ -1,7 +1,8 @@
 //! The `wasmswitch` command: the daemon (`wasmswitch-daemon`, re-exported here), the control
 //! API's client, `check`, `plugin`, and the tooling (`wasmswitch-lab`: bench, demo, lab).
 
-#![warn(missing_docs)]
+// A library's `pub` is what other crates may use; the rest says `pub(crate)`.
+#![warn(unreachable_pub, missing_docs)]
 
 pub mod check;
 pub mod client;
