@@ -198,7 +198,7 @@ fn a_reload_whose_static_entries_do_not_fit_changes_nothing() {
     let sw = wasmswitch::daemon::Switch::start(&dir.write(&fdb_yaml(64, 300, &[]))).unwrap();
     let mac = |i: u64| MacAddr::from_u64(0x0200_00aa_0000 + i);
     let add = |i: u64, port: &str| sw.fdb_change(FdbChange::Add { mac: mac(i), vlan: 1, port: port.into() });
-    let lookup = |i: u64| sw.dataplane.fdb.get().lookup(1, mac(i));
+    let lookup = |i: u64| sw.dataplane.fdb.get().lookup(vid(1), mac(i));
     // API statics until one finds its bucket full of them.
     let full = (0..1000).find(|&i| add(i, "p1").is_err()).expect("a 64-entry table fills up");
     let statics =
@@ -246,7 +246,7 @@ fn a_reopened_port_keeps_its_static_entries_and_a_removed_one_frees_their_room()
     let sw = wasmswitch::daemon::Switch::start(&dir.write(&fdb_yaml(1024, 300, &[(cfg_mac, "p2")]))).unwrap();
     let api_mac = MacAddr::from_u64(0x0200_0000_00bb);
     sw.fdb_change(FdbChange::Add { mac: api_mac, vlan: 1, port: "p2".into() }).unwrap();
-    let lookup = |m: MacAddr| sw.dataplane.fdb.get().lookup(1, m);
+    let lookup = |m: MacAddr| sw.dataplane.fdb.get().lookup(vid(1), m);
     let cfg_mac: MacAddr = cfg_mac.parse().unwrap();
     assert_eq!((lookup(cfg_mac), lookup(api_mac)), (Some(1), Some(1)));
     // A new ring size reopens p2 (new queues, same name and id): both statics stay.
@@ -270,8 +270,8 @@ fn a_reopened_port_keeps_its_static_entries_and_a_removed_one_frees_their_room()
     dir.write(&fdb_yaml(64, 300, &[(&full_mac, "p1")]).replace("  - name: p2\n    driver: sim\n", ""));
     let applied = sw.reload().expect("p2's statics leave with it");
     assert!(applied.contains("port `p2` removed"), "{applied}");
-    assert_eq!(sw.dataplane.fdb.get().lookup(1, mac(full)), Some(0));
-    assert_eq!(sw.dataplane.fdb.get().lookup(1, mac(0)), None, "p2's statics are gone");
+    assert_eq!(sw.dataplane.fdb.get().lookup(vid(1), mac(full)), Some(0));
+    assert_eq!(sw.dataplane.fdb.get().lookup(vid(1), mac(0)), None, "p2's statics are gone");
     sw.dataplane.stop_shared().expect("every frame back");
 }
 
@@ -403,8 +403,8 @@ fn api_edits_made_while_a_reload_resizes_the_table_are_kept() {
         deleted.extend(d);
     }
     let fdb = sw.dataplane.fdb.get();
-    let lost = added.iter().filter(|&&i| fdb.lookup(1, mac(i)).is_none()).count();
-    let back = deleted.iter().filter(|&&i| fdb.lookup(1, mac(i)).is_some()).count();
+    let lost = added.iter().filter(|&&i| fdb.lookup(vid(1), mac(i)).is_none()).count();
+    let back = deleted.iter().filter(|&&i| fdb.lookup(vid(1), mac(i)).is_some()).count();
     eprintln!("{} adds and {} deletes during 12 resizes", added.len(), deleted.len());
     assert!(added.len() > 100 && deleted.len() > 100, "edits ran alongside the reloads");
     assert_eq!((lost, back), (0, 0), "(added entries lost, deleted ones back)");
@@ -418,7 +418,7 @@ fn a_reload_to_a_smaller_table_says_how_many_learned_entries_it_dropped_and_coun
     let sw = wasmswitch::daemon::Switch::start(&dir.write(&fdb_yaml(1024, 300, &[]))).unwrap();
     let fdb = sw.dataplane.fdb.get();
     for i in 0..500u64 {
-        fdb.learn(1, MacAddr::from_u64(0x0200_0500_0000 + i), (i % 2) as u16, 0);
+        fdb.learn(vid(1), MacAddr::from_u64(0x0200_0500_0000 + i), (i % 2) as u16, 0);
     }
     let had = fdb.len();
     dir.write(&fdb_yaml(64, 300, &[]));
@@ -480,7 +480,7 @@ fn an_api_add_racing_a_reload_that_removes_its_vlan_is_checked_against_the_new_o
                 assert!(e.contains("does not carry VLAN 10"), "{e}");
             }
         });
-        let outside: Vec<_> = sw.dataplane.fdb.get().entries(0).into_iter().filter(|e| e.vlan == 10).collect();
+        let outside: Vec<_> = sw.dataplane.fdb.get().entries(0).into_iter().filter(|e| e.vlan == vid(10)).collect();
         assert!(outside.is_empty(), "p1 carries only VLAN 1 now, yet the table has {outside:?}");
         dir.write(&yaml("1, 10", capacity));
         sw.reload().expect("VLAN 10 back");
@@ -508,7 +508,7 @@ fn a_reload_that_would_leave_a_static_entry_outside_its_vlan_is_refused_by_name(
     dir.write(&yaml(20));
     let err = sw.reload().expect_err("refused").to_string();
     assert!(err.contains("nothing was changed") && err.contains(&format!("{mac} in VLAN 10 on `p1`")), "{err}");
-    assert_eq!(sw.dataplane.fdb.get().lookup(10, mac), Some(0), "the entry is still there");
+    assert_eq!(sw.dataplane.fdb.get().lookup(vid(10), mac), Some(0), "the entry is still there");
     // Deleted first, the reload goes through.
     sw.fdb_change(FdbChange::Remove { mac, vlan: 10 }).unwrap();
     sw.reload().expect("nothing left outside");
@@ -527,7 +527,8 @@ fn a_reload_that_changes_a_ports_vlans_flushes_what_it_learned_there() {
     };
     let sw = wasmswitch::daemon::Switch::start(&dir.write(&yaml(""))).unwrap();
     let p1 = sw.dataplane.ports.id_of("p1").unwrap();
-    let on_p1 = |vlan: u16| sw.dataplane.fdb.get().entries(0).iter().filter(|e| e.port == p1 && e.vlan == vlan).count();
+    let on_p1 =
+        |vlan: u16| sw.dataplane.fdb.get().entries(0).iter().filter(|e| e.port == p1 && e.vlan == vid(vlan)).count();
     eventually("p1's hosts learned in VLAN 1", || on_p1(1) == 8);
     dir.write(&yaml("    vlan: { mode: access, vid: 10 }\n"));
     let r = sw.reload().unwrap();
@@ -557,9 +558,9 @@ fn a_reload_flushes_a_ports_entries_only_in_the_vlans_it_left() {
     let (m10, m20, m40) =
         (MacAddr::from_u64(0x0200_0700_0010), MacAddr::from_u64(0x0200_0700_0020), MacAddr::from_u64(0x0200_0700_0040));
     for (vlan, mac) in [(10, m10), (20, m20), (40, m40)] {
-        fdb().learn(vlan, mac, p1, 0);
+        fdb().learn(vid(vlan), mac, p1, 0);
     }
-    let on_p1 = || [(10, m10), (20, m20), (40, m40)].map(|(v, m)| fdb().lookup(v, m) == Some(p1));
+    let on_p1 = || [(10, m10), (20, m20), (40, m40)].map(|(v, m)| fdb().lookup(vid(v), m) == Some(p1));
     for (vlan, what) in [
         ("{ mode: trunk, allowed: [10, 20, 30, 40] }", "VLAN 30 added"),
         ("{ mode: trunk, allowed: [10, 20, 30, 40], native: 20 }", "a native VLAN"),
@@ -587,7 +588,7 @@ fn the_aging_sweep_waits_while_a_reload_holds_the_table() {
     let dir = Scratch::new("fdb-aging-held");
     let sw = wasmswitch::daemon::Switch::start(&dir.write(&fdb_yaml(1024, 1, &[]))).unwrap();
     let fdb = sw.dataplane.fdb.get();
-    fdb.learn(1, MacAddr::from_u64(0x0200_0600_0001), 0, 0);
+    fdb.learn(vid(1), MacAddr::from_u64(0x0200_0600_0001), 0, 0);
     let held = sw.dataplane.fdb.edits().write().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(2500));
     assert_eq!((fdb.len(), fdb.stats.aged.get()), (1, 0), "no sweep while a reload holds the table");
@@ -695,4 +696,9 @@ ports:
 
     sigterm(&daemon);
     assert!(daemon.wait().unwrap().success());
+}
+
+/// VLAN `v` (a valid VID in every test here).
+fn vid(v: u16) -> wasmswitch_core::vlan::Vid {
+    wasmswitch_core::vlan::Vid::new(v).unwrap()
 }

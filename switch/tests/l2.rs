@@ -91,14 +91,14 @@ fn unknown_unicast_floods_learned_unicast_goes_to_one_port_only() {
     assert_eq!(out[0].len(), 0, "never back out of the ingress port");
     assert_eq!(out[1], vec![f.clone()], "unknown unicast is flooded");
     assert_eq!(out[2], vec![f.clone()], "to every other port");
-    assert_eq!(r.fdb.lookup(1, mac(1)), Some(0), "source learned on its ingress port");
+    assert_eq!(r.fdb.lookup(vid(1), mac(1)), Some(0), "source learned on its ingress port");
 
     let reply = frame(mac(1), mac(2));
     r.send(1, reply.clone());
     let out = r.take();
     assert_eq!(out[0], vec![reply], "known unicast goes to the learned port");
     assert!(out[1].is_empty() && out[2].is_empty(), "and nowhere else");
-    assert_eq!(r.fdb.lookup(1, mac(2)), Some(1));
+    assert_eq!(r.fdb.lookup(vid(1), mac(2)), Some(1));
 
     let again = frame(mac(2), mac(1));
     r.send(0, again.clone());
@@ -211,8 +211,8 @@ fn learning_is_per_vlan() {
     r.send(0, frame(MacAddr::BROADCAST, mac(1)));
     r.send(2, tagged(&frame(MacAddr::BROADCAST, mac(1)), 0, 20));
     r.take();
-    assert_eq!(r.fdb.lookup(10, mac(1)), Some(0));
-    assert_eq!(r.fdb.lookup(20, mac(1)), Some(2));
+    assert_eq!(r.fdb.lookup(vid(10), mac(1)), Some(0));
+    assert_eq!(r.fdb.lookup(vid(20), mac(1)), Some(2));
     // To mac(1) in VLAN 20 from port 3: the trunk only, tagged.
     let f = frame(mac(1), mac(3));
     r.send(3, f.clone());
@@ -225,10 +225,10 @@ fn learning_is_per_vlan() {
     assert_eq!(out[0], vec![f.clone()]);
     assert!(out[2].is_empty());
     // A static entry: not moved by learning.
-    r.fdb.add_static(10, mac(5), 1).unwrap();
+    r.fdb.add_static(vid(10), mac(5), 1).unwrap();
     r.send(0, frame(MacAddr::BROADCAST, mac(5)));
     r.take();
-    assert_eq!(r.fdb.lookup(10, mac(5)), Some(1));
+    assert_eq!(r.fdb.lookup(vid(10), mac(5)), Some(1));
     r.finish();
 }
 
@@ -245,7 +245,7 @@ fn a_source_with_no_room_to_be_learned_is_counted_and_still_forwarded() {
         assert_eq!(r.take()[1], vec![f.clone()], "forwarded all the same");
         assert_eq!(r.pipe.stats().ports[0].learn_refused.get(), n);
     }
-    assert_eq!(r.fdb.lookup(1, mac(1)), None);
+    assert_eq!(r.fdb.lookup(vid(1), mac(1)), None);
     assert_eq!((r.pipe.stats().fdb_learned.get(), r.pipe.stats().fdb_not_learned.get()), (1, 0));
     r.finish();
 }
@@ -294,7 +294,7 @@ fn a_mac_flood_from_a_port_with_a_limit_learns_only_the_limit() {
     assert_eq!((on_0, r.fdb.learned_on(0)), (LIMIT as usize, LIMIT), "learned from the flooding port");
     let refused = r.pipe.stats().ports[0].learn_refused.get();
     assert_eq!(refused, FLOOD - LIMIT as u64, "every other source counted as refused");
-    assert_eq!((r.fdb.lookup(1, mac(1)), r.fdb.lookup(1, mac(2))), (Some(1), Some(2)));
+    assert_eq!((r.fdb.lookup(vid(1), mac(1)), r.fdb.lookup(vid(1), mac(2))), (Some(1), Some(2)));
     assert_eq!(r.pipe.stats().ports[1].learn_refused.get() + r.pipe.stats().ports[2].learn_refused.get(), 0);
     assert_eq!(r.pipe.stats().fdb_evicted.get(), 0, "the flood evicted nothing");
     // A raised limit lets the next new source in.
@@ -357,7 +357,7 @@ fn group_and_zero_source_addresses_are_dropped_never_learned() {
     assert!(r.take().iter().all(Vec::is_empty), "nothing forwarded");
     assert_eq!(r.pipe.stats().ports[0].drops[DropReason::BadSource as usize].get(), 6);
     for src in bad {
-        assert_eq!(r.fdb.lookup(1, src), None, "{src} not learned");
+        assert_eq!(r.fdb.lookup(vid(1), src), None, "{src} not learned");
     }
     // A station's frame right after still goes.
     r.send(0, frame(MacAddr::BROADCAST, mac(1)));
@@ -371,13 +371,13 @@ fn the_host_mac_is_learned_on_the_host_port_only() {
     let mut r = rig_with(vec![access(1), access(1), access(1)], Some(2), 512, 300);
     r.send(2, frame(MacAddr::BROADCAST, HOST_MAC));
     r.take();
-    assert_eq!(r.fdb.lookup(1, HOST_MAC), Some(2));
+    assert_eq!(r.fdb.lookup(vid(1), HOST_MAC), Some(2));
     // Port 0 spoofs it: forwarded, never learned on port 0.
     r.send(0, frame(mac(1), HOST_MAC));
     r.send(0, frame(MacAddr::BROADCAST, HOST_MAC));
     let out = r.take();
     assert_eq!((out[0].len(), out[1].len(), out[2].len()), (0, 2, 2), "both flood: unknown unicast and broadcast");
-    assert_eq!(r.fdb.lookup(1, HOST_MAC), Some(2), "still the host port's");
+    assert_eq!(r.fdb.lookup(vid(1), HOST_MAC), Some(2), "still the host port's");
     assert_eq!(r.pipe.stats().ports[0].own_address.get(), 2);
     // Traffic to the host still goes to the host port.
     r.send(1, frame(HOST_MAC, mac(5)));
@@ -505,13 +505,13 @@ fn destination_on_the_ingress_port_is_filtered() {
 fn moved_mac_is_relearned_and_aging_forgets() {
     let mut r = rig(3, 512, 10);
     r.send(0, frame(MacAddr::BROADCAST, mac(1)));
-    assert_eq!(r.fdb.lookup(1, mac(1)), Some(0));
+    assert_eq!(r.fdb.lookup(vid(1), mac(1)), Some(0));
     r.send(2, frame(MacAddr::BROADCAST, mac(1)));
-    assert_eq!(r.fdb.lookup(1, mac(1)), Some(2), "station moved");
+    assert_eq!(r.fdb.lookup(vid(1), mac(1)), Some(2), "station moved");
     assert_eq!(r.pipe.stats().fdb_moved.get(), 1);
     r.take();
     r.fdb.age(11);
-    assert_eq!(r.fdb.lookup(1, mac(1)), None, "aged out after 10 silent ticks");
+    assert_eq!(r.fdb.lookup(vid(1), mac(1)), None, "aged out after 10 silent ticks");
     r.send(1, frame(mac(1), mac(3)));
     let out = r.take();
     assert_eq!(out[0].len() + out[2].len(), 2, "forgotten destination floods again");

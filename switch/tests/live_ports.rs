@@ -429,11 +429,11 @@ fn vanish_and_come_back(tag: &str, subnet: u8, edit: impl Fn(String) -> String, 
         // it went does not wait for the workers) must not outlive its return.
         let late_mac: wasmswitch_core::wire::MacAddr = "02:00:00:00:0e:02".parse().unwrap();
         let fdb = sw.dataplane.fdb.get();
-        fdb.learn(1, late_mac, id as u16, sw.dataplane.start.elapsed().as_secs() as u32);
+        fdb.learn(vid(1), late_mac, id as u16, sw.dataplane.start.elapsed().as_secs() as u32);
         // An interface of the same name comes back, as a container restart would make it.
         recreate_veth(gone);
         eventually("the port is re-attached", || count(&info(&gone.name).back_events) == back_before + 1);
-        assert_eq!(fdb.lookup(1, late_mac), None, "round {round}: an entry learned after the stop was flushed");
+        assert_eq!(fdb.lookup(vid(1), late_mac), None, "round {round}: an entry learned after the stop was flushed");
         assert!(xdp_attached(&gone.switch_if), "round {round}: the XDP program is on the new {}", gone.switch_if);
         // A port that saw its link go down before its interface went keeps that state until
         // the watch's next look at the new interface (a tenth of a second): seen under load.
@@ -630,10 +630,14 @@ fn a_port_whose_link_goes_down_stops_and_starts_again_with_it() {
         // link down does not wait for the workers) must not outlive the link's return.
         let fdb = sw.dataplane.fdb.get();
         let now = sw.dataplane.start.elapsed().as_secs() as u32;
-        fdb.learn(1, late_mac, sw.dataplane.ports.id_of(&h2.name).unwrap(), now);
+        fdb.learn(vid(1), late_mac, sw.dataplane.ports.id_of(&h2.name).unwrap(), now);
         up();
         eventually("the port is reported up", || reported_up() == (true, "up".to_string()));
-        assert_eq!(fdb.lookup(1, late_mac), None, "{what}: an entry learned after the stop was flushed at link up");
+        assert_eq!(
+            fdb.lookup(vid(1), late_mac),
+            None,
+            "{what}: an entry learned after the stop was flushed at link up"
+        );
         assert_eq!(count(&info().up_events), round as u64 + 1, "{what}");
         assert!(h1.ping(&h2.ip, 5).unwrap(), "{what}: h2 is reached again");
     }
@@ -642,13 +646,13 @@ fn a_port_whose_link_goes_down_stops_and_starts_again_with_it() {
     let (id, (_, down, up)) = (sw.dataplane.ports.id_of(&h2.name).unwrap(), &cases[0]);
     let held = sw.dataplane.fdb.edits().write().unwrap();
     let now = sw.dataplane.start.elapsed().as_secs() as u32;
-    sw.dataplane.fdb.get().learn(1, late_mac, id, now);
+    sw.dataplane.fdb.get().learn(vid(1), late_mac, id, now);
     down();
     eventually("the port is reported down", || reported_up() == (false, "down".to_string()));
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(sw.dataplane.fdb.get().lookup(1, late_mac), Some(id), "no flush while a reload holds the table");
+    assert_eq!(sw.dataplane.fdb.get().lookup(vid(1), late_mac), Some(id), "no flush while a reload holds the table");
     drop(held);
-    eventually("flushed once the reload let go", || sw.dataplane.fdb.get().lookup(1, late_mac).is_none());
+    eventually("flushed once the reload let go", || sw.dataplane.fdb.get().lookup(vid(1), late_mac).is_none());
     up();
     eventually("the port is reported up", || reported_up() == (true, "up".to_string()));
     assert!(h1.ping(&h2.ip, 5).unwrap(), "h2 is reached again");
@@ -906,4 +910,9 @@ fn a_port_on_every_queue_follows_its_interfaces_queue_count_within_the_pool() {
 /// An AF_XDP port's queue monitors (none for a port of another driver).
 fn afxdp_queues(info: &wasmswitch::drivers::PortInfo) -> &[wasmswitch_afxdp::QueueMonitor] {
     info.driver.afxdp().map_or(&[], |a| &a.queues)
+}
+
+/// VLAN `v` (a valid VID in every test here).
+fn vid(v: u16) -> wasmswitch_core::vlan::Vid {
+    wasmswitch_core::vlan::Vid::new(v).unwrap()
 }

@@ -3,6 +3,7 @@
 use crate::fdb::Place;
 pub use crate::types::Desc;
 use crate::verdict::Verdict;
+use crate::vlan::Vid;
 use crate::wire::PacketMeta;
 
 /// Most packets in one batch: what a batch's arrays hold. A pipeline takes up to its
@@ -37,11 +38,11 @@ impl L2Header {
     /// `tag`: the VID of the 802.1Q tag the frame arrived with (0 for a priority tag); `None`
     /// untagged.
     #[inline]
-    pub fn new(src: Place, dst: Place, vlan: u16, tag: Option<u16>) -> Self {
+    pub fn new(src: Place, dst: Place, vlan: Vid, tag: Option<u16>) -> Self {
         let (s, sb) = src.parts();
         let (d, db) = dst.parts();
         debug_assert!(tag.is_none_or(|t| t <= 0x0fff), "a VID is 12 bits");
-        Self { keys: [s, d], buckets: [sb, db], vlan, tag: tag.unwrap_or(NO_TAG) }
+        Self { keys: [s, d], buckets: [sb, db], vlan: vlan.get(), tag: tag.unwrap_or(NO_TAG) }
     }
 
     /// Where the FDB keeps the frame's source address.

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::counter::Counter;
 use crate::types::PortId;
-use crate::vlan::VlanSet;
+use crate::vlan::{Vid, VlanSet};
 use crate::wire::MacAddr;
 
 const SLOTS: usize = 8;
@@ -222,7 +222,7 @@ struct PortLearned {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Entry {
     /// The VLAN it was learned or added in.
-    pub vlan: u16,
+    pub vlan: Vid,
     /// The station's address.
     pub mac: MacAddr,
     /// The port frames to it leave by.
@@ -279,7 +279,7 @@ pub struct Select {
     /// Only entries on this port.
     pub port: Option<PortId>,
     /// Only entries in this VLAN.
-    pub vlan: Option<u16>,
+    pub vlan: Option<Vid>,
     /// Every MAC begins with the empty prefix (the default).
     pub mac: MacPrefix,
 }
@@ -290,7 +290,7 @@ pub struct Flush {
     /// Only entries on this port.
     pub port: Option<PortId>,
     /// Only entries in this VLAN.
-    pub vlan: Option<u16>,
+    pub vlan: Option<Vid>,
     /// Static entries too (learned ones always).
     pub statics: bool,
 }
@@ -336,15 +336,16 @@ impl std::fmt::Debug for Fdb {
 }
 
 #[inline]
-fn key(vlan: u16, mac: MacAddr) -> u64 {
+fn key(vlan: Vid, mac: MacAddr) -> u64 {
     key_bits(vlan, mac.to_u64())
 }
 
 /// [`key`] of a MAC as [`MacAddr::to_u64`] gives it (48 bits).
 #[inline]
-fn key_bits(vlan: u16, mac: u64) -> u64 {
+fn key_bits(vlan: Vid, mac: u64) -> u64 {
     debug_assert!(mac <= MAC_MASK, "a MAC is 48 bits");
-    LIVE | ((vlan as u64 & 0xfff) << VID_SHIFT) | mac
+    // A VID is 12 bits (1-4094).
+    LIVE | (u64::from(vlan.get()) << VID_SHIFT) | mac
 }
 
 #[inline]
@@ -371,8 +372,10 @@ fn port_of(w: u32) -> u16 {
     w as u16
 }
 
-fn unpack(v: u64) -> (u16, MacAddr, bool) {
-    (((v >> VID_SHIFT) & 0xfff) as u16, MacAddr::from_u64(v & MAC_MASK), v & STATIC != 0)
+fn unpack(v: u64) -> (Vid, MacAddr, bool) {
+    let vid = ((v >> VID_SHIFT) & 0xfff) as u16;
+    // Only a `Vid` is ever packed into a key (`key_bits`).
+    (Vid::from_valid(vid), MacAddr::from_u64(v & MAC_MASK), v & STATIC != 0)
 }
 
 /// A new table's [`Fdb::id`]: a serial, hashed with this process's random keys.
@@ -534,13 +537,13 @@ impl Fdb {
     /// Where the entry for (`vlan`, `mac`) lives. The pipeline works it out once per address
     /// of a packet, as it parses the frame, and hands it to the learn and the lookup.
     #[inline]
-    pub fn place(&self, vlan: u16, mac: MacAddr) -> Place {
+    pub fn place(&self, vlan: Vid, mac: MacAddr) -> Place {
         self.place_bits(vlan, mac.to_u64())
     }
 
     /// [`Fdb::place`] of a MAC as [`MacAddr::to_u64`] gives it (as the parser reads it).
     #[inline]
-    pub fn place_bits(&self, vlan: u16, mac: u64) -> Place {
+    pub fn place_bits(&self, vlan: Vid, mac: u64) -> Place {
         let key = key_bits(vlan, mac);
         #[expect(clippy::cast_possible_truncation, reason = "`bucket_index` keeps 24 bits of the hash")]
         let bucket = self.bucket_of(key) as u32;
@@ -570,7 +573,7 @@ impl Fdb {
 
     /// The port `mac` was learned on in `vlan`.
     #[inline]
-    pub fn lookup(&self, vlan: u16, mac: MacAddr) -> Option<PortId> {
+    pub fn lookup(&self, vlan: Vid, mac: MacAddr) -> Option<PortId> {
         self.lookup_at(self.place(vlan, mac))
     }
 
@@ -589,7 +592,7 @@ impl Fdb {
 
     /// Records that `mac` was seen in `vlan` on `port` at tick `now`.
     #[inline]
-    pub fn learn(&self, vlan: u16, mac: MacAddr, port: PortId, now: u32) -> Learned {
+    pub fn learn(&self, vlan: Vid, mac: MacAddr, port: PortId, now: u32) -> Learned {
         self.learn_at(self.place(vlan, mac), port, now)
     }
 
@@ -730,7 +733,7 @@ impl Fdb {
     /// Adds (or replaces) a static entry: never aged, never moved by learning or evicted. A
     /// new one beyond the static budget ([`MAX_STATICS_PER_BUCKET`] in its bucket,
     /// [`max_statics`] in the table) is refused; replacing one (another port) always works.
-    pub fn add_static(&self, vlan: u16, mac: MacAddr, port: PortId) -> Result<(), StaticError> {
+    pub fn add_static(&self, vlan: Vid, mac: MacAddr, port: PortId) -> Result<(), StaticError> {
         if !mac.is_station() {
             return Err(StaticError::GroupAddress);
         }
@@ -785,9 +788,9 @@ impl Fdb {
     pub fn statics_fit(
         &self,
         capacity: usize,
-        remove: &[(u16, MacAddr, PortId)],
+        remove: &[(Vid, MacAddr, PortId)],
         gone_ports: &[PortId],
-        add: &[(u16, MacAddr, PortId)],
+        add: &[(Vid, MacAddr, PortId)],
     ) -> Result<(), String> {
         let mask = buckets_for(capacity) - 1;
         let bucket = |k: u64| bucket_index(k, mask);
@@ -846,7 +849,7 @@ impl Fdb {
 
     /// Removes the static entry for (`vlan`, `mac`) if it is on `port`; false when there was
     /// none (a learned entry, or a static one on another port, stays).
-    pub fn remove_static(&self, vlan: u16, mac: MacAddr, port: PortId) -> bool {
+    pub fn remove_static(&self, vlan: Vid, mac: MacAddr, port: PortId) -> bool {
         let _edit = self.edit();
         let k = key(vlan, mac);
         let b = &self.buckets[self.bucket_of(k)];
@@ -860,7 +863,7 @@ impl Fdb {
     }
 
     /// Removes the entry for (`vlan`, `mac`), static or learned; false when there was none.
-    pub fn remove(&self, vlan: u16, mac: MacAddr) -> bool {
+    pub fn remove(&self, vlan: Vid, mac: MacAddr) -> bool {
         let _edit = self.edit();
         let k = key(vlan, mac);
         let b = &self.buckets[self.bucket_of(k)];
@@ -884,12 +887,12 @@ impl Fdb {
     /// from it), as the bridge flushes a port's entries of a VLAN it leaves and only those;
     /// returns how many.
     pub fn flush_port_outside(&self, port: PortId, kept: &VlanSet) -> usize {
-        self.flush_where(false, |vlan, p| p == port && !kept.contains(vlan))
+        self.flush_where(false, |vlan, p| p == port && !kept.contains(vlan.get()))
     }
 
     /// Removes the learned entries (and the static ones too with `statics`) for whose VLAN and
     /// port `selected` holds; returns how many.
-    fn flush_where(&self, statics: bool, selected: impl Fn(u16, PortId) -> bool) -> usize {
+    fn flush_where(&self, statics: bool, selected: impl Fn(Vid, PortId) -> bool) -> usize {
         let _edit = self.edit();
         let mut n = 0;
         for b in self.buckets.iter() {
@@ -1074,6 +1077,11 @@ impl CurrentFdb {
 mod tests {
     use super::*;
 
+    /// VLAN `v` (a valid VID in every test).
+    fn vid(v: u16) -> Vid {
+        Vid::new(v).unwrap()
+    }
+
     fn mac(i: u64) -> MacAddr {
         MacAddr::from_u64(0x0200_0000_0000 | i)
     }
@@ -1086,7 +1094,7 @@ mod tests {
         let single = (0..48).map(|b| 1u64 << b);
         let with_group = (0..48).map(|b| 1u64 << b | 0x0100_0000_0000);
         for bits in edges.into_iter().chain(single).chain(with_group) {
-            for vlan in [0, 1, 4095] {
+            for vlan in [Vid::MIN, 2, Vid::MAX].map(vid) {
                 let m = MacAddr::from_u64(bits);
                 assert_eq!(f.place(vlan, m).is_station(), m.is_station(), "{m} in VLAN {vlan}");
             }
@@ -1096,41 +1104,41 @@ mod tests {
     #[test]
     fn learn_lookup_move() {
         let f = Fdb::new(1024, 300);
-        assert_eq!(f.lookup(1, mac(1)), None);
-        assert_eq!(f.learn(1, mac(1), 3, 0), Learned::New);
-        assert_eq!(f.learn(1, mac(1), 3, 0), Learned::Known);
-        assert_eq!(f.lookup(1, mac(1)), Some(3));
-        assert_eq!(f.learn(1, mac(1), 0, 1), Learned::Moved);
-        assert_eq!(f.lookup(1, mac(1)), Some(0));
+        assert_eq!(f.lookup(vid(1), mac(1)), None);
+        assert_eq!(f.learn(vid(1), mac(1), 3, 0), Learned::New);
+        assert_eq!(f.learn(vid(1), mac(1), 3, 0), Learned::Known);
+        assert_eq!(f.lookup(vid(1), mac(1)), Some(3));
+        assert_eq!(f.learn(vid(1), mac(1), 0, 1), Learned::Moved);
+        assert_eq!(f.lookup(vid(1), mac(1)), Some(0));
         assert_eq!(f.len(), 1);
     }
 
     #[test]
     fn learning_is_per_vlan() {
         let f = Fdb::new(1024, 300);
-        assert_eq!(f.learn(10, mac(1), 1, 0), Learned::New);
-        assert_eq!(f.learn(20, mac(1), 2, 0), Learned::New, "same MAC, other VLAN: its own entry");
-        assert_eq!(f.lookup(10, mac(1)), Some(1));
-        assert_eq!(f.lookup(20, mac(1)), Some(2));
-        assert_eq!(f.lookup(30, mac(1)), None);
+        assert_eq!(f.learn(vid(10), mac(1), 1, 0), Learned::New);
+        assert_eq!(f.learn(vid(20), mac(1), 2, 0), Learned::New, "same MAC, other VLAN: its own entry");
+        assert_eq!(f.lookup(vid(10), mac(1)), Some(1));
+        assert_eq!(f.lookup(vid(20), mac(1)), Some(2));
+        assert_eq!(f.lookup(vid(30), mac(1)), None);
         let e = f.entries(0);
-        assert_eq!((e[0].vlan, e[0].port, e[1].vlan, e[1].port), (10, 1, 20, 2));
+        assert_eq!((e[0].vlan, e[0].port, e[1].vlan, e[1].port), (vid(10), 1, vid(20), 2));
     }
 
     #[test]
     fn aging_forgets_silent_macs_only() {
         let f = Fdb::new(64, 10);
-        f.learn(1, mac(1), 1, 0);
-        f.learn(1, mac(2), 2, 0);
-        f.learn(1, mac(2), 2, 8); // refreshed
+        f.learn(vid(1), mac(1), 1, 0);
+        f.learn(vid(1), mac(2), 2, 0);
+        f.learn(vid(1), mac(2), 2, 8); // refreshed
         assert_eq!(f.age(11), 1);
-        assert_eq!(f.lookup(1, mac(1)), None);
-        assert_eq!(f.lookup(1, mac(2)), Some(2));
+        assert_eq!(f.lookup(vid(1), mac(1)), None);
+        assert_eq!(f.lookup(vid(1), mac(2)), Some(2));
         assert_eq!(f.stats.aged.get(), 1);
         // A longer aging time set on the running table applies to the next sweep.
         f.set_aging_ticks(100);
         assert_eq!(f.age(50), 0);
-        assert_eq!(f.lookup(1, mac(2)), Some(2));
+        assert_eq!(f.lookup(vid(1), mac(2)), Some(2));
         f.set_aging_ticks(5);
         assert_eq!(f.age(50), 1);
     }
@@ -1138,15 +1146,15 @@ mod tests {
     #[test]
     fn full_bucket_evicts_stalest_learned_entry_never_a_static_one() {
         let f = Fdb::new(8, 100); // one bucket
-        f.add_static(1, mac(50), 4).unwrap();
+        f.add_static(vid(1), mac(50), 4).unwrap();
         for i in 0..7 {
-            f.learn(1, mac(i), 1, 10 + u32::try_from(i).unwrap());
+            f.learn(vid(1), mac(i), 1, 10 + u32::try_from(i).unwrap());
         }
-        assert_eq!(f.learn(1, mac(100), 2, 20), Learned::Evicted);
-        assert_eq!(f.lookup(1, mac(0)), None, "the stalest learned entry went");
-        assert_eq!(f.lookup(1, mac(50)), Some(4), "the static one stayed (seen at tick 0)");
-        assert_eq!(f.lookup(1, mac(100)), Some(2));
-        assert_eq!(f.lookup(1, mac(6)), Some(1));
+        assert_eq!(f.learn(vid(1), mac(100), 2, 20), Learned::Evicted);
+        assert_eq!(f.lookup(vid(1), mac(0)), None, "the stalest learned entry went");
+        assert_eq!(f.lookup(vid(1), mac(50)), Some(4), "the static one stayed (seen at tick 0)");
+        assert_eq!(f.lookup(vid(1), mac(100)), Some(2));
+        assert_eq!(f.lookup(vid(1), mac(6)), Some(1));
     }
 
     /// Edits from outside the datapath race each other (the API's run together; a reload's run
@@ -1170,22 +1178,22 @@ mod tests {
             })
         };
         let a = worker(|f| {
-            f.add_static(1, mac(1), 1).unwrap();
-            let _ = f.remove_static(1, mac(2), 1);
+            f.add_static(vid(1), mac(1), 1).unwrap();
+            let _ = f.remove_static(vid(1), mac(2), 1);
         });
         let b = worker(|f| {
-            f.add_static(1, mac(1), 2).unwrap();
-            f.add_static(1, mac(2), 2).unwrap();
+            f.add_static(vid(1), mac(1), 2).unwrap();
+            f.add_static(vid(1), mac(2), 2).unwrap();
         });
         for round in 0..ROUNDS {
             // Two adds of mac 1; a remove of mac 2 on port 1 beside an add of it on port 2.
-            f.add_static(1, mac(2), 1).unwrap();
+            f.add_static(vid(1), mac(2), 1).unwrap();
             start.wait();
             done.wait();
             let copies = f.entries(0).iter().filter(|e| e.mac == mac(1)).count();
             assert_eq!(copies, 1, "round {round}: mac 1 in {copies} slots");
-            assert_eq!(f.lookup(1, mac(2)), Some(2), "round {round}: the add on port 2 was undone");
-            assert!(f.remove(1, mac(1)) && f.remove(1, mac(2)));
+            assert_eq!(f.lookup(vid(1), mac(2)), Some(2), "round {round}: the add on port 2 was undone");
+            assert!(f.remove(vid(1), mac(1)) && f.remove(vid(1), mac(2)));
             assert!(f.is_empty(), "round {round}: a copy outlived the remove");
         }
         a.join().unwrap();
@@ -1198,47 +1206,47 @@ mod tests {
     #[test]
     fn an_entry_seen_on_a_later_tick_than_the_readers_is_the_freshest() {
         let f = Fdb::new(8, 5); // one bucket
-        f.learn(1, mac(0), 1, 101);
+        f.learn(vid(1), mac(0), 1, 101);
         assert_eq!(f.age(100), 0, "seen one tick after the sweep's clock: not 136 years old");
         assert_eq!(f.entries(100)[0].age, 0);
-        assert_eq!(f.learn(1, mac(0), 1, 100), Learned::Known);
+        assert_eq!(f.learn(vid(1), mac(0), 1, 100), Learned::Known);
         assert_eq!(f.entries(101)[0].age, 0, "a worker a tick behind does not move the tick back");
         for i in 1..8 {
-            f.learn(1, mac(i), 1, 95 + u32::try_from(i).unwrap());
+            f.learn(vid(1), mac(i), 1, 95 + u32::try_from(i).unwrap());
         }
-        assert_eq!(f.learn(1, mac(100), 2, 100), Learned::Evicted);
-        assert_eq!(f.lookup(1, mac(0)), Some(1), "the entry seen on the later tick stays");
-        assert_eq!(f.lookup(1, mac(1)), None, "the stalest went");
+        assert_eq!(f.learn(vid(1), mac(100), 2, 100), Learned::Evicted);
+        assert_eq!(f.lookup(vid(1), mac(0)), Some(1), "the entry seen on the later tick stays");
+        assert_eq!(f.lookup(vid(1), mac(1)), None, "the stalest went");
         assert_eq!(f.age(107), 7, "all but the entry seen on tick 102");
-        assert_eq!(f.lookup(1, mac(7)), Some(1));
+        assert_eq!(f.lookup(vid(1), mac(7)), Some(1));
     }
 
     #[test]
     fn static_entries_do_not_age_move_or_flush_unless_asked() {
         let f = Fdb::new(64, 10);
-        f.add_static(10, mac(1), 3).unwrap();
-        assert_eq!(f.learn(10, mac(1), 5, 0), Learned::Known, "learning does not move a static entry");
-        assert_eq!(f.lookup(10, mac(1)), Some(3));
+        f.add_static(vid(10), mac(1), 3).unwrap();
+        assert_eq!(f.learn(vid(10), mac(1), 5, 0), Learned::Known, "learning does not move a static entry");
+        assert_eq!(f.lookup(vid(10), mac(1)), Some(3));
         assert_eq!(f.age(1000), 0);
-        f.learn(10, mac(2), 3, 0);
-        f.learn(20, mac(3), 4, 0);
+        f.learn(vid(10), mac(2), 3, 0);
+        f.learn(vid(20), mac(3), 4, 0);
         assert_eq!(f.flush(Flush { port: Some(3), ..Flush::default() }), 1, "learned on port 3 only");
-        assert_eq!(f.lookup(10, mac(1)), Some(3));
-        assert_eq!(f.flush(Flush { vlan: Some(20), ..Flush::default() }), 1);
+        assert_eq!(f.lookup(vid(10), mac(1)), Some(3));
+        assert_eq!(f.flush(Flush { vlan: Some(vid(20)), ..Flush::default() }), 1);
         assert_eq!(f.flush(Flush { statics: true, ..Flush::default() }), 1);
         assert!(f.is_empty());
-        assert_eq!(f.add_static(1, MacAddr::BROADCAST, 1), Err(StaticError::GroupAddress));
-        assert_eq!(f.add_static(1, MacAddr([0; 6]), 1), Err(StaticError::GroupAddress), "all zeros is no station");
-        f.add_static(1, mac(9), 1).unwrap();
-        f.add_static(1, mac(9), 2).unwrap();
-        assert_eq!(f.lookup(1, mac(9)), Some(2), "adding again replaces");
-        assert!(f.remove(1, mac(9)));
-        assert!(!f.remove(1, mac(9)));
+        assert_eq!(f.add_static(vid(1), MacAddr::BROADCAST, 1), Err(StaticError::GroupAddress));
+        assert_eq!(f.add_static(vid(1), MacAddr([0; 6]), 1), Err(StaticError::GroupAddress), "all zeros is no station");
+        f.add_static(vid(1), mac(9), 1).unwrap();
+        f.add_static(vid(1), mac(9), 2).unwrap();
+        assert_eq!(f.lookup(vid(1), mac(9)), Some(2), "adding again replaces");
+        assert!(f.remove(vid(1), mac(9)));
+        assert!(!f.remove(vid(1), mac(9)));
     }
 
     /// MACs whose entries in VLAN 1 fall into bucket `bucket` of `f`, from `from` on.
     fn macs_in_bucket(f: &Fdb, bucket: u32, from: u64) -> impl Iterator<Item = MacAddr> + '_ {
-        (from..).map(mac).filter(move |&m| f.place(1, m).parts().1 == bucket)
+        (from..).map(mac).filter(move |&m| f.place(vid(1), m).parts().1 == bucket)
     }
 
     #[test]
@@ -1251,7 +1259,7 @@ mod tests {
         // Twice the table's capacity in adds: the budget refuses every one past it.
         let (mut bucket_full, mut refused) = (0, None);
         for i in 0..2048 {
-            match f.add_static(1, mac(i), 1) {
+            match f.add_static(vid(1), mac(i), 1) {
                 Ok(()) => {}
                 Err(StaticError::BucketFull) => bucket_full += 1,
                 Err(e) => {
@@ -1264,16 +1272,16 @@ mod tests {
         assert_eq!((f.statics(), f.len()), (max, max));
         assert!(refused.to_string().contains("already holds 512 static entries"), "{refused}");
         // Replacing one (another port) is no new static: allowed at the budget.
-        f.add_static(1, mac(0), 2).unwrap();
+        f.add_static(vid(1), mac(0), 2).unwrap();
         for b in f.buckets.iter() {
             let statics = b.slots.iter().filter(|s| s.key.load(Ordering::Relaxed) & STATIC != 0).count();
             assert!(statics <= MAX_STATICS_PER_BUCKET, "a bucket of {statics} statics");
         }
         for j in 0..2048u64 {
             let m = MacAddr::from_u64(0x0400_0000_0000 + j);
-            let r = f.learn(1, m, 3, u32::try_from(j).unwrap());
+            let r = f.learn(vid(1), m, 3, u32::try_from(j).unwrap());
             assert!(matches!(r, Learned::New | Learned::Evicted), "{m}: {r:?}");
-            assert_eq!(f.lookup(1, m), Some(3), "{m} learned and found");
+            assert_eq!(f.lookup(vid(1), m), Some(3), "{m} learned and found");
         }
         assert_eq!(f.statics(), max, "no static was evicted");
         eprintln!("{bucket_full} statics refused by their bucket on the way to {max}");
@@ -1283,78 +1291,78 @@ mod tests {
         let f = Fdb::new(1024, 300);
         let mut same = macs_in_bucket(&f, 5, 0);
         for _ in 0..MAX_STATICS_PER_BUCKET {
-            f.add_static(1, same.next().unwrap(), 1).unwrap();
+            f.add_static(vid(1), same.next().unwrap(), 1).unwrap();
         }
         let seventh = same.next().unwrap();
-        let err = f.add_static(1, seventh, 1).unwrap_err();
+        let err = f.add_static(vid(1), seventh, 1).unwrap_err();
         assert_eq!(err, StaticError::BucketFull);
         assert!(err.to_string().contains("already holds 6 static entries"), "{err}");
-        assert_eq!(f.lookup(1, seventh), None);
+        assert_eq!(f.lookup(vid(1), seventh), None);
         for (t, m) in std::iter::once(seventh).chain(same.take(10)).enumerate() {
-            let r = f.learn(1, m, 2, u32::try_from(t).unwrap());
+            let r = f.learn(vid(1), m, 2, u32::try_from(t).unwrap());
             assert!(matches!(r, Learned::New | Learned::Evicted), "{m}: {r:?}");
-            assert_eq!(f.lookup(1, m), Some(2));
+            assert_eq!(f.lookup(vid(1), m), Some(2));
         }
         assert_eq!(f.statics(), MAX_STATICS_PER_BUCKET, "the statics stay");
         assert_eq!(f.len(), SLOTS, "two learned entries beside them");
 
         // The API refuses either way; `statics_fit` (what `check` and a reload ask) agrees.
-        assert!(f.statics_fit(1024, &[], &[], &[(1, seventh, 1)]).unwrap_err().contains("already holds 6"));
+        assert!(f.statics_fit(1024, &[], &[], &[(vid(1), seventh, 1)]).unwrap_err().contains("already holds 6"));
         let one = Fdb::new(8, 10);
         for i in 0..4 {
-            one.add_static(1, mac(i), 1).unwrap();
+            one.add_static(vid(1), mac(i), 1).unwrap();
         }
-        assert_eq!(one.add_static(1, mac(99), 1), Err(StaticError::TableFull { max: 4, capacity: 8 }));
-        assert_eq!(one.learn(1, mac(99), 1, 0), Learned::New);
+        assert_eq!(one.add_static(vid(1), mac(99), 1), Err(StaticError::TableFull { max: 4, capacity: 8 }));
+        assert_eq!(one.learn(vid(1), mac(99), 1, 0), Learned::New);
     }
 
     #[test]
     fn a_port_at_its_limit_learns_nothing_new_and_the_count_follows_every_change() {
         let f = Fdb::new(1024, 10);
         f.set_max_learned(1, 5);
-        f.add_static(1, mac(1000), 1).unwrap();
-        let learned: Vec<Learned> = (0..10).map(|i| f.learn(1, mac(i), 1, 0)).collect();
+        f.add_static(vid(1), mac(1000), 1).unwrap();
+        let learned: Vec<Learned> = (0..10).map(|i| f.learn(vid(1), mac(i), 1, 0)).collect();
         assert_eq!(&learned[..5], &[Learned::New; 5]);
         assert_eq!(&learned[5..], &[Learned::Limited; 5], "statics do not count");
-        assert_eq!((f.learned_on(1), f.lookup(1, mac(7))), (5, None));
-        assert_eq!(f.learn(1, mac(0), 1, 1), Learned::Known, "a known address is no new one");
+        assert_eq!((f.learned_on(1), f.lookup(vid(1), mac(7))), (5, None));
+        assert_eq!(f.learn(vid(1), mac(0), 1, 1), Learned::Known, "a known address is no new one");
         // Another port learns freely; a station of it seen on the full port stays where it is,
         // and is not kept fresh by that port's frames.
         for i in 100..120 {
-            assert_eq!(f.learn(1, mac(i), 2, 0), Learned::New);
+            assert_eq!(f.learn(vid(1), mac(i), 2, 0), Learned::New);
         }
-        assert_eq!(f.learn(1, mac(100), 1, 5), Learned::Limited);
-        assert_eq!((f.lookup(1, mac(100)), f.learned_on(2)), (Some(2), 20));
+        assert_eq!(f.learn(vid(1), mac(100), 1, 5), Learned::Limited);
+        assert_eq!((f.lookup(vid(1), mac(100)), f.learned_on(2)), (Some(2), 20));
         assert_eq!(f.entries(5).iter().find(|e| e.mac == mac(100)).unwrap().age, 5);
         // A move off the port makes room, a move onto it takes it.
-        assert_eq!(f.learn(1, mac(0), 2, 6), Learned::Moved);
+        assert_eq!(f.learn(vid(1), mac(0), 2, 6), Learned::Moved);
         assert_eq!((f.learned_on(1), f.learned_on(2)), (4, 21));
-        assert_eq!(f.learn(1, mac(101), 1, 6), Learned::Moved);
+        assert_eq!(f.learn(vid(1), mac(101), 1, 6), Learned::Moved);
         assert_eq!((f.learned_on(1), f.learned_on(2)), (5, 20));
         // Removal, flush and aging give room back; the static one is never counted.
-        assert!(f.remove(1, mac(1)));
+        assert!(f.remove(vid(1), mac(1)));
         assert_eq!(f.learned_on(1), 4);
-        assert_eq!(f.learn(1, mac(50), 1, 6), Learned::New);
+        assert_eq!(f.learn(vid(1), mac(50), 1, 6), Learned::New);
         assert_eq!(f.age(11), 3 + 19, "the entries last seen at 0");
         assert_eq!((f.learned_on(1), f.learned_on(2)), (2, 1), "mac 101 and 50 on 1, mac 0 on 2");
         f.flush_port(1);
-        assert_eq!((f.learned_on(1), f.lookup(1, mac(1000))), (0, Some(1)));
+        assert_eq!((f.learned_on(1), f.lookup(vid(1), mac(1000))), (0, Some(1)));
         // A static put over a learned entry, and an eviction, take the count of its port.
-        f.learn(1, mac(3), 1, 20);
-        f.add_static(1, mac(3), 4).unwrap();
+        f.learn(vid(1), mac(3), 1, 20);
+        f.add_static(vid(1), mac(3), 4).unwrap();
         assert_eq!(f.learned_on(1), 0);
         let one = Fdb::new(8, 100);
         one.set_max_learned(1, 100);
         for i in 0..8 {
-            one.learn(1, mac(i), 1, u32::try_from(i).unwrap());
+            one.learn(vid(1), mac(i), 1, u32::try_from(i).unwrap());
         }
-        assert_eq!(one.learn(1, mac(8), 2, 9), Learned::Evicted);
+        assert_eq!(one.learn(vid(1), mac(8), 2, 9), Learned::Evicted);
         assert_eq!((one.learned_on(1), one.learned_on(2)), (7, 1));
         // Lowered below what it has: nothing goes, nothing new comes; raised: room again.
         one.set_max_learned(1, 3);
-        assert_eq!((one.learn(1, mac(20), 1, 9), one.learned_on(1)), (Learned::Limited, 7));
+        assert_eq!((one.learn(vid(1), mac(20), 1, 9), one.learned_on(1)), (Learned::Limited, 7));
         one.set_max_learned(1, 0);
-        assert_eq!(one.learn(1, mac(20), 1, 9), Learned::Evicted);
+        assert_eq!(one.learn(vid(1), mac(20), 1, 9), Learned::Evicted);
         // A resized table keeps the limit, the count made anew.
         let big = one.resized(1024, 9).unwrap();
         assert_eq!((big.max_learned(1), big.learned_on(1), big.learned_on(2)), (0, 7, 1));
@@ -1386,7 +1394,7 @@ mod tests {
                         x ^= x >> 7;
                         x ^= x << 17;
                         let port = (x % 4) as PortId;
-                        f.learn(1, mac((x >> 8) % 600), port, now);
+                        f.learn(vid(1), mac((x >> 8) % 600), port, now);
                         now = (now + u32::from(x.is_multiple_of(3))) % 1000;
                         over += usize::from((0..4).any(|p| f.learned_on(p) > 100 + 3));
                     }
@@ -1401,7 +1409,7 @@ mod tests {
             f.age(round % 1000);
             if round.is_multiple_of(50) {
                 f.flush_port((round / 50 % 4) as PortId);
-                let _ = f.remove(1, mac(round as u64 % 600));
+                let _ = f.remove(vid(1), mac(round as u64 % 600));
             }
             round += 1;
         }
@@ -1434,9 +1442,9 @@ mod tests {
     fn pages_list_every_entry_once_whatever_the_limit() {
         let f = Fdb::new(1024, 300);
         for i in 0..700u64 {
-            f.learn((i % 3) as u16 + 1, mac(i), (i % 5) as PortId, 0);
+            f.learn(vid((i % 3) as u16 + 1), mac(i), (i % 5) as PortId, 0);
         }
-        f.add_static(7, mac(5000), 2).unwrap();
+        f.add_static(vid(7), mac(5000), 2).unwrap();
         let all = f.entries(0);
         for limit in [1, 7, 8, 9, 100, 10_000] {
             let (listed, pages) = listing(&f, limit, usize::MAX, Select::default());
@@ -1452,9 +1460,9 @@ mod tests {
     fn a_page_looks_at_scan_slots_at_most_even_when_nothing_matches() {
         let f = Fdb::new(4096, 300);
         for i in 0..2000u64 {
-            f.learn(1, mac(i), 1, 0);
+            f.learn(vid(1), mac(i), 1, 0);
         }
-        let nothing = Select { vlan: Some(99), ..Select::default() };
+        let nothing = Select { vlan: Some(vid(99)), ..Select::default() };
         let mut out = Vec::new();
         assert_eq!(f.page(0, 10, 512, nothing, 0, &mut out), Some(512), "an empty page and where to go on");
         assert_eq!(f.page(512, 10, 512, nothing, 0, &mut out), Some(1024));
@@ -1476,20 +1484,20 @@ mod tests {
     fn pages_select_by_port_vlan_and_mac_prefix() {
         let f = Fdb::new(4096, 300);
         for i in 0..256u64 {
-            f.learn(10 + (i % 2) as u16, MacAddr::from_u64(0x0200_5e00_0000 | i << 8 | i), (i % 4) as PortId, 0);
-            f.learn(10, MacAddr::from_u64(0x0a00_0000_0000 | i), 9, 0);
+            f.learn(vid(10 + (i % 2) as u16), MacAddr::from_u64(0x0200_5e00_0000 | i << 8 | i), (i % 4) as PortId, 0);
+            f.learn(vid(10), MacAddr::from_u64(0x0a00_0000_0000 | i), 9, 0);
         }
         let all = f.entries(0);
         let select = |s: Select| listing(&f, 50, 100, s).0;
         let by = |keep: &dyn Fn(&Entry) -> bool| all.iter().copied().filter(|e| keep(e)).collect::<Vec<_>>();
         assert_eq!(select(Select { port: Some(3), ..Select::default() }), by(&|e| e.port == 3));
-        assert_eq!(select(Select { vlan: Some(11), ..Select::default() }), by(&|e| e.vlan == 11));
+        assert_eq!(select(Select { vlan: Some(vid(11)), ..Select::default() }), by(&|e| e.vlan == vid(11)));
         let p = |s: &str| s.parse::<MacPrefix>().unwrap();
         assert_eq!(select(Select { mac: p("0a"), ..Select::default() }), by(&|e| e.mac.0[0] == 0x0a));
         assert_eq!(select(Select { mac: p("02:00:5e:00:07"), ..Select::default() }).len(), 1);
         assert_eq!(select(Select { mac: p("02:00:5e:00:07:07"), ..Select::default() })[0].mac.0[5], 7);
-        let three = Select { port: Some(1), vlan: Some(11), mac: p("2:0:5e") };
-        let want = by(&|e| e.port == 1 && e.vlan == 11 && e.mac.0[..3] == [2, 0, 0x5e]);
+        let three = Select { port: Some(1), vlan: Some(vid(11)), mac: p("2:0:5e") };
+        let want = by(&|e| e.port == 1 && e.vlan == vid(11) && e.mac.0[..3] == [2, 0, 0x5e]);
         assert!(!want.is_empty());
         assert_eq!(select(three), want, "every condition holds");
     }
@@ -1511,9 +1519,9 @@ mod tests {
         let f = Fdb::new(1024, 10);
         assert_eq!(f.counted(), 0, "no sweep yet");
         for i in 0..50u64 {
-            f.learn(1, mac(i), 1, if i < 20 { 0 } else { 15 });
+            f.learn(vid(1), mac(i), 1, if i < 20 { 0 } else { 15 });
         }
-        f.add_static(1, mac(999), 1).unwrap();
+        f.add_static(vid(1), mac(999), 1).unwrap();
         assert_eq!(f.age(20), 20);
         assert_eq!(f.counted(), 31, "30 learned entries left and a static one");
         let big = f.resized(4096, 20).unwrap();
@@ -1524,8 +1532,8 @@ mod tests {
     #[test]
     fn port_zero_and_mac_zero_are_valid() {
         let f = Fdb::new(64, 10);
-        f.learn(1, MacAddr([0; 6]), 0, 0);
-        assert_eq!(f.lookup(1, MacAddr([0; 6])), Some(0));
+        f.learn(vid(1), MacAddr([0; 6]), 0, 0);
+        assert_eq!(f.lookup(vid(1), MacAddr([0; 6])), Some(0));
     }
 
     #[test]
@@ -1536,7 +1544,7 @@ mod tests {
                 let f = f.clone();
                 std::thread::spawn(move || {
                     for i in 0..2000u64 {
-                        f.learn(1, mac(i * 2 + t), PortId::try_from(t).unwrap(), 0);
+                        f.learn(vid(1), mac(i * 2 + t), PortId::try_from(t).unwrap(), 0);
                     }
                 })
             })
@@ -1545,7 +1553,7 @@ mod tests {
             h.join().unwrap();
         }
         for i in 0..4000u64 {
-            assert_eq!(f.lookup(1, mac(i)), Some((i % 2) as PortId));
+            assert_eq!(f.lookup(vid(1), mac(i)), Some((i % 2) as PortId));
         }
     }
 
@@ -1562,14 +1570,14 @@ mod tests {
                 while !stop.load(Ordering::Relaxed) {
                     for i in 0..32u64 {
                         t += 1;
-                        f.learn(1, mac(i), (i % 60) as PortId, t);
+                        f.learn(vid(1), mac(i), (i % 60) as PortId, t);
                     }
                 }
             })
         };
         for _ in 0..200_000 {
             for i in 0..32u64 {
-                if let Some(p) = f.lookup(1, mac(i)) {
+                if let Some(p) = f.lookup(vid(1), mac(i)) {
                     assert_eq!(p, (i % 60) as PortId);
                 }
             }
@@ -1590,22 +1598,22 @@ mod tests {
             std::thread::spawn(move || {
                 let mut p = 1;
                 while !stop.load(Ordering::Relaxed) {
-                    f.learn(1, m, p, 0);
+                    f.learn(vid(1), m, p, 0);
                     p = 3 - p;
                 }
             })
         };
         let mut wrong = 0;
         for _ in 0..300_000 {
-            f.remove(1, m);
-            f.learn(1, x, 5, 0);
+            f.remove(vid(1), m);
+            f.learn(vid(1), x, 5, 0);
             for _ in 0..50 {
                 std::hint::spin_loop();
             }
-            if !matches!(f.lookup(1, x), Some(5) | None) {
+            if !matches!(f.lookup(vid(1), x), Some(5) | None) {
                 wrong += 1;
             }
-            f.remove(1, x);
+            f.remove(vid(1), x);
         }
         stop.store(true, Ordering::Relaxed);
         mover.join().unwrap();
@@ -1628,7 +1636,7 @@ mod tests {
                 std::thread::spawn(move || {
                     for _ in 0..rounds {
                         go.wait();
-                        f.learn(1, k, p, 7);
+                        f.learn(vid(1), k, p, 7);
                         done.wait();
                     }
                 })
@@ -1638,15 +1646,15 @@ mod tests {
         for _ in 0..rounds {
             f.flush(Flush { statics: true, ..Flush::default() });
             for i in 1..=4 {
-                f.learn(1, mac(0x100 + i), 9, 7);
+                f.learn(vid(1), mac(0x100 + i), 9, 7);
             }
             go.wait();
             done.wait();
             let e = f.entries(7);
             doubled += usize::from(e.iter().filter(|x| x.mac == k).count() > 1);
             evicted += usize::from(e.iter().filter(|x| x.mac != k).count() < 4);
-            f.remove(1, k);
-            left += usize::from(f.lookup(1, k).is_some());
+            f.remove(vid(1), k);
+            left += usize::from(f.lookup(vid(1), k).is_some());
         }
         for w in workers {
             w.join().unwrap();
@@ -1677,8 +1685,8 @@ mod tests {
                     while go.load(Ordering::Acquire) != r {
                         std::hint::spin_loop();
                     }
-                    f.remove(1, other);
-                    f.learn(1, k, 2, 7);
+                    f.remove(vid(1), other);
+                    f.learn(vid(1), k, 2, 7);
                     done.store(r, Ordering::Release);
                 }
             })
@@ -1686,14 +1694,14 @@ mod tests {
         let (mut doubled, mut wrong_port) = (0, 0);
         for r in 1..=rounds {
             f.flush(Flush { statics: true, ..Flush::default() });
-            f.learn(1, other, 3, 7);
+            f.learn(vid(1), other, 3, 7);
             go.store(r, Ordering::Release);
-            f.add_static(1, k, 5).unwrap();
+            f.add_static(vid(1), k, 5).unwrap();
             while done.load(Ordering::Acquire) != r {
                 std::hint::spin_loop();
             }
             doubled += usize::from(f.entries(7).iter().filter(|x| x.mac == k).count() != 1);
-            wrong_port += usize::from(f.lookup(1, k) != Some(5));
+            wrong_port += usize::from(f.lookup(vid(1), k) != Some(5));
         }
         worker.join().unwrap();
         assert_eq!(
@@ -1708,13 +1716,13 @@ mod tests {
         let old = Fdb::new(64, 300);
         for i in 0..40u64 {
             old.learn(
-                1,
+                vid(1),
                 MacAddr::from_u64(0x0200_0000_0000 + i),
                 PortId::try_from(i % 3).unwrap(),
                 u32::try_from(i).unwrap(),
             );
         }
-        old.add_static(7, mac(1000), 2).unwrap();
+        old.add_static(vid(7), mac(1000), 2).unwrap();
         old.stats.aged.add(7);
         let big = old.resized(4096, 100).unwrap();
         assert_eq!(big.entries(100), old.entries(100));
@@ -1725,14 +1733,14 @@ mod tests {
         // What did not fit is counted, and the count carries over to the next table.
         assert_eq!(usize::try_from(small.stats.resize_dropped.get()).unwrap(), old.len() - small.len());
         assert_eq!(small.resized(4096, 100).unwrap().stats.resize_dropped.get(), small.stats.resize_dropped.get());
-        assert_eq!(small.lookup(7, mac(1000)), Some(2), "static entries go first");
+        assert_eq!(small.lookup(vid(7), mac(1000)), Some(2), "static entries go first");
         // What was kept is what the old table said.
         for e in small.entries(100) {
             assert!(old.entries(100).contains(&e));
         }
         // Static entries are never dropped to fit: more of them than a table holds is an error.
         for i in 0..20u64 {
-            old.add_static(3, mac(2000 + i), 1).unwrap();
+            old.add_static(vid(3), mac(2000 + i), 1).unwrap();
         }
         let err = old.resized(8, 100).map(|_| ()).expect_err("21 static entries do not fit a table of 8");
         assert!(err.contains("does not fit a table of 8"), "{err}");
@@ -1745,23 +1753,23 @@ mod tests {
         let mut added = Vec::new();
         let full = (0..1000u64)
             .find(|&i| {
-                let fits = f.statics_fit(64, &[], &[], &[(1, mac(i), 0)]).is_ok();
-                assert_eq!(fits, f.add_static(1, mac(i), 0).is_ok(), "entry {i}");
+                let fits = f.statics_fit(64, &[], &[], &[(vid(1), mac(i), 0)]).is_ok();
+                assert_eq!(fits, f.add_static(vid(1), mac(i), 0).is_ok(), "entry {i}");
                 if fits {
-                    added.push((1, mac(i), 0));
+                    added.push((vid(1), mac(i), 0));
                 }
                 !fits
             })
             .expect("a 64-entry table fills up");
-        let err = f.statics_fit(64, &[], &[], &[(1, mac(full), 1)]).unwrap_err();
+        let err = f.statics_fit(64, &[], &[], &[(vid(1), mac(full), 1)]).unwrap_err();
         assert!(err.contains("does not fit a table of 64"), "{err}");
         // Room made by a removal, or by a larger table; a group address never fits.
-        assert!(f.statics_fit(64, &added, &[], &[(1, mac(full), 1)]).is_ok(), "every other static removed");
-        assert!(f.statics_fit(4096, &[], &[], &[(1, mac(full), 1)]).is_ok());
-        assert!(f.statics_fit(4096, &[], &[], &[(1, MacAddr::BROADCAST, 1)]).is_err());
+        assert!(f.statics_fit(64, &added, &[], &[(vid(1), mac(full), 1)]).is_ok(), "every other static removed");
+        assert!(f.statics_fit(4096, &[], &[], &[(vid(1), mac(full), 1)]).is_ok());
+        assert!(f.statics_fit(4096, &[], &[], &[(vid(1), MacAddr::BROADCAST, 1)]).is_err());
         // The statics of a port that goes away make room too (they go with it).
-        assert!(f.statics_fit(64, &[], &[0], &[(1, mac(full), 1)]).is_ok(), "port 0 removed");
-        assert!(f.statics_fit(64, &[], &[1], &[(1, mac(full), 1)]).is_err(), "another port removed");
+        assert!(f.statics_fit(64, &[], &[0], &[(vid(1), mac(full), 1)]).is_ok(), "port 0 removed");
+        assert!(f.statics_fit(64, &[], &[1], &[(vid(1), mac(full), 1)]).is_err(), "another port removed");
         // Fewer slots than statics.
         assert!(f.statics_fit(8, &[], &[], &[]).unwrap_err().contains("does not fit a table of 8"));
     }
@@ -1769,12 +1777,12 @@ mod tests {
     #[test]
     fn remove_static_takes_only_the_static_entry_on_that_port() {
         let f = Fdb::new(64, 300);
-        f.add_static(1, mac(1), 2).unwrap();
-        f.learn(1, mac(2), 2, 0);
-        assert!(!f.remove_static(1, mac(1), 3), "on another port");
-        assert!(!f.remove_static(1, mac(2), 2), "learned, not static");
-        assert_eq!((f.lookup(1, mac(1)), f.lookup(1, mac(2))), (Some(2), Some(2)));
-        assert!(f.remove_static(1, mac(1), 2));
-        assert_eq!(f.lookup(1, mac(1)), None);
+        f.add_static(vid(1), mac(1), 2).unwrap();
+        f.learn(vid(1), mac(2), 2, 0);
+        assert!(!f.remove_static(vid(1), mac(1), 3), "on another port");
+        assert!(!f.remove_static(vid(1), mac(2), 2), "learned, not static");
+        assert_eq!((f.lookup(vid(1), mac(1)), f.lookup(vid(1), mac(2))), (Some(2), Some(2)));
+        assert!(f.remove_static(vid(1), mac(1), 2));
+        assert_eq!(f.lookup(vid(1), mac(1)), None);
     }
 }

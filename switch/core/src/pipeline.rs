@@ -612,7 +612,7 @@ impl Pipeline {
                 match l2.vlan.classify(tag) {
                     Some(v) => {
                         if deep {
-                            b.meta[kept].vlan = v;
+                            b.meta[kept].vlan = v.get();
                         }
                         let (src, dst) = (fdb.place_bits(v, src), fdb.place_bits(v, dst));
                         fdb.prefetch(dst);

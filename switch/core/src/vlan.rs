@@ -36,6 +36,14 @@ impl Vid {
     pub const fn get(self) -> u16 {
         self.0
     }
+
+    /// A VID read back from where only a [`Vid`] was written (an FDB key's 12 bits, a member
+    /// of a [`VlanSet`]).
+    #[inline]
+    pub(crate) const fn from_valid(v: u16) -> Vid {
+        debug_assert!(v >= Self::MIN && v <= Self::MAX);
+        Vid(v)
+    }
 }
 
 impl std::fmt::Display for Vid {
@@ -135,10 +143,11 @@ impl PortVlan {
     /// the raw 12-bit VID) or, untagged or priority-tagged, the PVID; `None` when the port
     /// does not carry it.
     #[inline]
-    pub fn classify(&self, tag: Option<u16>) -> Option<u16> {
+    pub fn classify(&self, tag: Option<u16>) -> Option<Vid> {
         match tag {
-            Some(v) if v != 0 => self.members.contains(v).then_some(v),
-            _ => self.pvid.map(Vid::get),
+            // A member is a VID (0 and 4095 never are).
+            Some(v) if v != 0 => self.members.contains(v).then_some(Vid(v)),
+            _ => self.pvid,
         }
     }
 
@@ -230,15 +239,15 @@ mod tests {
     #[test]
     fn access_and_trunk_classify_like_the_linux_bridge() {
         let access = PortVlan::access(vid(10));
-        assert_eq!(access.classify(None), Some(10));
-        assert_eq!(access.classify(Some(0)), Some(10), "priority tag takes the PVID");
-        assert_eq!(access.classify(Some(10)), Some(10), "its own VID tagged is accepted");
+        assert_eq!(access.classify(None), Some(vid(10)));
+        assert_eq!(access.classify(Some(0)), Some(vid(10)), "priority tag takes the PVID");
+        assert_eq!(access.classify(Some(10)), Some(vid(10)), "its own VID tagged is accepted");
         assert_eq!(access.classify(Some(20)), None);
         assert!(access.untagged(10));
 
         let trunk = PortVlan::trunk((20..=29).map(vid), Some(vid(1)));
-        assert_eq!(trunk.classify(None), Some(1));
-        assert_eq!(trunk.classify(Some(25)), Some(25));
+        assert_eq!(trunk.classify(None), Some(vid(1)));
+        assert_eq!(trunk.classify(Some(25)), Some(vid(25)));
         assert_eq!(trunk.classify(Some(30)), None);
         assert_eq!(trunk.classify(Some(4095)), None);
         assert!(trunk.untagged(1) && !trunk.untagged(25));

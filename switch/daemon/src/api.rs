@@ -185,7 +185,7 @@ pub struct FdbQuery {
     /// A port name (checked against the running ports by the daemon).
     pub port: Option<String>,
     /// A VLAN id, 1-4094.
-    pub vlan: Option<u16>,
+    pub vlan: Option<Vid>,
     /// A prefix of 0-6 bytes the entries' MACs must start with (empty: any).
     pub mac: MacPrefix,
 }
@@ -356,7 +356,7 @@ impl FdbQuery {
                             Vid::MAX
                         ));
                     };
-                    q.vlan = Some(vid.get());
+                    q.vlan = Some(vid);
                 }
                 _ => q.mac = v.parse().map_err(|e| format!("mac: {e}"))?,
             }
@@ -1583,7 +1583,7 @@ mod tests {
         let q = FdbQuery::parse(Some("limit=10000&port=p%2D1&vlan=4094&mac=0a:1&cursor=00000000000000ff-42&")).unwrap();
         assert_eq!(q.limit, FDB_PAGE_MAX);
         assert_eq!(q.port.as_deref(), Some("p-1"));
-        assert_eq!(q.vlan, Some(4094));
+        assert_eq!(q.vlan, Vid::new(4094));
         assert_eq!(q.mac, "0a:01".parse().unwrap());
         assert_eq!(q.cursor, Some(FdbCursor { table: 0xff, slot: 42 }));
         let c = FdbCursor { table: u64::MAX, slot: 1 << 24 };

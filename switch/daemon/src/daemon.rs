@@ -154,7 +154,7 @@ impl Switch {
         let entries = found
             .into_iter()
             .map(|e| FdbEntry {
-                vlan: e.vlan,
+                vlan: e.vlan.get(),
                 mac: e.mac,
                 port: names.get(e.port as usize).cloned().flatten(),
                 is_static: e.is_static,
@@ -192,7 +192,7 @@ impl Switch {
                 if let Some(why) = cfg.host_address_elsewhere(mac, &port) {
                     return Err(why);
                 }
-                fdb.add_static(v.get(), mac, id).map_err(|e| format!("{mac} in VLAN {v}: {e}"))?;
+                fdb.add_static(v, mac, id).map_err(|e| format!("{mac} in VLAN {v}: {e}"))?;
                 self.info_changed(
                     "fdb: static entry added",
                     &format!("fdb: static entry {mac} in VLAN {v} on port `{port}` added"),
@@ -201,7 +201,7 @@ impl Switch {
             }
             FdbChange::Remove { mac, vlan } => {
                 let v = vid(vlan)?;
-                if !fdb.remove(v.get(), mac) {
+                if !fdb.remove(v, mac) {
                     return Err(format!("no entry for {mac} in VLAN {v}"));
                 }
                 self.info_changed("fdb: entry removed", &format!("fdb: entry {mac} in VLAN {v} removed"));
@@ -210,7 +210,7 @@ impl Switch {
             FdbChange::Flush { port, vlan, statics } => {
                 let what = Flush {
                     port: port.as_deref().map(port_id).transpose()?,
-                    vlan: vlan.map(vid).transpose()?.map(Vid::get),
+                    vlan: vlan.map(vid).transpose()?,
                     statics,
                 };
                 let n = fdb.flush(what);

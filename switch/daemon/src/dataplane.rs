@@ -20,7 +20,7 @@ use wasmswitch_core::pipeline::{Pipeline, PipelineOptions, PortSlot};
 use wasmswitch_core::pool::{check_no_leak, AllocMode, PoolCache, PoolId, PoolStats, SharedPool};
 use wasmswitch_core::stats::WorkerStats;
 use wasmswitch_core::verdict::VerdictStage;
-use wasmswitch_core::vlan::PortL2;
+use wasmswitch_core::vlan::{PortL2, Vid};
 use wasmswitch_core::wire::build::{tcp_flags, L4};
 use wasmswitch_core::{PortId, Umem};
 use wasmswitch_sim::TrafficSpec;
@@ -415,7 +415,8 @@ pub fn build(cfg: &Config) -> Result<Built> {
     }
     for e in &cfg.fdb.statics {
         let port = cfg.port_index(&e.port.value).context("a static FDB entry on no port")? as PortId;
-        fdb.add_static(e.vlan.value, e.mac.value.0, port)
+        let vlan = Vid::new(e.vlan.value).context("a static FDB entry outside 1-4094")?;
+        fdb.add_static(vlan, e.mac.value.0, port)
             .map_err(|why| anyhow::anyhow!("fdb.static {} in VLAN {}: {why}", e.mac.value.0, e.vlan.value))?;
     }
     let mode = cfg.switch.mode;

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use anyhow::Context;
-use wasmswitch_core::vlan::VlanSet;
+use wasmswitch_core::vlan::{Vid, VlanSet};
 use wasmswitch_core::wire::MacAddr;
 use wasmswitch_core::PortId;
 
@@ -29,7 +29,7 @@ use crate::plugins::{Role, RunningSet, Smoke, Stages};
 const UNCHANGED: &str = "reload refused, nothing was changed";
 
 /// A static FDB entry of the config: VLAN, MAC, port name.
-type StaticKey = (u16, MacAddr, String);
+type StaticKey = (Vid, MacAddr, String);
 
 /// Which ports a reload takes out, puts in and reopens, and the id each port of the new config
 /// runs under (running ports keep theirs, added ones get the lowest free ids).
@@ -257,15 +257,16 @@ impl Switch {
     /// changes.
     fn statics_plan(&self, old: &Config, new: &Config, ports: &PortPlan) -> Result<StaticsPlan, String> {
         let dp = &self.dataplane;
-        let key = |e: &StaticEntry| (e.vlan.value, e.mac.value.0, e.port.value.clone());
+        // Checked at load: every VLAN of the file's statics is a VID.
+        let key = |e: &StaticEntry| Some((Vid::new(e.vlan.value)?, e.mac.value.0, e.port.value.clone()));
         let (was, now): (Vec<StaticKey>, Vec<StaticKey>) =
-            (old.fdb.statics.iter().map(key).collect(), new.fdb.statics.iter().map(key).collect());
+            (old.fdb.statics.iter().filter_map(key).collect(), new.fdb.statics.iter().filter_map(key).collect());
         let gone: Vec<StaticKey> = was.iter().filter(|e| !now.contains(e)).cloned().collect();
         let fresh: Vec<StaticKey> = now.iter().filter(|e| !was.contains(e)).cloned().collect();
         // The table's static entries, the file's and the API's, by (VLAN, MAC).
         let statics_now: Vec<_> = dp.fdb.get().entries(0).into_iter().filter(|e| e.is_static).collect();
-        let in_table = |v: u16, m: MacAddr| statics_now.iter().find(|e| (e.vlan, e.mac) == (v, m));
-        let port_in_table = |v: u16, m: MacAddr| dp.ports.get(in_table(v, m)?.port).map(|i| i.name.clone());
+        let in_table = |v: Vid, m: MacAddr| statics_now.iter().find(|e| (e.vlan, e.mac) == (v, m));
+        let port_in_table = |v: Vid, m: MacAddr| dp.ports.get(in_table(v, m)?.port).map(|i| i.name.clone());
         // The file's statics follow the file: one the file still has but the table lost (an
         // API delete or flush took it) comes back. One the API put on another port stays there.
         let restored: Vec<StaticKey> =
@@ -303,7 +304,7 @@ impl Switch {
         for e in dp.fdb.get().entries(0).into_iter().filter(|e| e.is_static && !ports.removed.contains(&e.port)) {
             let Some(info) = dp.ports.get(e.port) else { continue };
             let left = gone.iter().any(|(v, m, p)| (*v, *m) == (e.vlan, e.mac) && *p == info.name);
-            if !left && !new.port_l2(&info.name, 1, &id_of).vlan.members.contains(e.vlan) {
+            if !left && !new.port_l2(&info.name, 1, &id_of).vlan.members.contains(e.vlan.get()) {
                 return Err(format!(
                     "{UNCHANGED}: fdb: the static entry {} in VLAN {} on `{}` would be outside the port's VLANs; delete it first (`wasmswitch fdb del {} --vlan {}`)",
                     e.mac, e.vlan, info.name, e.mac, e.vlan
