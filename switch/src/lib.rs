@@ -9,6 +9,6 @@ pub mod client;
 pub mod plugin_cmd;
 
 pub use wasmswitch_daemon::{
-    api, config, daemon, dataplane, drivers, error_text, metrics, notify, plugins, privileges,
+    api, config, daemon, dataplane, drivers, error_text, metrics, notify, plugins, privileges, schema,
 };
 pub use wasmswitch_lab::{bench, demo, lab};

@@ -483,7 +483,8 @@ fn a_zero_copy_port_beside_copy_ports_gets_a_umem_of_its_own() {
     let refused = format!("{:#}", Config::parse(&zc, &repo("switch/tests/real_traffic.yaml")).err().unwrap());
     assert!(refused.contains("does not offer AF_XDP zero-copy"), "{refused}");
     let mut cfg = Config::parse(&yaml, &repo("switch/tests/real_traffic.yaml")).unwrap();
-    cfg.ports[1].afxdp.as_mut().unwrap().value.bind = wasmswitch::config::BindMode::Zerocopy;
+    cfg.ports[1].afxdp.as_mut().unwrap().value.bind =
+        wasmswitch::schema::Auto::Set(wasmswitch::config::BindMode::ZeroCopy);
     let groups: Vec<String> = cfg.ports.iter().map(wasmswitch::dataplane::umem_group_of).collect();
     assert_eq!(groups, ["copy", "zerocopy"]);
     let e = format!("{:#}", Dataplane::start(&cfg).err().expect("veth has no zero-copy AF_XDP"));

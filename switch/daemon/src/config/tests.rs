@@ -938,3 +938,26 @@ fn a_cpu_outside_the_process_affinity_is_refused() {
         );
     }
 }
+
+#[test]
+fn afxdp_modes_are_the_librarys_enums_read_by_word_with_auto_for_the_profile() {
+    use crate::schema::Auto;
+    let port =
+        |extra: &str| format!("ports:\n  - name: p0\n    driver: afxdp\n    afxdp: {{ interface: nosuch0{extra} }}\n");
+    let a = |c: &Config| c.ports[0].afxdp.as_ref().unwrap().value.clone();
+    let c = parse(&port("")).unwrap();
+    assert_eq!((a(&c).mode, a(&c).bind), (Auto::Auto, Auto::Auto), "auto when left out");
+    assert_eq!((a(&c).spec().overrides.attach, a(&c).spec().overrides.bind), (None, None));
+    let c = parse(&port(", mode: generic, bind: zerocopy")).unwrap();
+    assert_eq!(a(&c).mode, Auto::Set(AttachMode::Generic));
+    assert_eq!(a(&c).spec().overrides.bind, Some(BindMode::ZeroCopy));
+    // Written out as the file writes them (the reload's diff compares these).
+    let json = serde_json::to_value(a(&c)).unwrap();
+    assert_eq!((json["mode"].as_str(), json["bind"].as_str()), (Some("generic"), Some("zerocopy")));
+    assert_eq!(serde_json::to_value(a(&parse(&port(", mode: auto")).unwrap())).unwrap()["mode"], "auto");
+    let e = parse(&port(", mode: bogus")).unwrap_err();
+    assert!(e.message.contains("unknown variant `bogus`, expected one of auto, native, generic"), "{e}");
+    assert_eq!(e.line, 4, "{e}");
+    let e = parse(&port(", bind: ZeroCopy")).unwrap_err();
+    assert!(e.message.contains("expected one of auto, copy, zerocopy"), "{e}");
+}

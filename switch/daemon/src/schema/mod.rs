@@ -109,3 +109,85 @@ pub fn within<T: PartialOrd + fmt::Display + Copy>(
     }
     Ok(())
 }
+
+/// A library enum the file names by word (`native`, `zerocopy`): the words are written once,
+/// where the config implements this for it.
+pub trait Choice: Sized + Copy + PartialEq + 'static {
+    /// Every value.
+    const ALL: &'static [Self];
+    /// `auto` and every value's word, in order, as an error lists what it expected.
+    const WORDS: &'static [&'static str];
+    /// The value's word in the file.
+    fn word(self) -> &'static str;
+}
+
+/// `auto` (the driver profile chooses) or one value of a library enum `T`, written as its word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Auto<T> {
+    /// Chosen by the driver profile (the default).
+    #[default]
+    Auto,
+    /// This value, whatever the profile says.
+    Set(T),
+}
+
+impl<T: Copy> Auto<T> {
+    /// The value asked for; `None` for `auto`.
+    pub fn get(self) -> Option<T> {
+        match self {
+            Auto::Auto => None,
+            Auto::Set(v) => Some(v),
+        }
+    }
+}
+
+impl<T: Choice> Serialize for Auto<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(match self {
+            Auto::Auto => "auto",
+            Auto::Set(v) => v.word(),
+        })
+    }
+}
+
+impl<'de, T: Choice> Deserialize<'de> for Auto<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use std::marker::PhantomData;
+        // Read as an enum of unit variants, as serde's derive reads one, so that an unknown
+        // word is reported where the value is written, not at its key.
+        struct Word<T>(PhantomData<T>);
+        impl<T: Choice> serde::de::Visitor<'_> for Word<T> {
+            type Value = Auto<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "one of {}", T::WORDS.join(", "))
+            }
+            fn visit_str<E: serde::de::Error>(self, word: &str) -> Result<Auto<T>, E> {
+                if word == "auto" {
+                    return Ok(Auto::Auto);
+                }
+                let found = T::ALL.iter().copied().find(|v| v.word() == word);
+                found.map(Auto::Set).ok_or_else(|| E::unknown_variant(word, T::WORDS))
+            }
+        }
+        impl<'de, T: Choice> serde::de::DeserializeSeed<'de> for Word<T> {
+            type Value = Auto<T>;
+            fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Auto<T>, D::Error> {
+                d.deserialize_identifier(self)
+            }
+        }
+        struct Enum<T>(PhantomData<T>);
+        impl<'de, T: Choice> serde::de::Visitor<'de> for Enum<T> {
+            type Value = Auto<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "one of {}", T::WORDS.join(", "))
+            }
+            fn visit_enum<A: serde::de::EnumAccess<'de>>(self, data: A) -> Result<Auto<T>, A::Error> {
+                use serde::de::VariantAccess;
+                let (v, variant) = data.variant_seed(Word(PhantomData))?;
+                variant.unit_variant()?;
+                Ok(v)
+            }
+        }
+        d.deserialize_enum("Auto", T::WORDS, Enum(PhantomData))
+    }
+}

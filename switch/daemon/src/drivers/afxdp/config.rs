@@ -9,7 +9,9 @@ use serde_json::Value;
 use serde_saphyr::{Location, Spanned};
 
 use crate::drivers::CheckCtx;
-use crate::schema::{max_frame, max_mtu, ConfigError};
+pub use wasmswitch_afxdp::{AttachMode, BindMode};
+
+use crate::schema::{max_frame, max_mtu, Auto, Choice, ConfigError};
 
 /// Ranges of the section's numeric keys (inclusive; the README's configuration reference
 /// lists them).
@@ -22,30 +24,20 @@ pub mod range {
     pub const AFXDP_RING: (u32, u32) = (64, 16384);
 }
 
-/// `afxdp.mode`: how the XDP program is attached to the interface.
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum AttachMode {
-    /// Chosen by the driver profile.
-    #[default]
-    Auto,
-    /// In the driver (native XDP).
-    Native,
-    /// In the kernel's generic path (SKB mode): any interface, slower.
-    Generic,
+impl Choice for AttachMode {
+    const ALL: &'static [Self] = &[AttachMode::Native, AttachMode::Generic];
+    const WORDS: &'static [&'static str] = &["auto", "native", "generic"];
+    fn word(self) -> &'static str {
+        self.label()
+    }
 }
 
-/// `afxdp.bind`: how the AF_XDP sockets bind to their queues.
-#[derive(Deserialize, Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum BindMode {
-    /// Chosen by the driver profile.
-    #[default]
-    Auto,
-    /// The kernel copies frames between the driver's buffers and the UMEM.
-    Copy,
-    /// The driver works in the UMEM's frames directly (needs the driver's support).
-    Zerocopy,
+impl Choice for BindMode {
+    const ALL: &'static [Self] = &[BindMode::Copy, BindMode::ZeroCopy];
+    const WORDS: &'static [&'static str] = &["auto", "copy", "zerocopy"];
+    fn word(self) -> &'static str {
+        self.config_value()
+    }
 }
 
 /// A port's `afxdp:` section: the kernel interface it opens and how.
@@ -56,10 +48,10 @@ pub struct AfxdpSection {
     pub interface: Spanned<String>,
     /// `native`, `generic`, or `auto` (the default: the driver profile's).
     #[serde(default)]
-    pub mode: AttachMode,
+    pub mode: Auto<AttachMode>,
     /// `copy`, `zerocopy`, or `auto` (the default: the driver profile's).
     #[serde(default)]
-    pub bind: BindMode,
+    pub bind: Auto<BindMode>,
     /// Queue ids to open; all of the interface's queues when absent.
     #[serde(default)]
     pub queues: Option<Spanned<Vec<u32>>>,
@@ -82,16 +74,8 @@ impl AfxdpSection {
         let a = self;
         let mut spec = wasmswitch_afxdp::PortSpec::new(a.interface.value.clone());
         spec.overrides = wasmswitch_afxdp::Overrides {
-            attach: match a.mode {
-                AttachMode::Auto => None,
-                AttachMode::Native => Some(wasmswitch_afxdp::AttachMode::Native),
-                AttachMode::Generic => Some(wasmswitch_afxdp::AttachMode::Generic),
-            },
-            bind: match a.bind {
-                BindMode::Auto => None,
-                BindMode::Copy => Some(wasmswitch_afxdp::BindMode::Copy),
-                BindMode::Zerocopy => Some(wasmswitch_afxdp::BindMode::ZeroCopy),
-            },
+            attach: a.mode.get(),
+            bind: a.bind.get(),
             queues: a.queues.as_ref().map(|q| q.value.clone()),
             rings: a.ring_size.as_ref().map(|r| wasmswitch_afxdp::RingSizes::all(r.value)),
             complete_partial_checksums: match a.partial_checksums {
@@ -238,7 +222,8 @@ impl AfxdpSection {
                     "port `{name}`: interface {iface} has MTU {iface_mtu}, below the port's mtu {mtu}: frames over {iface_mtu} bytes of payload sent there are dropped by the kernel (afxdp_tx_kernel_drops)"
                 ));
             }
-            if self.mode == AttachMode::Generic && wasmswitch_afxdp::sys::driver_name(iface).is_ok_and(|d| d == "veth")
+            if self.mode == Auto::Set(AttachMode::Generic)
+                && wasmswitch_afxdp::sys::driver_name(iface).is_ok_and(|d| d == "veth")
             {
                 out.push(format!(
                     "port `{name}`: interface {iface} is a veth in generic (SKB) mode: TCP through it runs far slower than in native mode, the veth default (see README, Real traffic)"
