@@ -27,24 +27,45 @@ pub const MAX_COUNTER_DELTAS: usize = 64;
 
 /// Batch header field offsets.
 pub mod hdr {
+    /// `u16`: the layout version, [`LAYOUT_VERSION`](super::LAYOUT_VERSION) for this SDK.
     pub const VERSION: usize = 0;
+    /// `u16`: packets in the batch, 1 to [`MAX_BATCH`](super::MAX_BATCH) (at most the switch's
+    /// `switch.batch`, 64 by default).
     pub const COUNT: usize = 2;
+    /// `u16`: bytes per packet record, [`stride`](super::stride)`(header-bytes)`.
     pub const STRIDE: usize = 4;
+    /// `u16`: the plugin's snapshot size N from its YAML `header-bytes`, 0 to
+    /// [`MAX_HEADER_BYTES`](super::MAX_HEADER_BYTES).
     pub const HEADER_BYTES: usize = 6;
+    /// `u16`: ingress port id, the port's position in the config's port list at start (the host
+    /// port's is the one after them); a reload keeps running ports' ids.
     pub const IN_PORT: usize = 8;
+    /// `u16`: ingress queue index on that port.
     pub const QUEUE: usize = 10;
 }
 
 /// Packet record field offsets.
 pub mod rec {
+    /// `u16`: frame length in bytes (the whole frame, not only the snapshot).
     pub const LEN: usize = 0;
+    /// `u16`: the bits of [`flags`](super::flags) (VLAN-tagged, IPv4, IPv6, ports parsed, fragment,
+    /// group destination MAC, 802.1Q outer tag); other bits are 0.
     pub const FLAGS: usize = 2;
+    /// `u16`: the VLAN the frame is switched in: its 802.1Q tag's VID, or the ingress port's PVID
+    /// for an untagged or priority-tagged frame; 0 when the switch is not in `l2` mode.
     pub const VLAN: usize = 4;
+    /// `u16`: the ethertype after the VLAN tags (0x0800 IPv4, 0x86dd IPv6, ...).
     pub const ETHERTYPE: usize = 6;
+    /// `u16`: offset of the IPv4/IPv6 header in the frame; 0 when the frame is not IP.
     pub const L3_OFFSET: usize = 8;
+    /// `u16`: offset of the TCP/UDP header in the frame; 0 when not parsed (check
+    /// [`flags::L4_PORTS`](super::flags::L4_PORTS) before reading ports there).
     pub const L4_OFFSET: usize = 10;
+    /// `u8`: IP protocol, or the final IPv6 next header after any extension headers; 0 when not IP.
     pub const IP_PROTO: usize = 12;
+    /// `u16`: valid snapshot bytes, `min(len, header-bytes)`.
     pub const CAPLEN: usize = 14;
+    /// Start of the snapshot: the frame's first `caplen` bytes, zero-padded to `stride - 16`.
     pub const HEADERS: usize = 16;
 }
 
@@ -54,10 +75,15 @@ pub use wasmswitch_wire::flags;
 
 /// Verdict kinds (byte 0 of a verdict record).
 pub mod kind {
+    /// Continue to L2 forwarding.
     pub const PASS: u8 = 0;
+    /// Discard the packet: it is neither forwarded nor delivered to the host.
     pub const DROP: u8 = 1;
+    /// Send the packet out of the port in bytes 2..4 only, skipping the forwarding database.
     pub const REDIRECT: u8 = 2;
+    /// Deliver the packet to the switch's host port instead of forwarding it.
     pub const HOST: u8 = 3;
+    /// Forward as [`PASS`] and also send a copy to the host port.
     pub const HOST_COPY: u8 = 4;
 }
 
@@ -123,12 +149,20 @@ impl Verdict {
 /// Metadata of one packet as the host writes it into a record (everything but the snapshot).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecordMeta {
+    /// Frame length in bytes (the whole frame, not only the snapshot).
     pub len: u16,
+    /// What the parser found, as [`flags`] bits (tagged, IPv4/IPv6, ports parsed, fragment, ...).
     pub flags: u16,
+    /// The VLAN the frame is switched in (its 802.1Q VID, or the ingress port's PVID when
+    /// untagged); 0 when none is known (not in `l2` mode, or untagged in the test harness).
     pub vlan: u16,
+    /// Ethertype after any VLAN tags (0x0800 IPv4, 0x86dd IPv6, ...).
     pub ethertype: u16,
+    /// Offset of the IPv4/IPv6 header in the frame; 0 when not IP.
     pub l3_offset: u16,
+    /// Offset of the TCP/UDP header in the frame; 0 when not parsed (see [`flags::L4_PORTS`]).
     pub l4_offset: u16,
+    /// IP protocol, or the final IPv6 next header; 0 when not IP.
     pub ip_proto: u8,
 }
 

@@ -26,7 +26,11 @@ pub fn kv(token: &str) -> Option<(&str, &str)> {
 /// An IP prefix over 16-byte addresses (IPv4 as `::ffff:a.b.c.d/96+len`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cidr {
+    /// Network address as a big-endian `u128` of the 16-byte address, host bits zero (IPv4 as
+    /// `::ffff:a.b.c.d`).
     pub net: u128,
+    /// Ones over the prefix bits, zeros over the host bits; an IPv4 `/n` covers 96 + n bits, and
+    /// [`Cidr::ANY`]'s mask is 0.
     pub mask: u128,
 }
 
@@ -34,6 +38,8 @@ impl Cidr {
     /// Matches every address.
     pub const ANY: Cidr = Cidr { net: 0, mask: 0 };
 
+    /// Whether `addr`, a 16-byte address as a big-endian `u128` (IPv4 mapped, as
+    /// `u128::from_be_bytes(src)` for `src` from [`crate::Packet::ip_addrs`]), lies in the prefix.
     #[inline]
     pub fn contains(&self, addr: u128) -> bool {
         addr & self.mask == self.net
@@ -68,13 +74,17 @@ impl Cidr {
 /// An inclusive port range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortRange {
+    /// Lowest port in the range, inclusive.
     pub lo: u16,
+    /// Highest port in the range, inclusive; never below `lo` after [`PortRange::parse`].
     pub hi: u16,
 }
 
 impl PortRange {
+    /// Every port, 0 to 65535 (what `any` and `*` parse to).
     pub const ANY: PortRange = PortRange { lo: 0, hi: u16::MAX };
 
+    /// Whether port `p` lies in `lo..=hi`.
     #[inline]
     pub fn contains(&self, p: u16) -> bool {
         self.lo <= p && p <= self.hi

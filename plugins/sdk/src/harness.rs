@@ -38,9 +38,14 @@ pub const DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 /// A batch under construction.
 #[derive(Clone, Debug)]
 pub struct BatchBuilder {
+    /// Snapshot size N written in each record: the plugin's `header-bytes`, 0 to 1024 (the
+    /// switch's default is 128).
     pub header_bytes: usize,
+    /// Ingress port id the batch arrives on (0 unless set with [`BatchBuilder::in_port`]).
     pub in_port: u16,
+    /// Ingress queue index on that port (0 unless set with [`BatchBuilder::queue`]).
     pub queue: u16,
+    /// Whole Ethernet frames, one packet each, in batch order.
     pub frames: Vec<Vec<u8>>,
 }
 
@@ -50,16 +55,19 @@ impl BatchBuilder {
         Self { header_bytes, in_port: 0, queue: 0, frames: Vec::new() }
     }
 
+    /// Sets the ingress port id the batch arrives on.
     pub fn in_port(mut self, port: u16) -> Self {
         self.in_port = port;
         self
     }
 
+    /// Sets the ingress queue index.
     pub fn queue(mut self, q: u16) -> Self {
         self.queue = q;
         self
     }
 
+    /// Appends a whole Ethernet frame (from [`udp4`], [`ethernet()`], ...) as the next packet.
     pub fn push(mut self, frame: Vec<u8>) -> Self {
         self.frames.push(frame);
         self
@@ -81,6 +89,7 @@ impl BatchBuilder {
 
 /// A plugin instance under test, with the switch's host functions recorded per thread.
 pub struct Harness<P: Plugin> {
+    /// The plugin as `P::init` built it: inspect or change its state between batches.
     pub plugin: P,
     /// Header bytes used by [`Harness::run_one`] and [`Harness::run_frames`].
     pub header_bytes: usize,

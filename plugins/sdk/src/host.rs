@@ -10,9 +10,14 @@ use std::cell::RefCell;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Level {
+    /// Logged at the switch's `error` level.
     Error = 0,
+    /// Logged at the switch's `warn` level.
     Warn = 1,
+    /// Logged at the switch's `info` level.
     Info = 2,
+    /// Logged at the switch's `debug` level, shown only when its log filter enables it; the line
+    /// still counts toward the per-plugin rate limit when hidden.
     Debug = 3,
 }
 
@@ -62,6 +67,7 @@ impl Counter {
         });
     }
 
+    /// Adds 1, as cheaply as [`Counter::add`].
     #[inline]
     pub fn inc(&self) {
         self.add(1);

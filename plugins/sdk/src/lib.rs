@@ -44,7 +44,7 @@
 //! repository. `plugins/README.md` walks from an empty crate to a loaded plugin.
 
 // A library's `pub` is what other crates may use; the rest says `pub(crate)`.
-#![warn(unreachable_pub)]
+#![warn(unreachable_pub, missing_docs)]
 
 pub mod abi;
 pub mod config;

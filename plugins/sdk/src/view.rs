@@ -14,9 +14,15 @@ fn u16_at(b: &[u8], off: usize) -> u16 {
 /// Why a byte string is not a valid batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BatchError {
+    /// Fewer bytes than the 16-byte batch header.
     TooShort,
+    /// The header's layout version (carried here) is not [`abi::LAYOUT_VERSION`]: the batch was
+    /// written for another ABI version.
     BadVersion(u16),
+    /// `header-bytes` is over [`abi::MAX_HEADER_BYTES`], or the stride is not
+    /// [`abi::stride`]`(header-bytes)`.
     BadStride,
+    /// The byte length is not 16 + count × stride.
     BadLength,
 }
 
@@ -56,6 +62,7 @@ impl<'a> Batch<'a> {
         self.count
     }
 
+    /// Whether the batch has no packets (the switch never sends an empty one).
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.count == 0
@@ -117,6 +124,7 @@ impl<'a> Packet<'a> {
         u16_at(self.rec, rec::LEN) as usize
     }
 
+    /// Whether the frame length is 0, which no frame from the switch has.
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -128,6 +136,7 @@ impl<'a> Packet<'a> {
         u16_at(self.rec, rec::FLAGS)
     }
 
+    /// Whether `flag`, one of the [`abi::flags`] bits (for example `flags::FRAGMENT`), is set.
     #[inline]
     pub fn has(&self, flag: u16) -> bool {
         self.flags() & flag != 0
@@ -159,11 +168,15 @@ impl<'a> Packet<'a> {
         (self.has(flags::IPV4) || self.has(flags::IPV6)).then(|| self.rec[rec::IP_PROTO])
     }
 
+    /// Offset of the IPv4/IPv6 header in the frame and in [`Packet::headers`]; 0 when not IP. It
+    /// may lie past the snapshot: prefer [`Packet::ipv4`] and [`Packet::ipv6`].
     #[inline]
     pub fn l3_offset(&self) -> usize {
         u16_at(self.rec, rec::L3_OFFSET) as usize
     }
 
+    /// Offset of the TCP/UDP header in the frame and in [`Packet::headers`]; 0 when not parsed. It
+    /// may lie past the snapshot: prefer [`Packet::ports`], which also checks the flag.
     #[inline]
     pub fn l4_offset(&self) -> usize {
         u16_at(self.rec, rec::L4_OFFSET) as usize
@@ -242,10 +255,12 @@ pub struct Ethernet<'a> {
 }
 
 impl Ethernet<'_> {
+    /// Destination MAC address, in wire order.
     #[inline]
     pub fn dst(&self) -> [u8; 6] {
         [self.b[0], self.b[1], self.b[2], self.b[3], self.b[4], self.b[5]]
     }
+    /// Source MAC address, in wire order.
     #[inline]
     pub fn src(&self) -> [u8; 6] {
         [self.b[6], self.b[7], self.b[8], self.b[9], self.b[10], self.b[11]]
@@ -264,10 +279,12 @@ pub struct Ipv4<'a> {
 }
 
 impl Ipv4<'_> {
+    /// Source address in wire order: `a.b.c.d` is `[a, b, c, d]`.
     #[inline]
     pub fn src(&self) -> [u8; 4] {
         [self.b[12], self.b[13], self.b[14], self.b[15]]
     }
+    /// Destination address in wire order: `a.b.c.d` is `[a, b, c, d]`.
     #[inline]
     pub fn dst(&self) -> [u8; 4] {
         [self.b[16], self.b[17], self.b[18], self.b[19]]
@@ -284,18 +301,22 @@ impl Ipv4<'_> {
     pub fn dst_ne(&self) -> u32 {
         u32::from_ne_bytes(self.dst())
     }
+    /// Protocol field (6 TCP, 17 UDP, 1 ICMP, ...); the same as [`Packet::ip_proto`].
     #[inline]
     pub fn protocol(&self) -> u8 {
         self.b[9]
     }
+    /// Time to live, as the packet arrived (0 to 255).
     #[inline]
     pub fn ttl(&self) -> u8 {
         self.b[8]
     }
+    /// DSCP, the top 6 bits of the DS (formerly TOS) byte: 0 to 63.
     #[inline]
     pub fn dscp(&self) -> u8 {
         self.b[1] >> 2
     }
+    /// Total length field: IP header and payload in bytes, without the Ethernet header or padding.
     #[inline]
     pub fn total_len(&self) -> u16 {
         u16::from_be_bytes([self.b[2], self.b[3]])
@@ -309,22 +330,27 @@ pub struct Ipv6<'a> {
 }
 
 impl Ipv6<'_> {
+    /// Source address, 16 bytes in wire order.
     #[inline]
     pub fn src(&self) -> [u8; 16] {
         let mut a = [0u8; 16];
         a.copy_from_slice(&self.b[8..24]);
         a
     }
+    /// Destination address, 16 bytes in wire order.
     #[inline]
     pub fn dst(&self) -> [u8; 16] {
         let mut a = [0u8; 16];
         a.copy_from_slice(&self.b[24..40]);
         a
     }
+    /// Next header of the fixed header: the first extension header when there is one;
+    /// [`Packet::ip_proto`] gives the final upper-layer protocol.
     #[inline]
     pub fn next_header(&self) -> u8 {
         self.b[6]
     }
+    /// Hop limit, as the packet arrived (0 to 255).
     #[inline]
     pub fn hop_limit(&self) -> u8 {
         self.b[7]
@@ -343,11 +369,13 @@ impl<'a> Verdicts<'a> {
         Self { out }
     }
 
+    /// Packets in the batch: one verdict each.
     #[inline]
     pub fn len(&self) -> usize {
         self.out.len() / abi::VERDICT_LEN
     }
 
+    /// Whether the batch has no packets.
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.out.is_empty()
