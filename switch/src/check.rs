@@ -9,6 +9,7 @@ use anyhow::{anyhow, Result};
 
 use crate::config::Config;
 use crate::plugins::CompiledChains;
+use wasmswitch_core::PortId;
 
 /// Checks the config at `config`: an error for what `run` anywhere would refuse, a warning for
 /// what `run` on this machine would (the config may be for another), then the plugins (built,
@@ -118,7 +119,7 @@ pub fn smoke(cfg: &Config, chains: &CompiledChains) -> Smoke {
         let all = chains.live.iter().map(|f| (&live, f, false)).chain(chains.shadow.iter().map(|f| (&shadow, f, true)));
         for (at, f, is_shadow) in all {
             let name = &f.spec().name;
-            let report = match f.smoke_batch(index as u16, cfg.switch.batch.value) {
+            let report = match f.smoke_batch(PortId::from_index(index), cfg.switch.batch.value) {
                 Ok(r) => r,
                 // A shadow plugin's verdicts are never applied, so its fault costs traffic
                 // nothing: a warning (it is what a shadow run is there to show, and a candidate
@@ -133,7 +134,7 @@ pub fn smoke(cfg: &Config, chains: &CompiledChains) -> Smoke {
                 }
             };
             for (frame, to) in &report.redirects {
-                if *to as usize >= ports {
+                if to.index() >= ports {
                     out.warnings.push(format!(
                         "{at}, plugin `{name}`: redirects `{frame}` to port {to}, but the config has ports 0-{} (the switch drops such packets as bad_redirect)",
                         ports.saturating_sub(1)

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+use wasmswitch_core::PortId;
 use wasmswitch_plugin_host::{EngineOptions, PluginEngine, PluginSpec};
 
 /// The SDK of the checkout this binary was built from (`--sdk` overrides it): the SDK is not
@@ -298,7 +299,7 @@ fn check(name: &str, path: &Path, config: &str) -> Result<()> {
     let mut spec = PluginSpec::new(name, path);
     spec.config = config.to_string();
     let f = engine.compile(&spec).map_err(|e| anyhow::anyhow!("the built component does not load: {e}"))?;
-    let report = f.smoke(0).map_err(|e| anyhow::anyhow!("the built component faults on a test frame: {e}"))?;
+    let report = f.smoke(PortId(0)).map_err(|e| anyhow::anyhow!("the built component faults on a test frame: {e}"))?;
     eprintln!("smoke run: {report}; {}", report.timing());
     if let Some(w) = report.near_deadline() {
         eprintln!("warning: {w}");

@@ -7,6 +7,7 @@ mod common;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+use wasmswitch_core::PortId;
 
 use common::*;
 use serde_json::Value;
@@ -226,14 +227,14 @@ fn a_reload_whose_static_entries_do_not_fit_changes_nothing() {
     // With room, the config's static comes in with its aging time.
     dir.write(&fdb_yaml(1024, 77, &[(&full_mac, "p2")]));
     sw.reload().expect("it fits now");
-    assert_eq!((lookup(full), sw.config().fdb.aging_seconds.value), (Some(1), 77));
+    assert_eq!((lookup(full), sw.config().fdb.aging_seconds.value), (Some(PortId(1)), 77));
     // Dropping it from the config takes only the config's entry: after the API moved the
     // address to p1, that entry stays.
     sw.fdb_change(FdbChange::Remove { mac: mac(full), vlan: 1 }).unwrap();
     add(full, "p1").unwrap();
     dir.write(&fdb_yaml(1024, 77, &[]));
     sw.reload().expect("the config's static removed");
-    assert_eq!(lookup(full), Some(0), "the API's entry on p1 is left alone");
+    assert_eq!(lookup(full), Some(PortId(0)), "the API's entry on p1 is left alone");
     sw.dataplane.stop_shared().expect("every frame back");
 }
 
@@ -248,14 +249,18 @@ fn a_reopened_port_keeps_its_static_entries_and_a_removed_one_frees_their_room()
     sw.fdb_change(FdbChange::Add { mac: api_mac, vlan: 1, port: "p2".into() }).unwrap();
     let lookup = |m: MacAddr| sw.dataplane.fdb.get().lookup(vid(1), m);
     let cfg_mac: MacAddr = cfg_mac.parse().unwrap();
-    assert_eq!((lookup(cfg_mac), lookup(api_mac)), (Some(1), Some(1)));
+    assert_eq!((lookup(cfg_mac), lookup(api_mac)), (Some(PortId(1)), Some(PortId(1))));
     // A new ring size reopens p2 (new queues, same name and id): both statics stay.
     let reopened = fdb_yaml(1024, 300, &[("02:00:00:00:00:aa", "p2")])
         .replace("  - name: p2\n    driver: sim\n", "  - name: p2\n    driver: sim\n    sim:\n      ring_size: 512\n");
     dir.write(&reopened);
     let applied = sw.reload().expect("p2 reopened");
     assert!(applied.contains("port `p2` reopened"), "{applied}");
-    assert_eq!((lookup(cfg_mac), lookup(api_mac)), (Some(1), Some(1)), "statics kept across the reopen");
+    assert_eq!(
+        (lookup(cfg_mac), lookup(api_mac)),
+        (Some(PortId(1)), Some(PortId(1))),
+        "statics kept across the reopen"
+    );
     sw.dataplane.stop_shared().expect("every frame back");
 
     // API statics on p2 until a bucket is full; a reload that removes p2 and puts that address
@@ -270,7 +275,7 @@ fn a_reopened_port_keeps_its_static_entries_and_a_removed_one_frees_their_room()
     dir.write(&fdb_yaml(64, 300, &[(&full_mac, "p1")]).replace("  - name: p2\n    driver: sim\n", ""));
     let applied = sw.reload().expect("p2's statics leave with it");
     assert!(applied.contains("port `p2` removed"), "{applied}");
-    assert_eq!(sw.dataplane.fdb.get().lookup(vid(1), mac(full)), Some(0));
+    assert_eq!(sw.dataplane.fdb.get().lookup(vid(1), mac(full)), Some(PortId(0)));
     assert_eq!(sw.dataplane.fdb.get().lookup(vid(1), mac(0)), None, "p2's statics are gone");
     sw.dataplane.stop_shared().expect("every frame back");
 }
@@ -285,7 +290,7 @@ fn the_files_static_entries_follow_the_file_and_the_apis_are_never_replaced_unse
     let sw = wasmswitch::daemon::Switch::start(&dir.write(&with_x)).unwrap();
     let mac: MacAddr = x.parse().unwrap();
     let id = |name: &str| sw.dataplane.ports.id_of(name).unwrap();
-    let statics = || -> Vec<u16> {
+    let statics = || -> Vec<PortId> {
         sw.dataplane.fdb.get().entries(0).into_iter().filter(|e| e.mac == mac && e.is_static).map(|e| e.port).collect()
     };
     let api = |change: FdbChange| sw.fdb_change(change).unwrap();
@@ -418,7 +423,7 @@ fn a_reload_to_a_smaller_table_says_how_many_learned_entries_it_dropped_and_coun
     let sw = wasmswitch::daemon::Switch::start(&dir.write(&fdb_yaml(1024, 300, &[]))).unwrap();
     let fdb = sw.dataplane.fdb.get();
     for i in 0..500u64 {
-        fdb.learn(vid(1), MacAddr::from_u64(0x0200_0500_0000 + i), (i % 2) as u16, 0);
+        fdb.learn(vid(1), MacAddr::from_u64(0x0200_0500_0000 + i), PortId::from_index((i % 2) as usize), 0);
     }
     let had = fdb.len();
     dir.write(&fdb_yaml(64, 300, &[]));
@@ -508,7 +513,7 @@ fn a_reload_that_would_leave_a_static_entry_outside_its_vlan_is_refused_by_name(
     dir.write(&yaml(20));
     let err = sw.reload().expect_err("refused").to_string();
     assert!(err.contains("nothing was changed") && err.contains(&format!("{mac} in VLAN 10 on `p1`")), "{err}");
-    assert_eq!(sw.dataplane.fdb.get().lookup(vid(10), mac), Some(0), "the entry is still there");
+    assert_eq!(sw.dataplane.fdb.get().lookup(vid(10), mac), Some(PortId(0)), "the entry is still there");
     // Deleted first, the reload goes through.
     sw.fdb_change(FdbChange::Remove { mac, vlan: 10 }).unwrap();
     sw.reload().expect("nothing left outside");
@@ -588,7 +593,7 @@ fn the_aging_sweep_waits_while_a_reload_holds_the_table() {
     let dir = Scratch::new("fdb-aging-held");
     let sw = wasmswitch::daemon::Switch::start(&dir.write(&fdb_yaml(1024, 1, &[]))).unwrap();
     let fdb = sw.dataplane.fdb.get();
-    fdb.learn(vid(1), MacAddr::from_u64(0x0200_0600_0001), 0, 0);
+    fdb.learn(vid(1), MacAddr::from_u64(0x0200_0600_0001), PortId(0), 0);
     let held = sw.dataplane.fdb.edits().write().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(2500));
     assert_eq!((fdb.len(), fdb.stats.aged.get()), (1, 0), "no sweep while a reload holds the table");

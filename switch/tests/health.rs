@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use wasmswitch_core::PortId;
 
 use wasmswitch::api::{ChangeError, APPLIED_LATE};
 use wasmswitch::config::Config;
@@ -39,7 +40,9 @@ fn a_stalled_worker_is_named_and_recovers() {
     let calls = Arc::new(AtomicU32::new(0));
     let stall = STALL_BOUND + Duration::from_millis(1500);
     // Only worker 1 gets the stalling stage.
-    dp.workers[1].control.send(Command::SetIngress(0, Some(Box::new(StallOnce { stall, calls: calls.clone() }))));
+    dp.workers[1]
+        .control
+        .send(Command::SetIngress(PortId(0), Some(Box::new(StallOnce { stall, calls: calls.clone() }))));
     let t = Instant::now();
     let mut seen = None;
     while t.elapsed() < stall + Duration::from_secs(2) {
@@ -78,7 +81,7 @@ fn a_command_reaches_the_worker_through_the_generation_counter() {
     std::thread::sleep(Duration::from_millis(200));
     let calls = Arc::new(AtomicU32::new(0));
     let before = dp.workers[0].control.rounds();
-    dp.workers[0].control.send(Command::SetIngress(0, Some(Box::new(Mark(calls.clone())))));
+    dp.workers[0].control.send(Command::SetIngress(PortId(0), Some(Box::new(Mark(calls.clone())))));
     // The worker sees the generation move and installs the stage; it then runs on p0's traffic.
     let t = Instant::now();
     while calls.load(Ordering::Relaxed) == 0 && t.elapsed() < Duration::from_secs(5) {
@@ -100,7 +103,7 @@ fn a_reload_a_stuck_worker_takes_late_is_applied_and_says_so() {
     let stall = APPLY_BOUND + Duration::from_secs(2);
     sw.dataplane.workers[1]
         .control
-        .send(Command::SetIngress(0, Some(Box::new(StallOnce { stall, calls: calls.clone() }))));
+        .send(Command::SetIngress(PortId(0), Some(Box::new(StallOnce { stall, calls: calls.clone() }))));
     let t = Instant::now();
     while calls.load(Ordering::Relaxed) == 0 && t.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(10));

@@ -6,6 +6,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use wasmswitch_core::PortId;
 
 use common::*;
 use wasmswitch::config::Config;
@@ -138,7 +139,8 @@ fn host_reaches_a_namespace_host_through_the_switch() {
     let out = Command::new("ping").args(["-c", "3", "-i", "0.2", "-W", "1", "10.77.26.1"]).output().unwrap();
     assert!(out.status.success(), "host -> h1 through TAP and AF_XDP: {}", String::from_utf8_lossy(&out.stdout));
     assert!(lab.hosts[0].ping("10.77.26.254", 3).unwrap(), "h1 -> host");
-    let tap_stats = dp.ports.get(1).unwrap().driver.host().map(|h| h.stats.clone()).expect("host port has TAP stats");
+    let tap_stats =
+        dp.ports.get(PortId(1)).unwrap().driver.host().map(|h| h.stats.clone()).expect("host port has TAP stats");
     // `delivered` moves after the write completes, which can be after ping read the reply:
     // poll it (bounded) rather than read it once.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -162,7 +164,7 @@ fn host_verdict_lands_frames_on_the_tap() {
     let cfg = Config::parse(&sim_yaml("rate_pps: 2000", &host_section(&tap, 1024)), Path::new("<test>")).unwrap();
     let mut dp = Dataplane::start(&cfg).unwrap();
     let sock = PacketSocket::bind(&tap);
-    dp.broadcast(|_| WorkerCommand::SetIngress(0, Some(Box::new(ToHost { every: 1, n: 0 }))));
+    dp.broadcast(|_| WorkerCommand::SetIngress(PortId(0), Some(Box::new(ToHost { every: 1, n: 0 }))));
     let t = Instant::now();
     let mut seen = 0;
     while seen < 20 && t.elapsed() < Duration::from_secs(5) {
@@ -187,12 +189,12 @@ fn ring_full_under_a_flood_drops_counted_forwarding_goes_on_no_leak() {
     let yaml = sim_yaml("flows: 64", &host_section(&tap, 16)).replace("  - idle: sleep\n", "  - idle: poll\n");
     let cfg = Config::parse(&yaml, Path::new("<test>")).unwrap();
     let mut dp = Dataplane::start(&cfg).unwrap();
-    dp.broadcast(|_| WorkerCommand::SetIngress(0, Some(Box::new(ToHost { every: 2, n: 0 }))));
+    dp.broadcast(|_| WorkerCommand::SetIngress(PortId(0), Some(Box::new(ToHost { every: 2, n: 0 }))));
     std::thread::sleep(Duration::from_millis(300));
     let tx_p1 = |dp: &Dataplane| dp.workers.iter().map(|w| w.stats.ports[1].tx_packets.get()).sum::<u64>();
     let before = tx_p1(&dp);
     std::thread::sleep(Duration::from_millis(700));
-    let t = dp.ports.get(2).unwrap().driver.host().unwrap().stats.totals();
+    let t = dp.ports.get(PortId(2)).unwrap().driver.host().unwrap().stats.totals();
     assert!(t.ring_full > 0, "a flood into 16-entry rings overflows them: {t:?}");
     assert!(t.delivered > 0, "the host still gets what fits");
     assert!(tx_p1(&dp) > before + 1000, "the datapath keeps forwarding its other traffic");
@@ -208,7 +210,7 @@ fn a_deleted_tap_stops_the_host_port_named_and_counted() {
     let tap = tap_name("d");
     let cfg = Config::parse(&sim_yaml("rate_pps: 20000", &host_section(&tap, 1024)), Path::new("<test>")).unwrap();
     let mut dp = Dataplane::start(&cfg).unwrap();
-    dp.broadcast(|_| WorkerCommand::SetIngress(0, Some(Box::new(ToHost { every: 2, n: 0 }))));
+    dp.broadcast(|_| WorkerCommand::SetIngress(PortId(0), Some(Box::new(ToHost { every: 2, n: 0 }))));
     let host = dp.ports.id_of("host").unwrap();
     let info = |dp: &Dataplane| dp.ports.get(host).unwrap();
     let tx_p1 = |dp: &Dataplane| dp.workers.iter().map(|w| w.stats.ports[1].tx_packets.get()).sum::<u64>();
@@ -450,7 +452,7 @@ fn a_frame_over_the_host_mtu_from_the_tap_is_dropped_as_oversize_never_forwarded
     }
     let h1 = &lab.hosts[0];
     assert!(h1.ping("10.77.28.254", 3).unwrap(), "h1 -> host");
-    let host = dp.ports.id_of("host").unwrap() as usize;
+    let host = dp.ports.id_of("host").unwrap().index();
     let oversize = || -> u64 {
         dp.workers
             .iter()

@@ -91,14 +91,14 @@ fn unknown_unicast_floods_learned_unicast_goes_to_one_port_only() {
     assert_eq!(out[0].len(), 0, "never back out of the ingress port");
     assert_eq!(out[1], vec![f.clone()], "unknown unicast is flooded");
     assert_eq!(out[2], vec![f.clone()], "to every other port");
-    assert_eq!(r.fdb.lookup(vid(1), mac(1)), Some(0), "source learned on its ingress port");
+    assert_eq!(r.fdb.lookup(vid(1), mac(1)), Some(PortId(0)), "source learned on its ingress port");
 
     let reply = frame(mac(1), mac(2));
     r.send(1, reply.clone());
     let out = r.take();
     assert_eq!(out[0], vec![reply], "known unicast goes to the learned port");
     assert!(out[1].is_empty() && out[2].is_empty(), "and nowhere else");
-    assert_eq!(r.fdb.lookup(vid(1), mac(2)), Some(1));
+    assert_eq!(r.fdb.lookup(vid(1), mac(2)), Some(PortId(1)));
 
     let again = frame(mac(2), mac(1));
     r.send(0, again.clone());
@@ -211,8 +211,8 @@ fn learning_is_per_vlan() {
     r.send(0, frame(MacAddr::BROADCAST, mac(1)));
     r.send(2, tagged(&frame(MacAddr::BROADCAST, mac(1)), 0, 20));
     r.take();
-    assert_eq!(r.fdb.lookup(vid(10), mac(1)), Some(0));
-    assert_eq!(r.fdb.lookup(vid(20), mac(1)), Some(2));
+    assert_eq!(r.fdb.lookup(vid(10), mac(1)), Some(PortId(0)));
+    assert_eq!(r.fdb.lookup(vid(20), mac(1)), Some(PortId(2)));
     // To mac(1) in VLAN 20 from port 3: the trunk only, tagged.
     let f = frame(mac(1), mac(3));
     r.send(3, f.clone());
@@ -225,10 +225,10 @@ fn learning_is_per_vlan() {
     assert_eq!(out[0], vec![f.clone()]);
     assert!(out[2].is_empty());
     // A static entry: not moved by learning.
-    r.fdb.add_static(vid(10), mac(5), 1).unwrap();
+    r.fdb.add_static(vid(10), mac(5), PortId(1)).unwrap();
     r.send(0, frame(MacAddr::BROADCAST, mac(5)));
     r.take();
-    assert_eq!(r.fdb.lookup(vid(10), mac(5)), Some(1));
+    assert_eq!(r.fdb.lookup(vid(10), mac(5)), Some(PortId(1)));
     r.finish();
 }
 
@@ -236,7 +236,7 @@ fn learning_is_per_vlan() {
 fn a_source_with_no_room_to_be_learned_is_counted_and_still_forwarded() {
     let mut r = rig(2, 512, 300);
     // A port at its limit of learned entries: nothing more is learned from it.
-    r.fdb.set_max_learned(0, 1);
+    r.fdb.set_max_learned(PortId(0), 1);
     r.send(0, frame(MacAddr::BROADCAST, mac(2)));
     r.take();
     let f = frame(MacAddr::BROADCAST, mac(1));
@@ -260,7 +260,7 @@ fn a_mac_flood_from_a_port_with_a_limit_learns_only_the_limit() {
     const LIMIT: u32 = 100;
     const FLOOD: u64 = 3000;
     let mut r = rig(3, 1024, 300);
-    r.fdb.set_max_learned(0, LIMIT);
+    r.fdb.set_max_learned(PortId(0), LIMIT);
     // Hosts on ports 1 and 2, learned at tick 0.
     r.send(1, frame(MacAddr::BROADCAST, mac(1)));
     r.send(2, frame(mac(1), mac(2)));
@@ -290,17 +290,17 @@ fn a_mac_flood_from_a_port_with_a_limit_learns_only_the_limit() {
     }
     let out = r.take();
     assert_eq!((out[0].len(), out[1].len(), out[2].len()), (0, 10, 10), "unicast, none flooded to the flood's port");
-    let on_0 = r.fdb.entries(0).iter().filter(|e| e.port == 0).count();
-    assert_eq!((on_0, r.fdb.learned_on(0)), (LIMIT as usize, LIMIT), "learned from the flooding port");
+    let on_0 = r.fdb.entries(0).iter().filter(|e| e.port == PortId(0)).count();
+    assert_eq!((on_0, r.fdb.learned_on(PortId(0))), (LIMIT as usize, LIMIT), "learned from the flooding port");
     let refused = r.pipe.stats().ports[0].learn_refused.get();
     assert_eq!(refused, FLOOD - LIMIT as u64, "every other source counted as refused");
-    assert_eq!((r.fdb.lookup(vid(1), mac(1)), r.fdb.lookup(vid(1), mac(2))), (Some(1), Some(2)));
+    assert_eq!((r.fdb.lookup(vid(1), mac(1)), r.fdb.lookup(vid(1), mac(2))), (Some(PortId(1)), Some(PortId(2))));
     assert_eq!(r.pipe.stats().ports[1].learn_refused.get() + r.pipe.stats().ports[2].learn_refused.get(), 0);
     assert_eq!(r.pipe.stats().fdb_evicted.get(), 0, "the flood evicted nothing");
     // A raised limit lets the next new source in.
-    r.fdb.set_max_learned(0, LIMIT + 1);
+    r.fdb.set_max_learned(PortId(0), LIMIT + 1);
     r.send(0, frame(mac(77), random_mac(FLOOD)));
-    assert_eq!(r.fdb.learned_on(0), LIMIT + 1);
+    assert_eq!(r.fdb.learned_on(PortId(0)), LIMIT + 1);
     r.take();
     r.finish();
 }
@@ -309,7 +309,7 @@ fn a_mac_flood_from_a_port_with_a_limit_learns_only_the_limit() {
 fn link_local_frames_go_to_the_host_port_never_forwarded() {
     let ll = |last: u8| frame(MacAddr([0x01, 0x80, 0xc2, 0, 0, last]), mac(1));
     // Port 2 is the host port.
-    let mut r = rig_with(vec![access(1), access(1), access(1)], Some(2), 512, 300);
+    let mut r = rig_with(vec![access(1), access(1), access(1)], Some(PortId(2)), 512, 300);
     for last in [0x00, 0x02, 0x0e] {
         r.send(0, ll(last));
     }
@@ -326,11 +326,11 @@ fn link_local_frames_go_to_the_host_port_never_forwarded() {
     // an access port of VLAN 10 to a host port of VLAN 1, tagged 10; tagged 20 from a trunk to
     // a host port whose native VLAN is 20, untagged (the PCP goes with the tag); tagged 30 on
     // a trunk without 30, dropped as `vlan_filtered`.
-    let mut r = rig_with(vec![access(10), trunk(&[20], None), access(1)], Some(2), 512, 300);
+    let mut r = rig_with(vec![access(10), trunk(&[20], None), access(1)], Some(PortId(2)), 512, 300);
     r.send(0, ll(0x0e));
     assert_eq!(r.take()[2], vec![tagged(&ll(0x0e), 0, 10)]);
     r.finish();
-    let mut r = rig_with(vec![access(10), trunk(&[20], None), trunk(&[10], Some(20))], Some(2), 512, 300);
+    let mut r = rig_with(vec![access(10), trunk(&[20], None), trunk(&[10], Some(20))], Some(PortId(2)), 512, 300);
     r.send(1, tagged(&ll(0x0e), 5, 20));
     assert_eq!(r.take()[2], vec![ll(0x0e)]);
     r.send(1, tagged(&ll(0x0e), 0, 30));
@@ -368,16 +368,16 @@ fn group_and_zero_source_addresses_are_dropped_never_learned() {
 #[test]
 fn the_host_mac_is_learned_on_the_host_port_only() {
     // Port 2 is the host port; its MAC is HOST_MAC.
-    let mut r = rig_with(vec![access(1), access(1), access(1)], Some(2), 512, 300);
+    let mut r = rig_with(vec![access(1), access(1), access(1)], Some(PortId(2)), 512, 300);
     r.send(2, frame(MacAddr::BROADCAST, HOST_MAC));
     r.take();
-    assert_eq!(r.fdb.lookup(vid(1), HOST_MAC), Some(2));
+    assert_eq!(r.fdb.lookup(vid(1), HOST_MAC), Some(PortId(2)));
     // Port 0 spoofs it: forwarded, never learned on port 0.
     r.send(0, frame(mac(1), HOST_MAC));
     r.send(0, frame(MacAddr::BROADCAST, HOST_MAC));
     let out = r.take();
     assert_eq!((out[0].len(), out[1].len(), out[2].len()), (0, 2, 2), "both flood: unknown unicast and broadcast");
-    assert_eq!(r.fdb.lookup(vid(1), HOST_MAC), Some(2), "still the host port's");
+    assert_eq!(r.fdb.lookup(vid(1), HOST_MAC), Some(PortId(2)), "still the host port's");
     assert_eq!(r.pipe.stats().ports[0].own_address.get(), 2);
     // Traffic to the host still goes to the host port.
     r.send(1, frame(HOST_MAC, mac(5)));
@@ -421,8 +421,8 @@ fn mirrors_copy_what_a_port_receives_and_sends() {
         access(10),
         PortL2 { mirror_destination: true, vlan: PortVlan::none(), ..Default::default() },
     ];
-    l2[0].mirror_ingress = vec![3];
-    l2[1].mirror_egress = vec![3];
+    l2[0].mirror_ingress = vec![PortId(3)];
+    l2[1].mirror_egress = vec![PortId(3)];
     let mut r = rig_with(l2, None, 1024, 300);
     let b = frame(MacAddr::BROADCAST, mac(1));
     r.send(0, b.clone());
@@ -466,7 +466,7 @@ fn parsing_goes_past_the_tags_only_where_something_looks() {
     // With a stage on port 0, the frame is parsed to L4 for it, and dropped as malformed.
     let seen = SeeMeta::default();
     let log = seen.0.clone();
-    r.pipe.set_ingress(0, Some(Box::new(seen)));
+    r.pipe.set_ingress(PortId(0), Some(Box::new(seen)));
     r.send(0, bad);
     assert!(r.take()[1].is_empty());
     assert_eq!(r.pipe.stats().ports[0].drops[DropReason::BadL3 as usize].get(), 1);
@@ -482,7 +482,7 @@ fn parsing_goes_past_the_tags_only_where_something_looks() {
             .unwrap()]
     );
     // Runts are dropped either way: the Ethernet header is always read.
-    r.pipe.set_ingress(0, None);
+    r.pipe.set_ingress(PortId(0), None);
     r.send(0, good[..13].to_vec());
     assert_eq!(r.pipe.stats().ports[0].drops[DropReason::Runt as usize].get(), 1);
     r.finish();
@@ -505,9 +505,9 @@ fn destination_on_the_ingress_port_is_filtered() {
 fn moved_mac_is_relearned_and_aging_forgets() {
     let mut r = rig(3, 512, 10);
     r.send(0, frame(MacAddr::BROADCAST, mac(1)));
-    assert_eq!(r.fdb.lookup(vid(1), mac(1)), Some(0));
+    assert_eq!(r.fdb.lookup(vid(1), mac(1)), Some(PortId(0)));
     r.send(2, frame(MacAddr::BROADCAST, mac(1)));
-    assert_eq!(r.fdb.lookup(vid(1), mac(1)), Some(2), "station moved");
+    assert_eq!(r.fdb.lookup(vid(1), mac(1)), Some(PortId(2)), "station moved");
     assert_eq!(r.pipe.stats().fdb_moved.get(), 1);
     r.take();
     r.fdb.age(11);
@@ -526,7 +526,7 @@ impl VerdictStage for RandomVerdicts {
         for v in verdicts {
             *v = match self.0.u8(0..6) {
                 0 => Verdict::Drop,
-                1 => Verdict::Redirect(self.0.u16(0..self.1 + 2) as PortId),
+                1 => Verdict::Redirect(PortId(self.0.u16(0..self.1 + 2))),
                 2 => Verdict::Host,
                 3 => Verdict::HostCopy,
                 _ => Verdict::Pass,
@@ -570,8 +570,8 @@ fn millions_of_random_frames_leak_nothing() {
     // Trunk, access, access with mirrors and storm limits, host: every tag push, pop, copy
     // and drop path.
     let mut l2 = vec![trunk(&[1, 100], Some(1)), access(100), access(1), access(1)];
-    l2[1].mirror_ingress = vec![2];
-    l2[0].mirror_egress = vec![1];
+    l2[1].mirror_ingress = vec![PortId(2)];
+    l2[0].mirror_egress = vec![PortId(1)];
     l2[2].storm = StormLimits { pps: [Some(50), Some(10), Some(20)] };
     let slots = (0..nports)
         .zip(l2)
@@ -590,7 +590,7 @@ fn millions_of_random_frames_leak_nothing() {
         .collect();
     let cache = PoolCache::new(pool.clone(), 128, AllocMode::Recycling);
     let stats = Arc::new(WorkerStats::new(0, nports as usize, cache.stats().clone()));
-    let opts = PipelineOptions { host_port: Some(3), ..Default::default() };
+    let opts = PipelineOptions { host_port: Some(PortId(3)), ..Default::default() };
     let mut pipe = Pipeline::new(slots, cache, fdb.clone(), stats.clone(), opts);
     let mut received = 0;
     let mut round = 0u32;
@@ -601,7 +601,7 @@ fn millions_of_random_frames_leak_nothing() {
             fdb.age(round / 1000);
             pipe.set_now(round / 1000);
             // Ports going down and up again mid-traffic.
-            pipe.set_port_up(1, !round.is_multiple_of(3000));
+            pipe.set_port_up(PortId(1), !round.is_multiple_of(3000));
         }
     }
     pipe.shutdown();
@@ -678,10 +678,10 @@ proptest::proptest! {
         frames in proptest::collection::vec((0usize..4, 0usize..8, 0usize..8, 0usize..5), 1..120)
     ) {
         let l2 = || vec![access(1), trunk(&[1, 10], Some(1)), trunk(&[10, 20], None), access(1)];
-        let mut plain = rig_with(l2(), Some(3), 1024, 300);
-        let mut staged = rig_with(l2(), Some(3), 1024, 300);
+        let mut plain = rig_with(l2(), Some(PortId(3)), 1024, 300);
+        let mut staged = rig_with(l2(), Some(PortId(3)), 1024, 300);
         for p in 0..4 {
-            staged.pipe.set_ingress(p, Some(Box::new(PassAll)));
+            staged.pipe.set_ingress(PortId(p), Some(Box::new(PassAll)));
         }
         let macs = [
             mac(1), mac(2), mac(3), HOST_MAC, MacAddr::BROADCAST,

@@ -7,6 +7,7 @@ mod common;
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
+use wasmswitch_core::PortId;
 
 use common::*;
 use wasmswitch::daemon::Switch;
@@ -16,7 +17,7 @@ use wasmswitch::lab::{Lab, LabHost};
 /// Total drops of every reason on the port called `name`, summed over workers.
 fn drops(sw: &Switch, name: &str) -> u64 {
     let dp = &sw.dataplane;
-    let id = dp.ports.id_of(name).unwrap_or_else(|| panic!("port {name} is running")) as usize;
+    let id = dp.ports.id_of(name).unwrap_or_else(|| panic!("port {name} is running")).index();
     dp.workers.iter().map(|w| w.stats.ports[id].drops_total()).sum()
 }
 
@@ -118,7 +119,7 @@ fn sim_yaml(extra_port: Option<&str>) -> String {
 
 fn sim_totals(sw: &Switch, name: &str) -> (u64, u64) {
     let dp = &sw.dataplane;
-    let id = dp.ports.id_of(name).unwrap() as usize;
+    let id = dp.ports.id_of(name).unwrap().index();
     let rx = dp.workers.iter().map(|w| w.stats.ports[id].rx_packets.get()).sum();
     let tx = dp.workers.iter().map(|w| w.stats.ports[id].tx_packets.get()).sum();
     (rx, tx)
@@ -417,7 +418,7 @@ fn vanish_and_come_back(tag: &str, subnet: u8, edit: impl Fn(String) -> String, 
     // anchored on (the kernel unbinds a vanished interface's sockets).
     for (round, (gone, others)) in [(h3, (h1, h2)), (h3, (h1, h2)), (h1, (h2, h3))].into_iter().enumerate() {
         let round = round as u64 + 1;
-        let id = sw.dataplane.ports.id_of(&gone.name).unwrap() as usize;
+        let id = sw.dataplane.ports.id_of(&gone.name).unwrap().index();
         let (gone_before, back_before) = (count(&info(&gone.name).gone_events), count(&info(&gone.name).back_events));
         let group_before = info(&gone.name).umem.clone();
         // The veth goes (its peer in the host's namespace with it).
@@ -429,7 +430,7 @@ fn vanish_and_come_back(tag: &str, subnet: u8, edit: impl Fn(String) -> String, 
         // it went does not wait for the workers) must not outlive its return.
         let late_mac: wasmswitch_core::wire::MacAddr = "02:00:00:00:0e:02".parse().unwrap();
         let fdb = sw.dataplane.fdb.get();
-        fdb.learn(vid(1), late_mac, id as u16, sw.dataplane.start.elapsed().as_secs() as u32);
+        fdb.learn(vid(1), late_mac, PortId::from_index(id), sw.dataplane.start.elapsed().as_secs() as u32);
         // An interface of the same name comes back, as a container restart would make it.
         recreate_veth(gone);
         eventually("the port is re-attached", || count(&info(&gone.name).back_events) == back_before + 1);
@@ -837,8 +838,8 @@ fn a_port_on_every_queue_follows_its_interfaces_queue_count_within_the_pool() {
     // A pool just large enough for one queue per port (as `check` counts it now).
     let one_queue_each = wasmswitch::config::Config::load(&dir.write(&yaml)).unwrap().frames_needed();
     let sw = Switch::start(&dir.write(&format!("pool:\n  frames: {one_queue_each}\n{yaml}"))).unwrap();
-    let id = sw.dataplane.ports.id_of(&h2.name).unwrap() as usize;
-    let info = || sw.dataplane.ports.get(id as u16).unwrap();
+    let id = sw.dataplane.ports.id_of(&h2.name).unwrap().index();
+    let info = || sw.dataplane.ports.get(PortId::from_index(id)).unwrap();
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(afxdp_queues(&info()).len(), 1);
     assert!(h1.ping(&h2.ip, 2).unwrap(), "h1 reaches h2");
@@ -863,7 +864,7 @@ fn a_port_on_every_queue_follows_its_interfaces_queue_count_within_the_pool() {
 
     // With room for them, the port takes the added queues: re-attached on all four.
     let sw = Switch::start(&dir.write(&yaml)).unwrap();
-    let info = || sw.dataplane.ports.get(id as u16).unwrap();
+    let info = || sw.dataplane.ports.get(PortId::from_index(id)).unwrap();
     assert!(h1.ping(&h2.ip, 2).unwrap(), "h1 reaches h2");
     channels(h2, "4");
     eventually("h2's port is re-attached on four queues", || afxdp_queues(&info()).len() == 4);

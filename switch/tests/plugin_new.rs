@@ -11,6 +11,7 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
+use wasmswitch_core::PortId;
 
 use common::Scratch;
 use wasmswitch_core::batch::Desc;
@@ -64,7 +65,7 @@ fn verdicts(stage: &mut dyn VerdictStage, frames: &[Vec<u8>]) -> Vec<Verdict> {
         descs.push(Desc { addr, len: f.len() as u32, options: 0 });
         meta.push(wire::parse(f, 1522).unwrap());
     }
-    let view = BatchView { in_port: 0, queue: 0, umem: &umem, descs: &descs, meta: &meta };
+    let view = BatchView { in_port: PortId(0), queue: 0, umem: &umem, descs: &descs, meta: &meta };
     let mut v = vec![Verdict::Pass; frames.len()];
     stage.run(&view, &mut v);
     v

@@ -8,6 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
+use wasmswitch_core::PortId;
 
 use common::packet_socket::HostSocket;
 use common::*;
@@ -626,7 +627,7 @@ fn acl_denies_tcp_behind_many_ipv6_extension_headers() {
 /// TX kicks of a port's queues the kernel answered EBUSY: frames it dropped after the switch
 /// had counted them sent.
 fn tx_kernel_drops(dp: &Dataplane, p: usize) -> u64 {
-    let info = dp.ports.get(p as u16).expect("a running port");
+    let info = dp.ports.get(PortId::from_index(p)).expect("a running port");
     info.driver.afxdp().map_or(0, |a| a.queues.iter().map(|m| m.stats.tx_kernel_drops.get()).sum())
 }
 

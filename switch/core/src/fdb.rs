@@ -92,7 +92,7 @@ impl Slot {
         let w1 = self.port.load(Ordering::Acquire);
         let v = self.key.load(Ordering::Acquire);
         let w2 = self.port.load(Ordering::Acquire);
-        (w1 == w2 && port_of(w1) != 0).then(|| (v, port_of(w1) - 1))
+        (w1 == w2 && port_of(w1) != 0).then(|| (v, PortId(port_of(w1) - 1)))
     }
 }
 
@@ -419,19 +419,19 @@ impl Fdb {
     /// limit stay until they age, move or are flushed; none is added while it is at or above.
     /// A port id of [`COUNTED_PORTS`] or more is never limited.
     pub fn set_max_learned(&self, port: PortId, max: u32) {
-        if let Some(c) = self.ports.get(port as usize) {
+        if let Some(c) = self.ports.get(port.index()) {
             c.max.store(max, Ordering::Relaxed);
         }
     }
 
     /// `port`'s limit on learned entries (0: none).
     pub fn max_learned(&self, port: PortId) -> u32 {
-        self.ports.get(port as usize).map_or(0, |c| c.max.load(Ordering::Relaxed))
+        self.ports.get(port.index()).map_or(0, |c| c.max.load(Ordering::Relaxed))
     }
 
     /// `port`'s learned entries (static ones do not count).
     pub fn learned_on(&self, port: PortId) -> u32 {
-        self.ports.get(port as usize).map_or(0, |c| c.learned.load(Ordering::Relaxed))
+        self.ports.get(port.index()).map_or(0, |c| c.learned.load(Ordering::Relaxed))
     }
 
     /// Static entries in the table.
@@ -442,7 +442,7 @@ impl Fdb {
     /// Counts one more learned entry on `port` unless it is at its limit (then false, and
     /// nothing written: a flood of new addresses at the limit only reads the count). Slow path.
     fn reserve(&self, port: PortId) -> bool {
-        let Some(c) = self.ports.get(port as usize) else { return true };
+        let Some(c) = self.ports.get(port.index()) else { return true };
         let max = c.max.load(Ordering::Relaxed);
         if max != 0 && c.learned.load(Ordering::Relaxed) >= max {
             return false;
@@ -457,7 +457,7 @@ impl Fdb {
 
     /// One learned entry fewer on `port`; never below 0.
     fn release(&self, port: PortId) {
-        if let Some(c) = self.ports.get(port as usize) {
+        if let Some(c) = self.ports.get(port.index()) {
             let _ = c.learned.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         }
     }
@@ -468,7 +468,7 @@ impl Fdb {
         if v & STATIC != 0 {
             let _ = self.statics.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         } else {
-            self.release(port_of(w).wrapping_sub(1));
+            self.release(PortId(port_of(w).wrapping_sub(1)));
         }
     }
 
@@ -601,7 +601,7 @@ impl Fdb {
     pub fn learn_at(&self, at: Place, port: PortId, now: u32) -> Learned {
         let k = at.key;
         let (b, bi) = self.bucket_at(at);
-        let want = port + 1;
+        let want = port.0 + 1;
         // The common case, a known address on its port seen this tick, only reads. An empty slot
         // (key 0) never matches a live key, so the scan need not look for one here.
         for s in &b.slots {
@@ -633,7 +633,7 @@ impl Fdb {
         // A move onto a port at its limit is refused whole: the entry stays where it was and is
         // not kept fresh by the frames of the port that may not have it (if the station did
         // move, the entry ages out and frames to it are flooded).
-        if moved && !self.reserve(want - 1) {
+        if moved && !self.reserve(PortId(want - 1)) {
             return Learned::Limited;
         }
         // Forward only: another worker's clock may be a tick ahead of this one's.
@@ -648,10 +648,10 @@ impl Fdb {
         // slot whose port word nobody rewrote since `w` (a new entry, or a removal, advances the
         // generation), and that still held this key above, takes the port.
         if s.port.compare_exchange(w, (w & 0xffff_0000) | want as u32, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-            self.release(want - 1);
+            self.release(PortId(want - 1));
             return Learned::Busy;
         }
-        self.release(port_of(w).wrapping_sub(1));
+        self.release(PortId(port_of(w).wrapping_sub(1)));
         Learned::Moved
     }
 
@@ -666,7 +666,7 @@ impl Fdb {
         if b.slots.iter().any(|s| s.key.load(Ordering::Acquire) == CLAIMED) {
             return Learned::Busy;
         }
-        if !self.reserve(want - 1) {
+        if !self.reserve(PortId(want - 1)) {
             return Learned::Limited;
         }
         let (i, old, learned) = match empty {
@@ -677,19 +677,19 @@ impl Fdb {
                     .filter(|&i| b.slots[i].key.load(Ordering::Relaxed) & STATIC == 0)
                     .max_by_key(|&i| ticks_since(b.slots[i].seen.load(Ordering::Relaxed), now));
                 let Some(i) = oldest else {
-                    self.release(want - 1);
+                    self.release(PortId(want - 1));
                     return Learned::Full;
                 };
                 let v = b.slots[i].key.load(Ordering::Acquire);
                 if v == CLAIMED || v & STATIC != 0 {
-                    self.release(want - 1);
+                    self.release(PortId(want - 1));
                     return Learned::Busy;
                 }
                 (i, v, Learned::Evicted)
             }
         };
         if !self.put(b, i, old, k, want, now) {
-            self.release(want - 1);
+            self.release(PortId(want - 1));
             return Learned::Busy;
         }
         // Two writers that both saw no claim can still put the address into two different
@@ -763,7 +763,7 @@ impl Fdb {
                     },
                 );
             let Some(i) = slot else { return Err(StaticError::BucketFull) };
-            if self.put(b, i, keys[i], k | STATIC, port + 1, 0) {
+            if self.put(b, i, keys[i], k | STATIC, port.0 + 1, 0) {
                 // A learn of the same address, racing this, may have put it into another slot
                 // (each saw the other's slot empty), and a lookup taking the learned copy would
                 // forward past the static entry. After the fence at least one of the two sees
@@ -801,7 +801,7 @@ impl Fdb {
                 if v == CLAIMED || v & STATIC == 0 {
                     continue;
                 }
-                let port = port_of(s.port.load(Ordering::Acquire)).wrapping_sub(1);
+                let port = PortId(port_of(s.port.load(Ordering::Acquire)).wrapping_sub(1));
                 let (vlan, mac, _) = unpack(v);
                 if !remove.contains(&(vlan, mac, port)) && !gone_ports.contains(&port) {
                     statics.insert(v & !STATIC);
@@ -857,7 +857,7 @@ impl Fdb {
             let v = s.key.load(Ordering::Acquire);
             same_entry(v, k)
                 && v & STATIC != 0
-                && port_of(s.port.load(Ordering::Acquire)).wrapping_sub(1) == port
+                && port_of(s.port.load(Ordering::Acquire)).wrapping_sub(1) == port.0
                 && self.take(s, v)
         })
     }
@@ -903,7 +903,7 @@ impl Fdb {
                 }
                 let (vlan, _, _) = unpack(v);
                 let port = port_of(s.port.load(Ordering::Acquire)).wrapping_sub(1);
-                if selected(vlan, port) && self.take(s, v) {
+                if selected(vlan, PortId(port)) && self.take(s, v) {
                     n += 1;
                 }
             }
@@ -1078,6 +1078,14 @@ mod tests {
     use super::*;
 
     /// VLAN `v` (a valid VID in every test).
+    /// Port `n` (a small number in every test).
+    fn port<T: TryInto<u16>>(n: T) -> PortId
+    where
+        T::Error: std::fmt::Debug,
+    {
+        PortId(n.try_into().unwrap())
+    }
+
     fn vid(v: u16) -> Vid {
         Vid::new(v).unwrap()
     }
@@ -1105,40 +1113,40 @@ mod tests {
     fn learn_lookup_move() {
         let f = Fdb::new(1024, 300);
         assert_eq!(f.lookup(vid(1), mac(1)), None);
-        assert_eq!(f.learn(vid(1), mac(1), 3, 0), Learned::New);
-        assert_eq!(f.learn(vid(1), mac(1), 3, 0), Learned::Known);
-        assert_eq!(f.lookup(vid(1), mac(1)), Some(3));
-        assert_eq!(f.learn(vid(1), mac(1), 0, 1), Learned::Moved);
-        assert_eq!(f.lookup(vid(1), mac(1)), Some(0));
+        assert_eq!(f.learn(vid(1), mac(1), PortId(3), 0), Learned::New);
+        assert_eq!(f.learn(vid(1), mac(1), PortId(3), 0), Learned::Known);
+        assert_eq!(f.lookup(vid(1), mac(1)), Some(PortId(3)));
+        assert_eq!(f.learn(vid(1), mac(1), PortId(0), 1), Learned::Moved);
+        assert_eq!(f.lookup(vid(1), mac(1)), Some(PortId(0)));
         assert_eq!(f.len(), 1);
     }
 
     #[test]
     fn learning_is_per_vlan() {
         let f = Fdb::new(1024, 300);
-        assert_eq!(f.learn(vid(10), mac(1), 1, 0), Learned::New);
-        assert_eq!(f.learn(vid(20), mac(1), 2, 0), Learned::New, "same MAC, other VLAN: its own entry");
-        assert_eq!(f.lookup(vid(10), mac(1)), Some(1));
-        assert_eq!(f.lookup(vid(20), mac(1)), Some(2));
+        assert_eq!(f.learn(vid(10), mac(1), PortId(1), 0), Learned::New);
+        assert_eq!(f.learn(vid(20), mac(1), PortId(2), 0), Learned::New, "same MAC, other VLAN: its own entry");
+        assert_eq!(f.lookup(vid(10), mac(1)), Some(PortId(1)));
+        assert_eq!(f.lookup(vid(20), mac(1)), Some(PortId(2)));
         assert_eq!(f.lookup(vid(30), mac(1)), None);
         let e = f.entries(0);
-        assert_eq!((e[0].vlan, e[0].port, e[1].vlan, e[1].port), (vid(10), 1, vid(20), 2));
+        assert_eq!((e[0].vlan, e[0].port, e[1].vlan, e[1].port), (vid(10), PortId(1), vid(20), PortId(2)));
     }
 
     #[test]
     fn aging_forgets_silent_macs_only() {
         let f = Fdb::new(64, 10);
-        f.learn(vid(1), mac(1), 1, 0);
-        f.learn(vid(1), mac(2), 2, 0);
-        f.learn(vid(1), mac(2), 2, 8); // refreshed
+        f.learn(vid(1), mac(1), PortId(1), 0);
+        f.learn(vid(1), mac(2), PortId(2), 0);
+        f.learn(vid(1), mac(2), PortId(2), 8); // refreshed
         assert_eq!(f.age(11), 1);
         assert_eq!(f.lookup(vid(1), mac(1)), None);
-        assert_eq!(f.lookup(vid(1), mac(2)), Some(2));
+        assert_eq!(f.lookup(vid(1), mac(2)), Some(PortId(2)));
         assert_eq!(f.stats.aged.get(), 1);
         // A longer aging time set on the running table applies to the next sweep.
         f.set_aging_ticks(100);
         assert_eq!(f.age(50), 0);
-        assert_eq!(f.lookup(vid(1), mac(2)), Some(2));
+        assert_eq!(f.lookup(vid(1), mac(2)), Some(PortId(2)));
         f.set_aging_ticks(5);
         assert_eq!(f.age(50), 1);
     }
@@ -1146,15 +1154,15 @@ mod tests {
     #[test]
     fn full_bucket_evicts_stalest_learned_entry_never_a_static_one() {
         let f = Fdb::new(8, 100); // one bucket
-        f.add_static(vid(1), mac(50), 4).unwrap();
+        f.add_static(vid(1), mac(50), PortId(4)).unwrap();
         for i in 0..7 {
-            f.learn(vid(1), mac(i), 1, 10 + u32::try_from(i).unwrap());
+            f.learn(vid(1), mac(i), PortId(1), 10 + u32::try_from(i).unwrap());
         }
-        assert_eq!(f.learn(vid(1), mac(100), 2, 20), Learned::Evicted);
+        assert_eq!(f.learn(vid(1), mac(100), PortId(2), 20), Learned::Evicted);
         assert_eq!(f.lookup(vid(1), mac(0)), None, "the stalest learned entry went");
-        assert_eq!(f.lookup(vid(1), mac(50)), Some(4), "the static one stayed (seen at tick 0)");
-        assert_eq!(f.lookup(vid(1), mac(100)), Some(2));
-        assert_eq!(f.lookup(vid(1), mac(6)), Some(1));
+        assert_eq!(f.lookup(vid(1), mac(50)), Some(PortId(4)), "the static one stayed (seen at tick 0)");
+        assert_eq!(f.lookup(vid(1), mac(100)), Some(PortId(2)));
+        assert_eq!(f.lookup(vid(1), mac(6)), Some(PortId(1)));
     }
 
     /// Edits from outside the datapath race each other (the API's run together; a reload's run
@@ -1178,21 +1186,21 @@ mod tests {
             })
         };
         let a = worker(|f| {
-            f.add_static(vid(1), mac(1), 1).unwrap();
-            let _ = f.remove_static(vid(1), mac(2), 1);
+            f.add_static(vid(1), mac(1), PortId(1)).unwrap();
+            let _ = f.remove_static(vid(1), mac(2), PortId(1));
         });
         let b = worker(|f| {
-            f.add_static(vid(1), mac(1), 2).unwrap();
-            f.add_static(vid(1), mac(2), 2).unwrap();
+            f.add_static(vid(1), mac(1), PortId(2)).unwrap();
+            f.add_static(vid(1), mac(2), PortId(2)).unwrap();
         });
         for round in 0..ROUNDS {
             // Two adds of mac 1; a remove of mac 2 on port 1 beside an add of it on port 2.
-            f.add_static(vid(1), mac(2), 1).unwrap();
+            f.add_static(vid(1), mac(2), PortId(1)).unwrap();
             start.wait();
             done.wait();
             let copies = f.entries(0).iter().filter(|e| e.mac == mac(1)).count();
             assert_eq!(copies, 1, "round {round}: mac 1 in {copies} slots");
-            assert_eq!(f.lookup(vid(1), mac(2)), Some(2), "round {round}: the add on port 2 was undone");
+            assert_eq!(f.lookup(vid(1), mac(2)), Some(PortId(2)), "round {round}: the add on port 2 was undone");
             assert!(f.remove(vid(1), mac(1)) && f.remove(vid(1), mac(2)));
             assert!(f.is_empty(), "round {round}: a copy outlived the remove");
         }
@@ -1206,40 +1214,44 @@ mod tests {
     #[test]
     fn an_entry_seen_on_a_later_tick_than_the_readers_is_the_freshest() {
         let f = Fdb::new(8, 5); // one bucket
-        f.learn(vid(1), mac(0), 1, 101);
+        f.learn(vid(1), mac(0), PortId(1), 101);
         assert_eq!(f.age(100), 0, "seen one tick after the sweep's clock: not 136 years old");
         assert_eq!(f.entries(100)[0].age, 0);
-        assert_eq!(f.learn(vid(1), mac(0), 1, 100), Learned::Known);
+        assert_eq!(f.learn(vid(1), mac(0), PortId(1), 100), Learned::Known);
         assert_eq!(f.entries(101)[0].age, 0, "a worker a tick behind does not move the tick back");
         for i in 1..8 {
-            f.learn(vid(1), mac(i), 1, 95 + u32::try_from(i).unwrap());
+            f.learn(vid(1), mac(i), PortId(1), 95 + u32::try_from(i).unwrap());
         }
-        assert_eq!(f.learn(vid(1), mac(100), 2, 100), Learned::Evicted);
-        assert_eq!(f.lookup(vid(1), mac(0)), Some(1), "the entry seen on the later tick stays");
+        assert_eq!(f.learn(vid(1), mac(100), PortId(2), 100), Learned::Evicted);
+        assert_eq!(f.lookup(vid(1), mac(0)), Some(PortId(1)), "the entry seen on the later tick stays");
         assert_eq!(f.lookup(vid(1), mac(1)), None, "the stalest went");
         assert_eq!(f.age(107), 7, "all but the entry seen on tick 102");
-        assert_eq!(f.lookup(vid(1), mac(7)), Some(1));
+        assert_eq!(f.lookup(vid(1), mac(7)), Some(PortId(1)));
     }
 
     #[test]
     fn static_entries_do_not_age_move_or_flush_unless_asked() {
         let f = Fdb::new(64, 10);
-        f.add_static(vid(10), mac(1), 3).unwrap();
-        assert_eq!(f.learn(vid(10), mac(1), 5, 0), Learned::Known, "learning does not move a static entry");
-        assert_eq!(f.lookup(vid(10), mac(1)), Some(3));
+        f.add_static(vid(10), mac(1), PortId(3)).unwrap();
+        assert_eq!(f.learn(vid(10), mac(1), PortId(5), 0), Learned::Known, "learning does not move a static entry");
+        assert_eq!(f.lookup(vid(10), mac(1)), Some(PortId(3)));
         assert_eq!(f.age(1000), 0);
-        f.learn(vid(10), mac(2), 3, 0);
-        f.learn(vid(20), mac(3), 4, 0);
-        assert_eq!(f.flush(Flush { port: Some(3), ..Flush::default() }), 1, "learned on port 3 only");
-        assert_eq!(f.lookup(vid(10), mac(1)), Some(3));
+        f.learn(vid(10), mac(2), PortId(3), 0);
+        f.learn(vid(20), mac(3), PortId(4), 0);
+        assert_eq!(f.flush(Flush { port: Some(PortId(3)), ..Flush::default() }), 1, "learned on port 3 only");
+        assert_eq!(f.lookup(vid(10), mac(1)), Some(PortId(3)));
         assert_eq!(f.flush(Flush { vlan: Some(vid(20)), ..Flush::default() }), 1);
         assert_eq!(f.flush(Flush { statics: true, ..Flush::default() }), 1);
         assert!(f.is_empty());
-        assert_eq!(f.add_static(vid(1), MacAddr::BROADCAST, 1), Err(StaticError::GroupAddress));
-        assert_eq!(f.add_static(vid(1), MacAddr([0; 6]), 1), Err(StaticError::GroupAddress), "all zeros is no station");
-        f.add_static(vid(1), mac(9), 1).unwrap();
-        f.add_static(vid(1), mac(9), 2).unwrap();
-        assert_eq!(f.lookup(vid(1), mac(9)), Some(2), "adding again replaces");
+        assert_eq!(f.add_static(vid(1), MacAddr::BROADCAST, PortId(1)), Err(StaticError::GroupAddress));
+        assert_eq!(
+            f.add_static(vid(1), MacAddr([0; 6]), PortId(1)),
+            Err(StaticError::GroupAddress),
+            "all zeros is no station"
+        );
+        f.add_static(vid(1), mac(9), PortId(1)).unwrap();
+        f.add_static(vid(1), mac(9), PortId(2)).unwrap();
+        assert_eq!(f.lookup(vid(1), mac(9)), Some(PortId(2)), "adding again replaces");
         assert!(f.remove(vid(1), mac(9)));
         assert!(!f.remove(vid(1), mac(9)));
     }
@@ -1259,7 +1271,7 @@ mod tests {
         // Twice the table's capacity in adds: the budget refuses every one past it.
         let (mut bucket_full, mut refused) = (0, None);
         for i in 0..2048 {
-            match f.add_static(vid(1), mac(i), 1) {
+            match f.add_static(vid(1), mac(i), PortId(1)) {
                 Ok(()) => {}
                 Err(StaticError::BucketFull) => bucket_full += 1,
                 Err(e) => {
@@ -1272,16 +1284,16 @@ mod tests {
         assert_eq!((f.statics(), f.len()), (max, max));
         assert!(refused.to_string().contains("already holds 512 static entries"), "{refused}");
         // Replacing one (another port) is no new static: allowed at the budget.
-        f.add_static(vid(1), mac(0), 2).unwrap();
+        f.add_static(vid(1), mac(0), PortId(2)).unwrap();
         for b in f.buckets.iter() {
             let statics = b.slots.iter().filter(|s| s.key.load(Ordering::Relaxed) & STATIC != 0).count();
             assert!(statics <= MAX_STATICS_PER_BUCKET, "a bucket of {statics} statics");
         }
         for j in 0..2048u64 {
             let m = MacAddr::from_u64(0x0400_0000_0000 + j);
-            let r = f.learn(vid(1), m, 3, u32::try_from(j).unwrap());
+            let r = f.learn(vid(1), m, PortId(3), u32::try_from(j).unwrap());
             assert!(matches!(r, Learned::New | Learned::Evicted), "{m}: {r:?}");
-            assert_eq!(f.lookup(vid(1), m), Some(3), "{m} learned and found");
+            assert_eq!(f.lookup(vid(1), m), Some(PortId(3)), "{m} learned and found");
         }
         assert_eq!(f.statics(), max, "no static was evicted");
         eprintln!("{bucket_full} statics refused by their bucket on the way to {max}");
@@ -1291,84 +1303,87 @@ mod tests {
         let f = Fdb::new(1024, 300);
         let mut same = macs_in_bucket(&f, 5, 0);
         for _ in 0..MAX_STATICS_PER_BUCKET {
-            f.add_static(vid(1), same.next().unwrap(), 1).unwrap();
+            f.add_static(vid(1), same.next().unwrap(), PortId(1)).unwrap();
         }
         let seventh = same.next().unwrap();
-        let err = f.add_static(vid(1), seventh, 1).unwrap_err();
+        let err = f.add_static(vid(1), seventh, PortId(1)).unwrap_err();
         assert_eq!(err, StaticError::BucketFull);
         assert!(err.to_string().contains("already holds 6 static entries"), "{err}");
         assert_eq!(f.lookup(vid(1), seventh), None);
         for (t, m) in std::iter::once(seventh).chain(same.take(10)).enumerate() {
-            let r = f.learn(vid(1), m, 2, u32::try_from(t).unwrap());
+            let r = f.learn(vid(1), m, PortId(2), u32::try_from(t).unwrap());
             assert!(matches!(r, Learned::New | Learned::Evicted), "{m}: {r:?}");
-            assert_eq!(f.lookup(vid(1), m), Some(2));
+            assert_eq!(f.lookup(vid(1), m), Some(PortId(2)));
         }
         assert_eq!(f.statics(), MAX_STATICS_PER_BUCKET, "the statics stay");
         assert_eq!(f.len(), SLOTS, "two learned entries beside them");
 
         // The API refuses either way; `statics_fit` (what `check` and a reload ask) agrees.
-        assert!(f.statics_fit(1024, &[], &[], &[(vid(1), seventh, 1)]).unwrap_err().contains("already holds 6"));
+        assert!(f
+            .statics_fit(1024, &[], &[], &[(vid(1), seventh, PortId(1))])
+            .unwrap_err()
+            .contains("already holds 6"));
         let one = Fdb::new(8, 10);
         for i in 0..4 {
-            one.add_static(vid(1), mac(i), 1).unwrap();
+            one.add_static(vid(1), mac(i), PortId(1)).unwrap();
         }
-        assert_eq!(one.add_static(vid(1), mac(99), 1), Err(StaticError::TableFull { max: 4, capacity: 8 }));
-        assert_eq!(one.learn(vid(1), mac(99), 1, 0), Learned::New);
+        assert_eq!(one.add_static(vid(1), mac(99), PortId(1)), Err(StaticError::TableFull { max: 4, capacity: 8 }));
+        assert_eq!(one.learn(vid(1), mac(99), PortId(1), 0), Learned::New);
     }
 
     #[test]
     fn a_port_at_its_limit_learns_nothing_new_and_the_count_follows_every_change() {
         let f = Fdb::new(1024, 10);
-        f.set_max_learned(1, 5);
-        f.add_static(vid(1), mac(1000), 1).unwrap();
-        let learned: Vec<Learned> = (0..10).map(|i| f.learn(vid(1), mac(i), 1, 0)).collect();
+        f.set_max_learned(PortId(1), 5);
+        f.add_static(vid(1), mac(1000), PortId(1)).unwrap();
+        let learned: Vec<Learned> = (0..10).map(|i| f.learn(vid(1), mac(i), PortId(1), 0)).collect();
         assert_eq!(&learned[..5], &[Learned::New; 5]);
         assert_eq!(&learned[5..], &[Learned::Limited; 5], "statics do not count");
-        assert_eq!((f.learned_on(1), f.lookup(vid(1), mac(7))), (5, None));
-        assert_eq!(f.learn(vid(1), mac(0), 1, 1), Learned::Known, "a known address is no new one");
+        assert_eq!((f.learned_on(PortId(1)), f.lookup(vid(1), mac(7))), (5, None));
+        assert_eq!(f.learn(vid(1), mac(0), PortId(1), 1), Learned::Known, "a known address is no new one");
         // Another port learns freely; a station of it seen on the full port stays where it is,
         // and is not kept fresh by that port's frames.
         for i in 100..120 {
-            assert_eq!(f.learn(vid(1), mac(i), 2, 0), Learned::New);
+            assert_eq!(f.learn(vid(1), mac(i), PortId(2), 0), Learned::New);
         }
-        assert_eq!(f.learn(vid(1), mac(100), 1, 5), Learned::Limited);
-        assert_eq!((f.lookup(vid(1), mac(100)), f.learned_on(2)), (Some(2), 20));
+        assert_eq!(f.learn(vid(1), mac(100), PortId(1), 5), Learned::Limited);
+        assert_eq!((f.lookup(vid(1), mac(100)), f.learned_on(PortId(2))), (Some(PortId(2)), 20));
         assert_eq!(f.entries(5).iter().find(|e| e.mac == mac(100)).unwrap().age, 5);
         // A move off the port makes room, a move onto it takes it.
-        assert_eq!(f.learn(vid(1), mac(0), 2, 6), Learned::Moved);
-        assert_eq!((f.learned_on(1), f.learned_on(2)), (4, 21));
-        assert_eq!(f.learn(vid(1), mac(101), 1, 6), Learned::Moved);
-        assert_eq!((f.learned_on(1), f.learned_on(2)), (5, 20));
+        assert_eq!(f.learn(vid(1), mac(0), PortId(2), 6), Learned::Moved);
+        assert_eq!((f.learned_on(PortId(1)), f.learned_on(PortId(2))), (4, 21));
+        assert_eq!(f.learn(vid(1), mac(101), PortId(1), 6), Learned::Moved);
+        assert_eq!((f.learned_on(PortId(1)), f.learned_on(PortId(2))), (5, 20));
         // Removal, flush and aging give room back; the static one is never counted.
         assert!(f.remove(vid(1), mac(1)));
-        assert_eq!(f.learned_on(1), 4);
-        assert_eq!(f.learn(vid(1), mac(50), 1, 6), Learned::New);
+        assert_eq!(f.learned_on(PortId(1)), 4);
+        assert_eq!(f.learn(vid(1), mac(50), PortId(1), 6), Learned::New);
         assert_eq!(f.age(11), 3 + 19, "the entries last seen at 0");
-        assert_eq!((f.learned_on(1), f.learned_on(2)), (2, 1), "mac 101 and 50 on 1, mac 0 on 2");
-        f.flush_port(1);
-        assert_eq!((f.learned_on(1), f.lookup(vid(1), mac(1000))), (0, Some(1)));
+        assert_eq!((f.learned_on(PortId(1)), f.learned_on(PortId(2))), (2, 1), "mac 101 and 50 on 1, mac 0 on 2");
+        f.flush_port(PortId(1));
+        assert_eq!((f.learned_on(PortId(1)), f.lookup(vid(1), mac(1000))), (0, Some(PortId(1))));
         // A static put over a learned entry, and an eviction, take the count of its port.
-        f.learn(vid(1), mac(3), 1, 20);
-        f.add_static(vid(1), mac(3), 4).unwrap();
-        assert_eq!(f.learned_on(1), 0);
+        f.learn(vid(1), mac(3), PortId(1), 20);
+        f.add_static(vid(1), mac(3), PortId(4)).unwrap();
+        assert_eq!(f.learned_on(PortId(1)), 0);
         let one = Fdb::new(8, 100);
-        one.set_max_learned(1, 100);
+        one.set_max_learned(PortId(1), 100);
         for i in 0..8 {
-            one.learn(vid(1), mac(i), 1, u32::try_from(i).unwrap());
+            one.learn(vid(1), mac(i), PortId(1), u32::try_from(i).unwrap());
         }
-        assert_eq!(one.learn(vid(1), mac(8), 2, 9), Learned::Evicted);
-        assert_eq!((one.learned_on(1), one.learned_on(2)), (7, 1));
+        assert_eq!(one.learn(vid(1), mac(8), PortId(2), 9), Learned::Evicted);
+        assert_eq!((one.learned_on(PortId(1)), one.learned_on(PortId(2))), (7, 1));
         // Lowered below what it has: nothing goes, nothing new comes; raised: room again.
-        one.set_max_learned(1, 3);
-        assert_eq!((one.learn(vid(1), mac(20), 1, 9), one.learned_on(1)), (Learned::Limited, 7));
-        one.set_max_learned(1, 0);
-        assert_eq!(one.learn(vid(1), mac(20), 1, 9), Learned::Evicted);
+        one.set_max_learned(PortId(1), 3);
+        assert_eq!((one.learn(vid(1), mac(20), PortId(1), 9), one.learned_on(PortId(1))), (Learned::Limited, 7));
+        one.set_max_learned(PortId(1), 0);
+        assert_eq!(one.learn(vid(1), mac(20), PortId(1), 9), Learned::Evicted);
         // A resized table keeps the limit, the count made anew.
         let big = one.resized(1024, 9).unwrap();
-        assert_eq!((big.max_learned(1), big.learned_on(1), big.learned_on(2)), (0, 7, 1));
-        f.set_max_learned(3, 2);
+        assert_eq!((big.max_learned(PortId(1)), big.learned_on(PortId(1)), big.learned_on(PortId(2))), (0, 7, 1));
+        f.set_max_learned(PortId(3), 2);
         let g = f.resized(64, 20).unwrap();
-        assert_eq!(g.max_learned(3), 2);
+        assert_eq!(g.max_learned(PortId(3)), 2);
     }
 
     /// Workers learning, moving and evicting at once beside the aging sweep and flushes: each
@@ -1378,7 +1393,7 @@ mod tests {
         use std::sync::atomic::AtomicBool;
         let f = Arc::new(Fdb::new(256, 2));
         for p in 0..4 {
-            f.set_max_learned(p, 100);
+            f.set_max_learned(PortId(p), 100);
         }
         let stop = Arc::new(AtomicBool::new(false));
         let workers: Vec<_> = (0..3u64)
@@ -1393,10 +1408,10 @@ mod tests {
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
-                        let port = (x % 4) as PortId;
+                        let port = port(x % 4);
                         f.learn(vid(1), mac((x >> 8) % 600), port, now);
                         now = (now + u32::from(x.is_multiple_of(3))) % 1000;
-                        over += usize::from((0..4).any(|p| f.learned_on(p) > 100 + 3));
+                        over += usize::from((0..4).any(|p| f.learned_on(PortId(p)) > 100 + 3));
                     }
                     over
                 })
@@ -1408,7 +1423,7 @@ mod tests {
         while start.elapsed() < std::time::Duration::from_secs(1) {
             f.age(round % 1000);
             if round.is_multiple_of(50) {
-                f.flush_port((round / 50 % 4) as PortId);
+                f.flush_port(port(round / 50 % 4));
                 let _ = f.remove(vid(1), mac(round as u64 % 600));
             }
             round += 1;
@@ -1417,8 +1432,8 @@ mod tests {
         let over: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
         let entries = f.entries(0);
         for p in 0..4 {
-            let n = entries.iter().filter(|e| e.port == p && !e.is_static).count();
-            assert_eq!(f.learned_on(p) as usize, n, "port {p}");
+            let n = entries.iter().filter(|e| e.port == PortId(p) && !e.is_static).count();
+            assert_eq!(f.learned_on(PortId(p)) as usize, n, "port {p}");
             assert!(n <= 100, "port {p}: {n} learned, the limit is 100");
         }
         assert_eq!(over, 0, "a count above the limit (plus one learn in flight per worker)");
@@ -1442,9 +1457,9 @@ mod tests {
     fn pages_list_every_entry_once_whatever_the_limit() {
         let f = Fdb::new(1024, 300);
         for i in 0..700u64 {
-            f.learn(vid((i % 3) as u16 + 1), mac(i), (i % 5) as PortId, 0);
+            f.learn(vid((i % 3) as u16 + 1), mac(i), port(i % 5), 0);
         }
-        f.add_static(vid(7), mac(5000), 2).unwrap();
+        f.add_static(vid(7), mac(5000), PortId(2)).unwrap();
         let all = f.entries(0);
         for limit in [1, 7, 8, 9, 100, 10_000] {
             let (listed, pages) = listing(&f, limit, usize::MAX, Select::default());
@@ -1460,7 +1475,7 @@ mod tests {
     fn a_page_looks_at_scan_slots_at_most_even_when_nothing_matches() {
         let f = Fdb::new(4096, 300);
         for i in 0..2000u64 {
-            f.learn(vid(1), mac(i), 1, 0);
+            f.learn(vid(1), mac(i), PortId(1), 0);
         }
         let nothing = Select { vlan: Some(vid(99)), ..Select::default() };
         let mut out = Vec::new();
@@ -1484,20 +1499,20 @@ mod tests {
     fn pages_select_by_port_vlan_and_mac_prefix() {
         let f = Fdb::new(4096, 300);
         for i in 0..256u64 {
-            f.learn(vid(10 + (i % 2) as u16), MacAddr::from_u64(0x0200_5e00_0000 | i << 8 | i), (i % 4) as PortId, 0);
-            f.learn(vid(10), MacAddr::from_u64(0x0a00_0000_0000 | i), 9, 0);
+            f.learn(vid(10 + (i % 2) as u16), MacAddr::from_u64(0x0200_5e00_0000 | i << 8 | i), port(i % 4), 0);
+            f.learn(vid(10), MacAddr::from_u64(0x0a00_0000_0000 | i), PortId(9), 0);
         }
         let all = f.entries(0);
         let select = |s: Select| listing(&f, 50, 100, s).0;
         let by = |keep: &dyn Fn(&Entry) -> bool| all.iter().copied().filter(|e| keep(e)).collect::<Vec<_>>();
-        assert_eq!(select(Select { port: Some(3), ..Select::default() }), by(&|e| e.port == 3));
+        assert_eq!(select(Select { port: Some(PortId(3)), ..Select::default() }), by(&|e| e.port == PortId(3)));
         assert_eq!(select(Select { vlan: Some(vid(11)), ..Select::default() }), by(&|e| e.vlan == vid(11)));
         let p = |s: &str| s.parse::<MacPrefix>().unwrap();
         assert_eq!(select(Select { mac: p("0a"), ..Select::default() }), by(&|e| e.mac.0[0] == 0x0a));
         assert_eq!(select(Select { mac: p("02:00:5e:00:07"), ..Select::default() }).len(), 1);
         assert_eq!(select(Select { mac: p("02:00:5e:00:07:07"), ..Select::default() })[0].mac.0[5], 7);
-        let three = Select { port: Some(1), vlan: Some(vid(11)), mac: p("2:0:5e") };
-        let want = by(&|e| e.port == 1 && e.vlan == vid(11) && e.mac.0[..3] == [2, 0, 0x5e]);
+        let three = Select { port: Some(PortId(1)), vlan: Some(vid(11)), mac: p("2:0:5e") };
+        let want = by(&|e| e.port == PortId(1) && e.vlan == vid(11) && e.mac.0[..3] == [2, 0, 0x5e]);
         assert!(!want.is_empty());
         assert_eq!(select(three), want, "every condition holds");
     }
@@ -1519,9 +1534,9 @@ mod tests {
         let f = Fdb::new(1024, 10);
         assert_eq!(f.counted(), 0, "no sweep yet");
         for i in 0..50u64 {
-            f.learn(vid(1), mac(i), 1, if i < 20 { 0 } else { 15 });
+            f.learn(vid(1), mac(i), PortId(1), if i < 20 { 0 } else { 15 });
         }
-        f.add_static(vid(1), mac(999), 1).unwrap();
+        f.add_static(vid(1), mac(999), PortId(1)).unwrap();
         assert_eq!(f.age(20), 20);
         assert_eq!(f.counted(), 31, "30 learned entries left and a static one");
         let big = f.resized(4096, 20).unwrap();
@@ -1532,8 +1547,8 @@ mod tests {
     #[test]
     fn port_zero_and_mac_zero_are_valid() {
         let f = Fdb::new(64, 10);
-        f.learn(vid(1), MacAddr([0; 6]), 0, 0);
-        assert_eq!(f.lookup(vid(1), MacAddr([0; 6])), Some(0));
+        f.learn(vid(1), MacAddr([0; 6]), PortId(0), 0);
+        assert_eq!(f.lookup(vid(1), MacAddr([0; 6])), Some(PortId(0)));
     }
 
     #[test]
@@ -1544,7 +1559,7 @@ mod tests {
                 let f = f.clone();
                 std::thread::spawn(move || {
                     for i in 0..2000u64 {
-                        f.learn(vid(1), mac(i * 2 + t), PortId::try_from(t).unwrap(), 0);
+                        f.learn(vid(1), mac(i * 2 + t), port(t), 0);
                     }
                 })
             })
@@ -1553,7 +1568,7 @@ mod tests {
             h.join().unwrap();
         }
         for i in 0..4000u64 {
-            assert_eq!(f.lookup(vid(1), mac(i)), Some((i % 2) as PortId));
+            assert_eq!(f.lookup(vid(1), mac(i)), Some(port(i % 2)));
         }
     }
 
@@ -1570,7 +1585,7 @@ mod tests {
                 while !stop.load(Ordering::Relaxed) {
                     for i in 0..32u64 {
                         t += 1;
-                        f.learn(vid(1), mac(i), (i % 60) as PortId, t);
+                        f.learn(vid(1), mac(i), port(i % 60), t);
                     }
                 }
             })
@@ -1578,7 +1593,7 @@ mod tests {
         for _ in 0..200_000 {
             for i in 0..32u64 {
                 if let Some(p) = f.lookup(vid(1), mac(i)) {
-                    assert_eq!(p, (i % 60) as PortId);
+                    assert_eq!(p, port(i % 60));
                 }
             }
         }
@@ -1598,7 +1613,7 @@ mod tests {
             std::thread::spawn(move || {
                 let mut p = 1;
                 while !stop.load(Ordering::Relaxed) {
-                    f.learn(vid(1), m, p, 0);
+                    f.learn(vid(1), m, PortId(p), 0);
                     p = 3 - p;
                 }
             })
@@ -1606,11 +1621,11 @@ mod tests {
         let mut wrong = 0;
         for _ in 0..300_000 {
             f.remove(vid(1), m);
-            f.learn(vid(1), x, 5, 0);
+            f.learn(vid(1), x, PortId(5), 0);
             for _ in 0..50 {
                 std::hint::spin_loop();
             }
-            if !matches!(f.lookup(vid(1), x), Some(5) | None) {
+            if !matches!(f.lookup(vid(1), x), Some(PortId(5)) | None) {
                 wrong += 1;
             }
             f.remove(vid(1), x);
@@ -1636,7 +1651,7 @@ mod tests {
                 std::thread::spawn(move || {
                     for _ in 0..rounds {
                         go.wait();
-                        f.learn(vid(1), k, p, 7);
+                        f.learn(vid(1), k, PortId(p), 7);
                         done.wait();
                     }
                 })
@@ -1646,7 +1661,7 @@ mod tests {
         for _ in 0..rounds {
             f.flush(Flush { statics: true, ..Flush::default() });
             for i in 1..=4 {
-                f.learn(vid(1), mac(0x100 + i), 9, 7);
+                f.learn(vid(1), mac(0x100 + i), PortId(9), 7);
             }
             go.wait();
             done.wait();
@@ -1686,7 +1701,7 @@ mod tests {
                         std::hint::spin_loop();
                     }
                     f.remove(vid(1), other);
-                    f.learn(vid(1), k, 2, 7);
+                    f.learn(vid(1), k, PortId(2), 7);
                     done.store(r, Ordering::Release);
                 }
             })
@@ -1694,14 +1709,14 @@ mod tests {
         let (mut doubled, mut wrong_port) = (0, 0);
         for r in 1..=rounds {
             f.flush(Flush { statics: true, ..Flush::default() });
-            f.learn(vid(1), other, 3, 7);
+            f.learn(vid(1), other, PortId(3), 7);
             go.store(r, Ordering::Release);
-            f.add_static(vid(1), k, 5).unwrap();
+            f.add_static(vid(1), k, PortId(5)).unwrap();
             while done.load(Ordering::Acquire) != r {
                 std::hint::spin_loop();
             }
             doubled += usize::from(f.entries(7).iter().filter(|x| x.mac == k).count() != 1);
-            wrong_port += usize::from(f.lookup(vid(1), k) != Some(5));
+            wrong_port += usize::from(f.lookup(vid(1), k) != Some(PortId(5)));
         }
         worker.join().unwrap();
         assert_eq!(
@@ -1715,14 +1730,9 @@ mod tests {
     fn a_resized_table_keeps_entries_ages_and_counters() {
         let old = Fdb::new(64, 300);
         for i in 0..40u64 {
-            old.learn(
-                vid(1),
-                MacAddr::from_u64(0x0200_0000_0000 + i),
-                PortId::try_from(i % 3).unwrap(),
-                u32::try_from(i).unwrap(),
-            );
+            old.learn(vid(1), MacAddr::from_u64(0x0200_0000_0000 + i), port(i % 3), u32::try_from(i).unwrap());
         }
-        old.add_static(vid(7), mac(1000), 2).unwrap();
+        old.add_static(vid(7), mac(1000), PortId(2)).unwrap();
         old.stats.aged.add(7);
         let big = old.resized(4096, 100).unwrap();
         assert_eq!(big.entries(100), old.entries(100));
@@ -1733,14 +1743,14 @@ mod tests {
         // What did not fit is counted, and the count carries over to the next table.
         assert_eq!(usize::try_from(small.stats.resize_dropped.get()).unwrap(), old.len() - small.len());
         assert_eq!(small.resized(4096, 100).unwrap().stats.resize_dropped.get(), small.stats.resize_dropped.get());
-        assert_eq!(small.lookup(vid(7), mac(1000)), Some(2), "static entries go first");
+        assert_eq!(small.lookup(vid(7), mac(1000)), Some(PortId(2)), "static entries go first");
         // What was kept is what the old table said.
         for e in small.entries(100) {
             assert!(old.entries(100).contains(&e));
         }
         // Static entries are never dropped to fit: more of them than a table holds is an error.
         for i in 0..20u64 {
-            old.add_static(vid(3), mac(2000 + i), 1).unwrap();
+            old.add_static(vid(3), mac(2000 + i), PortId(1)).unwrap();
         }
         let err = old.resized(8, 100).map(|_| ()).expect_err("21 static entries do not fit a table of 8");
         assert!(err.contains("does not fit a table of 8"), "{err}");
@@ -1753,23 +1763,29 @@ mod tests {
         let mut added = Vec::new();
         let full = (0..1000u64)
             .find(|&i| {
-                let fits = f.statics_fit(64, &[], &[], &[(vid(1), mac(i), 0)]).is_ok();
-                assert_eq!(fits, f.add_static(vid(1), mac(i), 0).is_ok(), "entry {i}");
+                let fits = f.statics_fit(64, &[], &[], &[(vid(1), mac(i), PortId(0))]).is_ok();
+                assert_eq!(fits, f.add_static(vid(1), mac(i), PortId(0)).is_ok(), "entry {i}");
                 if fits {
-                    added.push((vid(1), mac(i), 0));
+                    added.push((vid(1), mac(i), PortId(0)));
                 }
                 !fits
             })
             .expect("a 64-entry table fills up");
-        let err = f.statics_fit(64, &[], &[], &[(vid(1), mac(full), 1)]).unwrap_err();
+        let err = f.statics_fit(64, &[], &[], &[(vid(1), mac(full), PortId(1))]).unwrap_err();
         assert!(err.contains("does not fit a table of 64"), "{err}");
         // Room made by a removal, or by a larger table; a group address never fits.
-        assert!(f.statics_fit(64, &added, &[], &[(vid(1), mac(full), 1)]).is_ok(), "every other static removed");
-        assert!(f.statics_fit(4096, &[], &[], &[(vid(1), mac(full), 1)]).is_ok());
-        assert!(f.statics_fit(4096, &[], &[], &[(vid(1), MacAddr::BROADCAST, 1)]).is_err());
+        assert!(
+            f.statics_fit(64, &added, &[], &[(vid(1), mac(full), PortId(1))]).is_ok(),
+            "every other static removed"
+        );
+        assert!(f.statics_fit(4096, &[], &[], &[(vid(1), mac(full), PortId(1))]).is_ok());
+        assert!(f.statics_fit(4096, &[], &[], &[(vid(1), MacAddr::BROADCAST, PortId(1))]).is_err());
         // The statics of a port that goes away make room too (they go with it).
-        assert!(f.statics_fit(64, &[], &[0], &[(vid(1), mac(full), 1)]).is_ok(), "port 0 removed");
-        assert!(f.statics_fit(64, &[], &[1], &[(vid(1), mac(full), 1)]).is_err(), "another port removed");
+        assert!(f.statics_fit(64, &[], &[PortId(0)], &[(vid(1), mac(full), PortId(1))]).is_ok(), "port 0 removed");
+        assert!(
+            f.statics_fit(64, &[], &[PortId(1)], &[(vid(1), mac(full), PortId(1))]).is_err(),
+            "another port removed"
+        );
         // Fewer slots than statics.
         assert!(f.statics_fit(8, &[], &[], &[]).unwrap_err().contains("does not fit a table of 8"));
     }
@@ -1777,12 +1793,12 @@ mod tests {
     #[test]
     fn remove_static_takes_only_the_static_entry_on_that_port() {
         let f = Fdb::new(64, 300);
-        f.add_static(vid(1), mac(1), 2).unwrap();
-        f.learn(vid(1), mac(2), 2, 0);
-        assert!(!f.remove_static(vid(1), mac(1), 3), "on another port");
-        assert!(!f.remove_static(vid(1), mac(2), 2), "learned, not static");
-        assert_eq!((f.lookup(vid(1), mac(1)), f.lookup(vid(1), mac(2))), (Some(2), Some(2)));
-        assert!(f.remove_static(vid(1), mac(1), 2));
+        f.add_static(vid(1), mac(1), PortId(2)).unwrap();
+        f.learn(vid(1), mac(2), PortId(2), 0);
+        assert!(!f.remove_static(vid(1), mac(1), PortId(3)), "on another port");
+        assert!(!f.remove_static(vid(1), mac(2), PortId(2)), "learned, not static");
+        assert_eq!((f.lookup(vid(1), mac(1)), f.lookup(vid(1), mac(2))), (Some(PortId(2)), Some(PortId(2))));
+        assert!(f.remove_static(vid(1), mac(1), PortId(2)));
         assert_eq!(f.lookup(vid(1), mac(1)), None);
     }
 }

@@ -184,12 +184,13 @@ fn clamp_batch(batch: usize) -> usize {
     batch.clamp(1, BATCH_SIZE)
 }
 
-#[expect(clippy::cast_possible_truncation, reason = "ports are indexed by PortId (and the config allows 64)")]
 fn rx_list(ports: &[PortSlot]) -> Vec<(PortId, usize)> {
     ports
         .iter()
         .enumerate()
-        .flat_map(|(p, s)| s.queues.iter().enumerate().filter(|(_, q)| q.has_rx()).map(move |(i, _)| (p as PortId, i)))
+        .flat_map(|(p, s)| {
+            s.queues.iter().enumerate().filter(|(_, q)| q.has_rx()).map(move |(i, _)| (PortId::from_index(p), i))
+        })
         .collect()
 }
 
@@ -312,7 +313,7 @@ impl Pipeline {
         port: PortId,
         mut stage: Option<Box<dyn VerdictStage>>,
     ) -> Option<Box<dyn VerdictStage>> {
-        let slot = &mut self.ports[port as usize].ingress;
+        let slot = &mut self.ports[port.index()].ingress;
         if let (Some(new), Some(old)) = (stage.as_mut(), slot.as_mut()) {
             new.take_over(old.as_mut());
         }
@@ -321,7 +322,7 @@ impl Pipeline {
 
     /// The ingress stage of `port`, for control commands between rounds.
     pub fn ingress_mut(&mut self, port: PortId) -> Option<&mut (dyn VerdictStage + 'static)> {
-        self.ports.get_mut(port as usize)?.ingress.as_deref_mut()
+        self.ports.get_mut(port.index())?.ingress.as_deref_mut()
     }
 
     /// Puts `slot` in as port `port` (a port added or replaced by a reload), between rounds.
@@ -329,7 +330,7 @@ impl Pipeline {
     /// replaced one keeps counting). A slot already there is released first and returned (see
     /// [`Pipeline::detach_port`]).
     pub fn attach_port(&mut self, port: PortId, mut slot: PortSlot, fresh: bool) -> Option<PortSlot> {
-        let i = port as usize;
+        let i = port.index();
         assert!(slot.pool.index() < self.pools.len(), "a port of pool {} that is not given", slot.pool);
         let mut old = self.detach_port(port);
         if !fresh {
@@ -363,7 +364,7 @@ impl Pipeline {
     /// (`synchronize_net`), and a worker must not stall its other ports on it. Nothing is
     /// staged for it: staging happens within a round.
     pub fn detach_port(&mut self, port: PortId) -> Option<PortSlot> {
-        let slot = self.ports.get_mut(port as usize)?;
+        let slot = self.ports.get_mut(port.index())?;
         let mut slot = std::mem::replace(slot, PortSlot::absent());
         self.release(slot.pool, &mut slot.queues);
         self.rebuild_rx_list();
@@ -392,7 +393,7 @@ impl Pipeline {
     /// old queues are released as by [`Pipeline::detach_port`] and returned, and the port is up
     /// again when it has queues.
     pub fn replace_queues(&mut self, port: PortId, queues: Vec<Box<dyn PortQueue>>) -> Vec<Box<dyn PortQueue>> {
-        let Some(slot) = self.ports.get_mut(port as usize) else { return queues };
+        let Some(slot) = self.ports.get_mut(port.index()) else { return queues };
         let mut old = std::mem::replace(&mut slot.queues, queues);
         slot.up = !slot.queues.is_empty();
         let pool = slot.pool;
@@ -403,7 +404,7 @@ impl Pipeline {
 
     /// `port`'s VLANs, storm limits and mirrors from the next round on.
     pub fn set_l2(&mut self, port: PortId, l2: PortL2) {
-        if let Some(p) = self.ports.get_mut(port as usize) {
+        if let Some(p) = self.ports.get_mut(port.index()) {
             p.l2 = l2;
         }
     }
@@ -424,7 +425,7 @@ impl Pipeline {
     /// Frames longer than `max` bytes are dropped as oversize on `port`, and frames longer
     /// than `tx_max` are not sent there, from now on.
     pub fn set_max_frame(&mut self, port: PortId, max: usize, tx_max: usize) {
-        if let Some(p) = self.ports.get_mut(port as usize) {
+        if let Some(p) = self.ports.get_mut(port.index()) {
             p.max_frame = max;
             p.tx_max = tx_max;
         }
@@ -437,7 +438,7 @@ impl Pipeline {
     /// Marks a port down (its interface vanished): no more RX or TX on it. A port without
     /// queues stays down.
     pub fn set_port_up(&mut self, port: PortId, up: bool) {
-        if let Some(p) = self.ports.get_mut(port as usize) {
+        if let Some(p) = self.ports.get_mut(port.index()) {
             p.up = up && !p.queues.is_empty();
         }
     }
@@ -455,7 +456,7 @@ impl Pipeline {
         let mut completed = 0;
         for i in 0..self.rx_list.len() {
             let (p, q) = self.rx_list[i];
-            if self.ports[p as usize].up {
+            if self.ports[p.index()].up {
                 received += self.rx_one(p, q);
                 // Completions right after each burst's TX: frames come back to the cache while
                 // the next burst's fill-ring refill still needs them, so the cache absorbs the
@@ -476,7 +477,7 @@ impl Pipeline {
     }
 
     fn rx_one(&mut self, p: PortId, q: usize) -> usize {
-        let pi = p as usize;
+        let pi = p.index();
         let g = self.ports[pi].pool;
         let n = self.ports[pi].queues[q].rx_burst(&mut self.pools[g.index()], &mut self.batch.descs[..self.opts.batch]);
         if n == 0 {
@@ -534,7 +535,7 @@ impl Pipeline {
     /// malformed IP header is only dropped where something would look at it, and no metadata
     /// is written (the L2 stage takes the addresses, the VLAN and the tag, in `Batch::l2`).
     fn parse_batch(&mut self, p: PortId) {
-        let slot = &self.ports[p as usize];
+        let slot = &self.ports[p.index()];
         if slot.complete_partial_checksums
             || slot.ingress.is_some()
             || self.opts.parse_all
@@ -557,7 +558,7 @@ impl Pipeline {
     /// no ingress mirror) compiled without the tests of those.
     #[inline(always)]
     fn parse_batch_as<const PLAIN: bool>(&mut self, p: PortId) {
-        let pi = p as usize;
+        let pi = p.index();
         let slot = &self.ports[pi];
         let g = slot.pool.index();
         // A reference, not a clone: the `Arc` is shared by every worker, and its count's cache
@@ -595,10 +596,10 @@ impl Pipeline {
             .map_err(DropReason::from);
             if mirrors && parsed.is_ok() {
                 for &m in &l2.mirror_ingress {
-                    if let Some(mp) = self.ports.get(m as usize).filter(|s| s.up).map(|s| s.pool.index()) {
+                    if let Some(mp) = self.ports.get(m.index()).filter(|s| s.up).map(|s| s.pool.index()) {
                         match duplicate(umem, &mut self.pools[mp], d) {
                             Some(addr) => {
-                                self.staged[m as usize].push(d.copy_at(addr));
+                                self.staged[m.index()].push(d.copy_at(addr));
                                 self.stats.mirror_copies.inc();
                             }
                             None => st.drop(DropReason::PoolEmpty),
@@ -654,7 +655,7 @@ impl Pipeline {
     }
 
     fn verdicts(&mut self, p: PortId) {
-        let pi = p as usize;
+        let pi = p.index();
         let queue = self.ports[pi].queue_index;
         let umem = &self.umems[self.ports[pi].pool.index()];
         let Some(stage) = self.ports[pi].ingress.as_mut() else { return };
@@ -664,7 +665,7 @@ impl Pipeline {
     }
 
     fn forward(&mut self, p: PortId) {
-        let pi = p as usize;
+        let pi = p.index();
         if self.ports[pi].ingress.is_none() {
             self.forward_bridged(p);
             return;
@@ -683,8 +684,8 @@ impl Pipeline {
                     continue;
                 }
                 Verdict::Redirect(q) => {
-                    if (q as usize) < nports && self.ports[q as usize].up {
-                        self.send(pi, q as usize, f);
+                    if q.index() < nports && self.ports[q.index()].up {
+                        self.send(pi, q.index(), f);
                     } else {
                         self.drop_frame(pi, g, d.addr, DropReason::BadRedirect);
                         if let Some(stage) = self.ports[pi].ingress.as_mut() {
@@ -695,14 +696,14 @@ impl Pipeline {
                 }
                 Verdict::Host => {
                     match self.opts.host_port {
-                        Some(h) if self.ports[h as usize].up => self.send(pi, h as usize, f),
+                        Some(h) if self.ports[h.index()].up => self.send(pi, h.index(), f),
                         _ => self.drop_frame(pi, g, d.addr, DropReason::NoEgress),
                     }
                     continue;
                 }
                 Verdict::HostCopy => {
                     match self.opts.host_port {
-                        Some(h) if h != p && self.ports[h as usize].up => self.copy_to(pi, h as usize, f),
+                        Some(h) if h != p && self.ports[h.index()].up => self.copy_to(pi, h.index(), f),
                         // No host to copy to: the original still forwards, nothing is lost.
                         _ => {}
                     }
@@ -717,7 +718,7 @@ impl Pipeline {
     /// [`Pipeline::forward`] for a port without a verdict stage, where every verdict is
     /// `Pass`: the parser writes no verdicts for it and this loop reads none.
     fn forward_bridged(&mut self, p: PortId) {
-        let g = self.ports[p as usize].pool;
+        let g = self.ports[p.index()].pool;
         let guarded = self.guarded_mac(p);
         let mut last_src = Place::default();
         for i in self.batch.indices() {
@@ -731,13 +732,13 @@ impl Pipeline {
     /// Sends (or drops, or floods) a frame received on `p` as the L2 lookup decided.
     #[inline(always)]
     fn deliver(&mut self, p: PortId, f: Frame, egress: Egress) {
-        let pi = p as usize;
+        let pi = p.index();
         match egress {
             Egress::Drop(reason) => self.drop_frame(pi, f.pool, f.d.addr, reason),
             Egress::Port(q) if q == p => self.drop_frame(pi, f.pool, f.d.addr, DropReason::Hairpin),
-            Egress::Port(q) if self.ports[q as usize].up => {
-                if self.ports[q as usize].l2.vlan.members.contains(f.vlan) {
-                    self.send(pi, q as usize, f);
+            Egress::Port(q) if self.ports[q.index()].up => {
+                if self.ports[q.index()].l2.vlan.members.contains(f.vlan) {
+                    self.send(pi, q.index(), f);
                 } else {
                     // A static entry (or a reload) points outside the VLAN.
                     self.drop_frame(pi, f.pool, f.d.addr, DropReason::VlanFiltered);
@@ -749,7 +750,7 @@ impl Pipeline {
             Egress::LinkLocal => {
                 self.stats.ports[pi].link_local.inc();
                 match self.opts.host_port {
-                    Some(h) if h != p && self.ports[h as usize].up => self.send(pi, h as usize, f),
+                    Some(h) if h != p && self.ports[h.index()].up => self.send(pi, h.index(), f),
                     _ => self.drop_frame(pi, f.pool, f.d.addr, DropReason::LinkLocal),
                 }
             }
@@ -783,7 +784,7 @@ impl Pipeline {
             if src.mac_bits() == guarded {
                 // The host's own address from another port: forwarded, never learned (it
                 // would pull the host's traffic to that port); counted per frame.
-                self.stats.ports[p as usize].own_address.inc();
+                self.stats.ports[p.index()].own_address.inc();
             } else {
                 *last_src = src;
                 match self.fdb.learn_at(src, p, self.now) {
@@ -791,7 +792,7 @@ impl Pipeline {
                     Learned::Full | Learned::Busy => self.stats.fdb_not_learned.inc(),
                     // Once per run of the source, as every learn: a flood of new addresses at
                     // the limit costs a read of the port's count each (the slow path).
-                    Learned::Limited => self.stats.ports[p as usize].learn_refused.inc(),
+                    Learned::Limited => self.stats.ports[p.index()].learn_refused.inc(),
                     Learned::New => self.stats.fdb_learned.inc(),
                     Learned::Moved => self.stats.fdb_moved.inc(),
                     Learned::Evicted => {
@@ -819,7 +820,7 @@ impl Pipeline {
 
     /// Floods `f` unless the ingress port's storm control has used up `class` for this second.
     fn flood_limited(&mut self, p: PortId, f: Frame, class: FloodClass) {
-        let pi = p as usize;
+        let pi = p.index();
         let slot = &mut self.ports[pi];
         if slot.storm.admit(&slot.l2.storm, class, self.now) {
             self.flood(p, f);
@@ -831,7 +832,7 @@ impl Pipeline {
     /// Sends `f` to every up port of its VLAN except `p`: a copy to each but the last, which
     /// gets the original (copies are taken before the original is reshaped for its port).
     fn flood(&mut self, p: PortId, f: Frame) {
-        let pi = p as usize;
+        let pi = p.index();
         let member = |q: usize, s: &PortSlot| q != pi && s.up && s.l2.vlan.members.contains(f.vlan);
         // The copies (those in the frame's own group) take the frames on top of its pool's
         // cache: their lines start loading while the members are found.
@@ -992,7 +993,7 @@ impl Pipeline {
                     continue;
                 }
                 for j in 0..self.ports[q].l2.mirror_egress.len() {
-                    let m = self.ports[q].l2.mirror_egress[j] as usize;
+                    let m = self.ports[q].l2.mirror_egress[j].index();
                     let Some(to) = self.ports.get(m).filter(|s| s.up && m != q).map(|s| s.pool.index()) else {
                         continue;
                     };
@@ -1340,23 +1341,23 @@ mod tests {
         assert!(!pipe.ports()[1].up);
         while pipe.poll() > 0 {}
         assert_eq!(stats.ports[0].drops[DropReason::NoEgress as usize].get(), 40);
-        pipe.detach_port(1);
-        pipe.attach_port(1, PortSlot::new(vec![stuck()], 1518), true);
-        pipe.attach_port(3, PortSlot::new(vec![stuck()], 1518), true);
+        pipe.detach_port(PortId(1));
+        pipe.attach_port(PortId(1), PortSlot::new(vec![stuck()], 1518), true);
+        pipe.attach_port(PortId(3), PortSlot::new(vec![stuck()], 1518), true);
         assert_eq!(pipe.ports().len(), 4, "id 2 stays empty and down");
         assert!(!pipe.ports()[2].up);
         while pipe.poll() > 0 {}
         assert_eq!(stats.ports[0].tx_packets.get(), 40, "port 1's frames crossed to port 0");
         // Port 0 is detached with frames in flight: they come back to the pool.
-        pipe.detach_port(0);
+        pipe.detach_port(PortId(0));
         assert_eq!(pipe.ports()[0].queues.len(), 0);
         // A fresh port on a used id counts from zero; a replaced one carries on.
-        pipe.attach_port(0, PortSlot::new(Vec::new(), 1518), true);
+        pipe.attach_port(PortId(0), PortSlot::new(Vec::new(), 1518), true);
         assert_eq!(stats.ports[0].tx_packets.get(), 0);
         let before = stats.ports[1].rx_packets.get();
-        pipe.attach_port(1, PortSlot::new(Vec::new(), 1518), false);
+        pipe.attach_port(PortId(1), PortSlot::new(Vec::new(), 1518), false);
         assert_eq!(stats.ports[1].rx_packets.get(), before);
-        pipe.set_max_frame(3, 100, 96);
+        pipe.set_max_frame(PortId(3), 100, 96);
         assert_eq!((pipe.ports()[3].max_frame, pipe.ports()[3].tx_max), (100, 96));
         pipe.shutdown();
         drop(pipe);

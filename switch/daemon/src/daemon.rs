@@ -83,10 +83,10 @@ impl Switch {
             .into_iter()
             .map(|(p, info)| {
                 let sum = |f: &dyn Fn(&wasmswitch_core::stats::PortStats) -> u64| -> u64 {
-                    dp.workers.iter().map(|w| f(&w.stats.ports[p as usize])).sum()
+                    dp.workers.iter().map(|w| f(&w.stats.ports[p.index()])).sum()
                 };
                 json!({
-                    "id": p,
+                    "id": p.0,
                     "name": info.name,
                     "driver": info.driver.kind(),
                     "mode": info.mode,
@@ -145,9 +145,9 @@ impl Switch {
         // Port names once per page, not a lock per entry.
         let names: Vec<Option<Arc<str>>> = {
             let ports = dp.ports.snapshot();
-            let mut names = vec![None; ports.last().map_or(0, |(id, _)| *id as usize + 1)];
+            let mut names = vec![None; ports.last().map_or(0, |(id, _)| id.index() + 1)];
             for (id, info) in ports {
-                names[id as usize] = Some(Arc::from(info.name.as_str()));
+                names[id.index()] = Some(Arc::from(info.name.as_str()));
             }
             names
         };
@@ -156,7 +156,7 @@ impl Switch {
             .map(|e| FdbEntry {
                 vlan: e.vlan.get(),
                 mac: e.mac,
-                port: names.get(e.port as usize).cloned().flatten(),
+                port: names.get(e.port.index()).cloned().flatten(),
                 is_static: e.is_static,
                 age_seconds: e.age,
             })

@@ -220,7 +220,7 @@ impl Resources {
     /// Whether port `id` has a handle (its interface's sockets and XDP link are open).
     fn has_handle(&self, id: PortId) -> bool {
         let handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
-        handles.get(id as usize).is_some_and(Option::is_some)
+        handles.get(id.index()).is_some_and(Option::is_some)
     }
 
     /// Puts `handle` in as port `id`'s, closing the one it replaces (every worker has let go of
@@ -228,7 +228,7 @@ impl Resources {
     fn replace_handle(&self, id: PortId, handle: Option<Box<dyn PortHandle>>, late: bool) {
         let old = {
             let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
-            let i = id as usize;
+            let i = id.index();
             if handles.len() <= i {
                 handles.resize_with(i + 1, || None);
             }
@@ -287,17 +287,17 @@ fn traffic_spec(cfg: &Config, index: usize, id_of: &dyn Fn(&str) -> Option<PortI
     let sim = &cfg.ports[index].sim.as_ref()?.value;
     let t = sim.traffic.as_ref()?;
     let dst_ports: Vec<u16> = match &t.to {
-        Some(to) => to.iter().filter_map(|n| id_of(&n.value)).collect(),
+        Some(to) => to.iter().filter_map(|n| Some(id_of(&n.value)?.0)).collect(),
         None => cfg
             .ports
             .iter()
             .enumerate()
             .filter(|&(i, p)| i != index && p.sim.as_ref().is_some_and(|s| s.value.traffic.is_some()))
-            .filter_map(|(_, p)| id_of(&p.name.value))
+            .filter_map(|(_, p)| Some(id_of(&p.name.value)?.0))
             .collect(),
     };
     Some(TrafficSpec {
-        port: id_of(&cfg.ports[index].name.value).unwrap_or(index as PortId),
+        port: id_of(&cfg.ports[index].name.value).unwrap_or(PortId::from_index(index)).0,
         src_macs: t.src_macs.value,
         dst_ports,
         frame_sizes: t.frame_sizes.value.clone(),
@@ -411,16 +411,16 @@ pub fn build(cfg: &Config) -> Result<Built> {
     }
     let fdb = Arc::new(Fdb::new(cfg.fdb.capacity.value, cfg.fdb.aging_seconds.value));
     for (id, p) in cfg.ports.iter().enumerate() {
-        fdb.set_max_learned(id as PortId, cfg.max_macs(&p.name.value));
+        fdb.set_max_learned(PortId::from_index(id), cfg.max_macs(&p.name.value));
     }
     for e in &cfg.fdb.statics {
-        let port = cfg.port_index(&e.port.value).context("a static FDB entry on no port")? as PortId;
+        let port = PortId::from_index(cfg.port_index(&e.port.value).context("a static FDB entry on no port")?);
         let vlan = Vid::new(e.vlan.value).context("a static FDB entry outside 1-4094")?;
         fdb.add_static(vlan, e.mac.value.0, port)
             .map_err(|why| anyhow::anyhow!("fdb.static {} in VLAN {}: {why}", e.mac.value.0, e.vlan.value))?;
     }
     let mode = cfg.switch.mode;
-    let id_of = |name: &str| cfg.port_index(name).map(|i| i as PortId);
+    let id_of = |name: &str| cfg.port_index(name).map(PortId::from_index);
     let mut opened = Vec::new();
     for index in 0..cfg.ports.len() {
         opened.push(open_in_group(&groups, workers, cfg, index, &id_of)?);
@@ -432,7 +432,7 @@ pub fn build(cfg: &Config) -> Result<Built> {
         host.l2 = cfg.port_l2(&h.name.value, storm_share(&host.info, cfg), &id_of);
         opened.push(host);
     }
-    let host_port = cfg.host.as_ref().map(|_| cfg.ports.len() as PortId);
+    let host_port = cfg.host.as_ref().map(|_| PortId::from_index(cfg.ports.len()));
     let mut pipelines = Vec::new();
     for w in 0..workers {
         // One cache per group, all counting into the worker's one set of pool counters.
@@ -459,7 +459,7 @@ pub fn build(cfg: &Config) -> Result<Built> {
     let table = PortTable::default();
     let mut handles = Vec::new();
     for (id, o) in opened.into_iter().enumerate() {
-        table.set(id as PortId, Some(Arc::new(o.info)));
+        table.set(PortId::from_index(id), Some(Arc::new(o.info)));
         handles.push(o.handle);
     }
     Ok(Built { groups, fdb, ports: table, pipelines, handles })
@@ -832,7 +832,7 @@ impl Dataplane {
         cfg: &Config,
         plugin_metrics: Option<&crate::plugins::PluginMetrics>,
     ) -> Result<Dataplane> {
-        let id_of = |name: &str| cfg.port_index(name).map(|i| i as PortId);
+        let id_of = |name: &str| cfg.port_index(name).map(PortId::from_index);
         let (stages, table) =
             crate::plugins::stages(cfg, &id_of, &crate::plugins::RunningSet::default(), crate::plugins::Smoke::Skip)?;
         if let Some(m) = plugin_metrics {
@@ -926,8 +926,11 @@ impl Dataplane {
     /// `n` ids for new ports, given that the ports in `removed` go: the lowest free ones.
     pub fn free_ids(&self, removed: &[PortId], n: usize) -> Result<Vec<PortId>> {
         let running: Vec<PortId> = self.ports.snapshot().into_iter().map(|(id, _)| id).collect();
-        let free: Vec<PortId> =
-            (0..MAX_PORT_IDS as PortId).filter(|id| !running.contains(id) || removed.contains(id)).take(n).collect();
+        let free: Vec<PortId> = (0..MAX_PORT_IDS)
+            .map(PortId::from_index)
+            .filter(|id| !running.contains(id) || removed.contains(id))
+            .take(n)
+            .collect();
         if free.len() < n {
             bail!("no free port id for {n} new port(s): at most {MAX_PORT_IDS} ports, the host port included");
         }

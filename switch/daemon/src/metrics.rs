@@ -49,7 +49,7 @@ impl SwitchCollector {
         let mut out = Vec::new();
         for (p, info) in ports {
             for w in &self.workers {
-                let v = f(&w.ports[*p as usize]);
+                let v = f(&w.ports[p.index()]);
                 out.push((vec![("port", info.name.clone()), ("worker", w.worker.to_string())], v));
             }
         }
@@ -99,7 +99,7 @@ impl SwitchCollector {
         let mut drops = Vec::new();
         for (p, info) in ports {
             for r in DropReason::ALL {
-                let v: u64 = self.workers.iter().map(|w| w.ports[*p as usize].drops[r as usize].get()).sum();
+                let v: u64 = self.workers.iter().map(|w| w.ports[p.index()].drops[r as usize].get()).sum();
                 drops.push((vec![("port", info.name.clone()), ("reason", r.label().to_string())], v));
             }
         }

@@ -379,7 +379,7 @@ pub fn stages(
         };
         // The id the port's frames will carry (`in-port`), which a reload can set apart from
         // its position in the file.
-        let in_port = id_of(name).unwrap_or(index as PortId);
+        let in_port = id_of(name).unwrap_or(PortId::from_index(index));
         for f in c.live.iter().filter(|f| smoke == Smoke::All || !running_as_is(f)) {
             let report = f
                 .smoke_batch(in_port, cfg.switch.batch.value)
@@ -1032,11 +1032,11 @@ mod tests {
     #[test]
     fn bad_redirects_are_logged_at_once_then_once_a_minute_with_the_count() {
         let mut log = RedirectLog::default();
-        assert!(log.note("acl", "p0", 0, 9), "the first is logged");
-        assert!(!log.note("acl", "p0", 0, 9) && !log.note("acl", "p0", 0, 7));
+        assert!(log.note("acl", "p0", 0, PortId(9)), "the first is logged");
+        assert!(!log.note("acl", "p0", 0, PortId(9)) && !log.note("acl", "p0", 0, PortId(7)));
         assert_eq!(log.since, 2);
         log.last = log.last.and_then(|t| t.checked_sub(REDIRECT_LOG_EVERY));
-        assert!(log.note("acl", "p0", 0, 9), "a minute later, with the count");
+        assert!(log.note("acl", "p0", 0, PortId(9)), "a minute later, with the count");
         assert_eq!(log.since, 0);
     }
 

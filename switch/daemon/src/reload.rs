@@ -530,7 +530,7 @@ fn check_cross_pairs(new: &Config, ports: &PortPlan) -> Result<(), String> {
     for (j, p) in new.ports.iter().enumerate() {
         let id = ports.id_of(&p.name.value).expect("every port of the new config has an id");
         let in_file = new.ports.get(j ^ 1).map(|q| &q.name.value);
-        let running = name_of(id ^ 1);
+        let running = name_of(PortId(id.0 ^ 1));
         if in_file != running {
             let said = |n: Option<&String>| n.map_or("no port".to_string(), |n| format!("`{n}`"));
             return Err(format!(
@@ -632,7 +632,7 @@ fn renumbered_note(new: &Config, ports: &PortPlan) -> String {
         .iter()
         .enumerate()
         .filter_map(|(j, p)| {
-            let id = ports.id_of(&p.name.value).filter(|&id| id as usize != j)?;
+            let id = ports.id_of(&p.name.value).filter(|&id| id.index() != j)?;
             Some(format!("`{}` runs as {id}, a restart numbers it {j}", p.name.value))
         })
         .collect();

@@ -19,6 +19,7 @@ use wasmswitch_core::pipeline::Pipeline;
 use wasmswitch_core::pool::{check_no_leak, AllocMode};
 use wasmswitch_core::stats::WorkerStats;
 use wasmswitch_core::verdict::VerdictStage;
+use wasmswitch_core::PortId;
 
 use wasmswitch_daemon::config::Config;
 use wasmswitch_daemon::dataplane::{build, Built};
@@ -641,7 +642,7 @@ fn with_stages(
     for pipe in &mut pipelines {
         for p in 0..4 {
             if let Some(stage) = stages.next() {
-                pipe.set_ingress(p, Some(stage));
+                pipe.set_ingress(PortId(p), Some(stage));
             }
         }
     }

@@ -60,7 +60,7 @@ pub fn print_rates(dp: &Dataplane, seconds: Option<u64>, extra: &dyn Fn() -> Vec
                 "port", "rx pps", "tx pps", "drops/s", "policy drops", "fdb entries"
             )];
             for (p, info) in dp.ports.snapshot() {
-                let p = p as usize;
+                let p = p.index();
                 let (r0, t0, d0, _) = last.get(p).copied().unwrap_or_default();
                 let (r1, t1, d1, pd) = now[p];
                 lines.push(format!(

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use wasmswitch_core::batch::Desc;
 use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
-use wasmswitch_core::{wire, Umem};
+use wasmswitch_core::{wire, PortId, Umem};
 use wasmswitch_plugin_host::{EngineOptions, NativeStage, PluginEngine, PluginSpec};
 use wasmswitch_plugin_sdk::harness;
 
@@ -114,7 +114,8 @@ fn frames_to(n: usize, dport: impl Fn(usize) -> u16) -> Frames {
 }
 
 fn ns_per_packet(stage: &mut dyn VerdictStage, f: &Frames, batch: usize) -> f64 {
-    let view = BatchView { in_port: 0, queue: 0, umem: &f.umem, descs: &f.descs[..batch], meta: &f.meta[..batch] };
+    let view =
+        BatchView { in_port: PortId(0), queue: 0, umem: &f.umem, descs: &f.descs[..batch], meta: &f.meta[..batch] };
     let mut v = vec![Verdict::Pass; batch];
     let iters = (4_000_000 / batch).max(20_000);
     for _ in 0..iters / 10 {
@@ -176,7 +177,8 @@ fn main() {
         let mut n = NativeStage::<acl::Acl>::new(ACL, 64).unwrap();
         let mut fl = floor.instantiate(0).unwrap();
         // Check they agree before timing.
-        let view = BatchView { in_port: 0, queue: 0, umem: &f.umem, descs: &f.descs[..batch], meta: &f.meta[..batch] };
+        let view =
+            BatchView { in_port: PortId(0), queue: 0, umem: &f.umem, descs: &f.descs[..batch], meta: &f.meta[..batch] };
         let (mut a, mut b) = (vec![Verdict::Pass; batch], vec![Verdict::Pass; batch]);
         w.run(&view, &mut a);
         n.run(&view, &mut b);
@@ -254,7 +256,8 @@ fn two_languages(
     for batch in [1usize, 16, 64, 256] {
         let (mut cs, mut rs, mut fl) =
             (c.instantiate(0).unwrap(), rust.instantiate(0).unwrap(), floor.instantiate(0).unwrap());
-        let view = BatchView { in_port: 0, queue: 0, umem: &f.umem, descs: &f.descs[..batch], meta: &f.meta[..batch] };
+        let view =
+            BatchView { in_port: PortId(0), queue: 0, umem: &f.umem, descs: &f.descs[..batch], meta: &f.meta[..batch] };
         let (mut a, mut b) = (vec![Verdict::Pass; batch], vec![Verdict::Pass; batch]);
         cs.run(&view, &mut a);
         rs.run(&view, &mut b);

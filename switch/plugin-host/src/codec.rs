@@ -2,6 +2,7 @@
 //! the native comparison stage so both pay exactly the same encoding cost.
 
 use wasmswitch_core::verdict::{BatchView, Verdict};
+use wasmswitch_core::PortId;
 use wasmswitch_plugin_sdk::abi::{self, RecordMeta};
 
 use crate::stats::PluginStats;
@@ -12,7 +13,7 @@ pub fn encode_batch(batch: &BatchView<'_>, header_bytes: usize, buf: &mut Vec<u8
     let n = batch.descs.len().min(batch.meta.len());
     let stride = abi::stride(header_bytes);
     buf.resize(abi::batch_len(n, header_bytes), 0);
-    abi::write_batch_header(buf, n as u16, header_bytes as u16, batch.in_port, batch.queue);
+    abi::write_batch_header(buf, n as u16, header_bytes as u16, batch.in_port.0, batch.queue);
     let recs = &mut buf[abi::BATCH_HEADER_LEN..];
     let mut unseen = 0;
     for (i, (d, m)) in batch.descs.iter().zip(batch.meta).enumerate().take(n) {
@@ -83,7 +84,7 @@ pub fn decode_verdicts(
             }
             abi::kind::REDIRECT => {
                 redirect += 1;
-                Verdict::Redirect(u16::from_le_bytes([r[2], r[3]]))
+                Verdict::Redirect(PortId(u16::from_le_bytes([r[2], r[3]])))
             }
             abi::kind::HOST => {
                 host += 1;

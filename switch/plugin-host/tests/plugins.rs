@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use wasmswitch_core::verdict::Verdict;
+use wasmswitch_core::PortId;
 use wasmswitch_plugin_host::{
     CacheKey, CacheStats, CompileCache, Discard, EngineOptions, ErrorKind, FaultReason, OnError, PluginEngine,
     PluginFactory, PluginSpec, CPU_WATCH_CALLS, MAX_NAMED,
@@ -873,7 +874,7 @@ fn hot_swap_under_traffic_loses_no_frame() {
                 rx.try_recv().ok()
             };
             let Some(f) = next else { break };
-            let old = pipe.set_ingress(0, Some(Box::new(f.instantiate(0).unwrap())));
+            let old = pipe.set_ingress(PortId(0), Some(Box::new(f.instantiate(0).unwrap())));
             drop(old);
             swaps += 1;
             rounds_since_swap = 0;
@@ -897,7 +898,7 @@ fn hot_swap_under_traffic_loses_no_frame() {
         while pipe.poll() > 0 {}
     }
     control.join().unwrap();
-    assert!(pipe.set_ingress(0, None).is_some(), "the last version was installed");
+    assert!(pipe.set_ingress(PortId(0), None).is_some(), "the last version was installed");
     let delivered = capture.lock().unwrap().len() as u64;
     let policy = stats.ports[0].drops[DropReason::Policy as usize].get();
     let other_drops = stats.ports[0].drops_total() - policy;
@@ -954,24 +955,27 @@ fn trap_if(cond: &str) -> String {
 fn smoke_run_reports_the_verdicts_of_a_good_plugin() {
     let n = wasmswitch_plugin_host::smoke_frames().len();
     let path = write("smoke-pass.wasm", &component(&guest("(call $ok (local.get $p))"), None));
-    let report = engine().compile(&spec("all-pass", path, "")).unwrap().smoke(0).unwrap();
+    let report = engine().compile(&spec("all-pass", path, "")).unwrap().smoke(PortId(0)).unwrap();
     assert_eq!(report.to_string(), format!("ok on {n} frames (pass {n})"));
     assert!(report.redirects.is_empty());
     // The acl denying TCP port 80 drops the SYN and the full-size frame (both to port 80).
     let acl = engine().compile(&spec("acl", examples().join("acl.wasm"), "deny proto=tcp dport=80")).unwrap();
     let t = Instant::now();
-    let report = acl.smoke(1).unwrap();
+    let report = acl.smoke(PortId(1)).unwrap();
     eprintln!("acl smoke run: {:?}", t.elapsed());
     assert_eq!(report.to_string(), format!("ok on {n} frames (pass {}, drop 2)", n - 2));
     // One verdict per frame whatever the batch size (at a batch of one each frame was counted
     // twice, and the mixed batch of one once more).
     for batch in [1, 2, 256] {
-        assert_eq!(acl.smoke_batch(1, batch).unwrap().to_string(), report.to_string(), "batch {batch}");
+        assert_eq!(acl.smoke_batch(PortId(1), batch).unwrap().to_string(), report.to_string(), "batch {batch}");
     }
     // The plugin sees `header_bytes` of each frame: with 20, no ports, so the acl passes all.
     let mut short = spec("acl-20", examples().join("acl.wasm"), "deny proto=tcp dport=80");
     short.header_bytes = 20;
-    assert_eq!(engine().compile(&short).unwrap().smoke(0).unwrap().to_string(), format!("ok on {n} frames (pass {n})"));
+    assert_eq!(
+        engine().compile(&short).unwrap().smoke(PortId(0)).unwrap().to_string(),
+        format!("ok on {n} frames (pass {n})")
+    );
     // Every frame kind the brief lists is there, and each parses as the switch parses it.
     let what: Vec<&str> = wasmswitch_plugin_host::smoke_frames().iter().map(|f| f.what).collect();
     for kind in ["ARP", "IPv4 UDP", "SYN-ACK", "ICMP echo", "IPv6 UDP", "IPv6 TCP", "802.1Q", "broadcast", "multicast"]
@@ -988,7 +992,7 @@ fn smoke_run_names_the_frame_kind_a_plugin_traps_on() {
     // The ethertype of the first record (offset 6 of its metadata): 0x88b5, the non-IP frame.
     let core = trap_if("(i32.eq (i32.load16_u offset=22 (local.get $p)) (i32.const 0x88b5))");
     let f = engine().compile(&spec("no-experiments", write("smoke-88b5.wasm", &component(&core, None)), "")).unwrap();
-    let e = f.smoke(0).expect_err("traps on the non-IP frame");
+    let e = f.smoke(PortId(0)).expect_err("traps on the non-IP frame");
     assert_eq!(e.kind, ErrorKind::Smoke);
     let msg = e.to_string();
     assert!(
@@ -1001,7 +1005,7 @@ fn smoke_run_names_the_frame_kind_a_plugin_traps_on() {
     let e = engine()
         .compile(&spec("no-full-batches", write("smoke-64.wasm", &component(&core, None)), ""))
         .unwrap()
-        .smoke(0)
+        .smoke(PortId(0))
         .expect_err("traps on a full batch");
     assert!(e.to_string().contains("trap on frame `ARP request` (batch of 64 copies)"), "{e}");
 }
@@ -1013,7 +1017,7 @@ fn smoke_run_stops_a_spinning_or_allocating_plugin_by_its_limits() {
     s.deadline = Duration::from_millis(20);
     let f = engine().compile(&s).unwrap();
     let t = Instant::now();
-    let e = f.smoke(0).expect_err("spins");
+    let e = f.smoke(PortId(0)).expect_err("spins");
     assert!(t.elapsed() < Duration::from_secs(2), "stopped after {:?}", t.elapsed());
     assert_eq!(e.kind, ErrorKind::Smoke);
     let msg = e.to_string();
@@ -1025,12 +1029,12 @@ fn smoke_run_stops_a_spinning_or_allocating_plugin_by_its_limits() {
     let bomb = "(if (i32.eq (i32.load16_u offset=22 (local.get $p)) (i32.const 0x86dd)) (then (loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) (unreachable))) (call $ok (local.get $p))";
     let mut s = spec("hoarder", write("smoke-bomb.wasm", &component(&guest(bomb), None)), "");
     s.memory_limit = 2 << 20;
-    let e = engine().compile(&s).unwrap().smoke(0).expect_err("hits the memory limit");
+    let e = engine().compile(&s).unwrap().smoke(PortId(0)).expect_err("hits the memory limit");
     let msg = e.to_string();
     assert!(msg.contains("smoke run: memory on frame `IPv6 UDP` (batch of 1): memory limit of 2097152 bytes"), "{msg}");
     let capped = guest(bomb).replace("(memory (export \"memory\") 1)", "(memory (export \"memory\") 1 4)");
     let s = spec("capped", write("smoke-capped.wasm", &component(&capped, None)), "");
-    let e = engine().compile(&s).unwrap().smoke(0).expect_err("runs out at its own maximum");
+    let e = engine().compile(&s).unwrap().smoke(PortId(0)).expect_err("runs out at its own maximum");
     let msg = e.to_string();
     assert!(msg.contains("memory on frame `IPv6 UDP` (batch of 1): the memory's own maximum of 262144 bytes"), "{msg}");
 }
@@ -1041,7 +1045,7 @@ fn smoke_run_warns_of_a_plugin_whose_full_batch_nears_its_deadline() {
     let body = "(local.set $len (i32.mul (i32.load16_u offset=2 (local.get $p)) (i32.const 150000))) (loop $l (local.set $len (i32.sub (local.get $len) (i32.const 1))) (br_if $l (local.get $len))) (call $ok (local.get $p))";
     let mut s = spec("per-packet", write("smoke-per-packet.wasm", &component(&guest(body), None)), "");
     s.deadline = Duration::from_secs(10);
-    let at = |s: &PluginSpec, batch: usize| engine().compile(s).unwrap().smoke_batch(0, batch).unwrap();
+    let at = |s: &PluginSpec, batch: usize| engine().compile(s).unwrap().smoke_batch(PortId(0), batch).unwrap();
     let full = at(&s, 256);
     eprintln!("{}", full.timing());
     assert!(full.slowest.what.contains("256"), "a batch of 256: {:?}", full.slowest);
@@ -1067,7 +1071,7 @@ fn smoke_run_warns_of_a_plugin_whose_full_batch_nears_its_deadline() {
         };
         assert!(tries.len() < 8, "no run landed within [0.5, 1) of its deadline: {tries:#?}");
         s.deadline = Duration::from_millis(deadline);
-        match engine().compile(&s).unwrap().smoke_batch(0, 256) {
+        match engine().compile(&s).unwrap().smoke_batch(PortId(0), 256) {
             Ok(r) if r.deadline_share() >= wasmswitch_plugin_host::NEAR_DEADLINE => break r,
             Ok(r) => {
                 (took, long) = (r.slowest.cpu, Some(long.map_or(deadline, |l| l.min(deadline))));
@@ -1093,11 +1097,11 @@ fn smoke_run_reports_redirects_for_the_caller_to_judge() {
     let body = "(local.set $len (i32.mul (i32.load16_u offset=2 (local.get $p)) (i32.const 4))) (i32.store (i32.const 32) (i32.const 32768)) (i32.store (i32.const 36) (local.get $len)) (loop $l (local.set $len (i32.sub (local.get $len) (i32.const 4))) (i32.store offset=32768 (local.get $len) (i32.const 0x00070002)) (br_if $l (local.get $len))) (i32.const 32)";
     let f =
         engine().compile(&spec("elsewhere", write("smoke-redirect.wasm", &component(&guest(body), None)), "")).unwrap();
-    let report = f.smoke(0).unwrap();
+    let report = f.smoke(PortId(0)).unwrap();
     let n = wasmswitch_plugin_host::smoke_frames().len();
     assert_eq!(report.to_string(), format!("ok on {n} frames (redirect {n})"));
     assert_eq!(report.redirects.len(), n, "each frame once: {:?}", report.redirects);
-    assert!(report.redirects.iter().all(|(_, port)| *port == 7));
+    assert!(report.redirects.iter().all(|(_, port)| *port == PortId(7)));
 }
 
 /// A Rust plugin's panic, end to end: the SDK's hook logs one line with the message and the
@@ -1106,7 +1110,11 @@ fn smoke_run_reports_redirects_for_the_caller_to_judge() {
 #[test]
 fn a_panicking_rust_plugin_logs_one_line_and_fails_the_smoke_run() {
     let path = test_plugin("panicky");
-    let e = engine().compile(&spec("panicky-smoke", path.clone(), "")).unwrap().smoke(0).expect_err("panics on ARP");
+    let e = engine()
+        .compile(&spec("panicky-smoke", path.clone(), ""))
+        .unwrap()
+        .smoke(PortId(0))
+        .expect_err("panics on ARP");
     assert!(e.to_string().contains("smoke run: trap on frame `ARP request` (batch of 1)"), "{e}");
     // On a worker: a fault, on_error applied.
     let mut st = engine().compile(&spec("panicky-stage", path, "")).unwrap().instantiate(0).unwrap();

@@ -116,7 +116,7 @@ pub fn check(cfg: &Config, err: &impl Fn(Location, String) -> ConfigError) -> Re
                 format!("fdb.static: {} in VLAN {v} is already defined at line {}", e.mac.value.0, first.line()),
             ));
         }
-        if let Err(why) = table.add_static(v, e.mac.value.0, 0) {
+        if let Err(why) = table.add_static(v, e.mac.value.0, PortId(0)) {
             return Err(err(at, format!("fdb.static: {} in VLAN {v}: {why}", e.mac.value.0)));
         }
     }

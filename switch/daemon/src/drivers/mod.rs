@@ -258,18 +258,18 @@ impl PortTable {
     /// Every running port with its id, in id order.
     pub fn snapshot(&self) -> Vec<(PortId, Arc<PortInfo>)> {
         let t = self.0.read().unwrap_or_else(|e| e.into_inner());
-        t.iter().enumerate().filter_map(|(i, p)| Some((i as PortId, p.clone()?))).collect()
+        t.iter().enumerate().filter_map(|(i, p)| Some((PortId::from_index(i), p.clone()?))).collect()
     }
 
     /// The running port with id `id`.
     pub fn get(&self, id: PortId) -> Option<Arc<PortInfo>> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).get(id as usize).cloned().flatten()
+        self.0.read().unwrap_or_else(|e| e.into_inner()).get(id.index()).cloned().flatten()
     }
 
     /// The id of the running port called `name`.
     pub fn id_of(&self, name: &str) -> Option<PortId> {
         let t = self.0.read().unwrap_or_else(|e| e.into_inner());
-        t.iter().position(|p| p.as_ref().is_some_and(|p| p.name == name)).map(|i| i as PortId)
+        t.iter().position(|p| p.as_ref().is_some_and(|p| p.name == name)).map(PortId::from_index)
     }
 
     /// Ids in use (the highest plus one).
@@ -284,7 +284,7 @@ impl PortTable {
 
     pub(crate) fn set(&self, id: PortId, info: Option<Arc<PortInfo>>) {
         let mut t = self.0.write().unwrap_or_else(|e| e.into_inner());
-        let i = id as usize;
+        let i = id.index();
         if t.len() <= i {
             t.resize_with(i + 1, || None);
         }

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use wasmswitch_core::batch::Desc;
 use wasmswitch_core::verdict::{BatchView, Verdict, VerdictStage};
 use wasmswitch_core::wire;
-use wasmswitch_core::Umem;
+use wasmswitch_core::{PortId, Umem};
 use wasmswitch_plugin_host::{EngineOptions, PluginEngine};
 
 pub use wasmswitch_testkit::repo;
@@ -176,8 +176,13 @@ impl TestBatch {
     }
 
     pub fn run(&self, stage: &mut dyn VerdictStage) -> Vec<Verdict> {
-        let view =
-            BatchView { in_port: self.in_port, queue: 0, umem: &self.umem, descs: &self.descs, meta: &self.meta };
+        let view = BatchView {
+            in_port: PortId(self.in_port),
+            queue: 0,
+            umem: &self.umem,
+            descs: &self.descs,
+            meta: &self.meta,
+        };
         let mut v = vec![Verdict::Pass; self.descs.len()];
         stage.run(&view, &mut v);
         v
